@@ -1,0 +1,241 @@
+"""Read and write ``epdms-scene/1`` JSON files (``shared/spec/scene-json.md``) as ``HostScene``s.
+
+Reading is strict: a missing key, a wrong type or an unknown enum value raises ``SceneFileError`` naming the file and
+the offending key path. Unknown top-level keys are kept in ``HostScene.extra`` so a read-write round trip is lossless.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from jaxdrive.scene import (NUM_STEPS, STATE_DIM, STATE_FIELDS, Agent, AgentType, Area, AreaKind, HostScene, Lane,
+                            LaneKind, SceneValidationError, validate_host_scene)
+
+FORMAT = "epdms-scene/1"
+_KNOWN_KEYS = {"format", "id", "units", "generator", "time", "ego", "map", "route", "traffic_lights", "agents",
+               "agent_track_fields", "proposals", "expected", "human"}
+_VEHICLE = {"length": 5.176, "width": 2.297, "height": 1.777, "front_length": 4.049, "rear_length": 1.127,
+            "wheel_base": 3.089, "rear_axle_to_center": 1.461}
+_TRACK_FIELDS = ["x", "y", "heading", "velocity_x", "velocity_y"]
+
+
+class SceneFileError(ValueError):
+    """A scene file is malformed. The message names the file and the key path."""
+
+
+class _Reader:
+    def __init__(self, source: str):
+        self.source = source
+
+    def fail(self, path: str, msg: str):
+        raise SceneFileError(f"{self.source}: key {path!r}: {msg}")
+
+    def get(self, obj: Any, key: str, path: str, typ=None):
+        if not isinstance(obj, dict):
+            self.fail(path, f"expected an object, got {type(obj).__name__}")
+        if key not in obj:
+            self.fail(f"{path}.{key}" if path else key, "missing")
+        val = obj[key]
+        if typ is not None and not isinstance(val, typ):
+            names = typ.__name__ if isinstance(typ, type) else "/".join(t.__name__ for t in typ)
+            self.fail(f"{path}.{key}" if path else key, f"expected {names}, got {type(val).__name__}")
+        return val
+
+    def array(self, val: Any, path: str, shape: tuple, allow_null_rows: bool = False) -> np.ndarray:
+        if allow_null_rows and isinstance(val, list):
+            width = shape[-1]
+            val = [[np.nan] * width if row is None else row for row in val]
+        try:
+            arr = np.asarray(val, dtype=np.float64)
+        except (TypeError, ValueError) as e:
+            self.fail(path, f"expected numbers of shape {shape}, got non-numeric data ({e})")
+        if arr.ndim != len(shape) or any(s is not None and s != g for s, g in zip(shape, arr.shape)):
+            want = "(" + ", ".join("n" if s is None else str(s) for s in shape) + ")"
+            self.fail(path, f"expected shape {want}, got {arr.shape}")
+        return arr
+
+    def enum(self, enum_cls, val: Any, path: str):
+        if not isinstance(val, str) or val.upper() not in enum_cls.__members__:
+            allowed = ", ".join(m.lower() for m in enum_cls.__members__)
+            self.fail(path, f"expected one of {allowed}, got {val!r}")
+        return enum_cls[val.upper()]
+
+
+_AREA_KINDS = {"roadblock": AreaKind.ROADBLOCK, "intersection": AreaKind.INTERSECTION, "carpark": AreaKind.CARPARK,
+               "drivable_area": AreaKind.DRIVABLE_AREA}
+
+
+def scene_from_dict(d: dict, source: str = "<dict>", validate: bool = True) -> HostScene:
+    """Parse one scene dict; ``source`` names it in errors."""
+    r = _Reader(source)
+    if not isinstance(d, dict):
+        raise SceneFileError(f"{source}: expected a JSON object at top level, got {type(d).__name__}")
+    fmt = r.get(d, "format", "", str)
+    if fmt != FORMAT:
+        r.fail("format", f"expected {FORMAT!r}, got {fmt!r}")
+    sid = r.get(d, "id", "", str)
+    ego = r.get(d, "ego", "", dict)
+    fields = ego.get("state_fields")
+    if fields is not None and list(fields) != list(STATE_FIELDS):
+        r.fail("ego.state_fields", f"expected {list(STATE_FIELDS)}, got {fields}")
+    hist = r.get(ego, "history", "ego", dict)
+    history = r.array(r.get(hist, "states", "ego.history"), "ego.history.states", (4, STATE_DIM))
+
+    mp = r.get(d, "map", "", dict)
+    areas = []
+    for i, a in enumerate(r.get(mp, "drivable_areas", "map", list)):
+        p = f"map.drivable_areas[{i}]"
+        kind = r.get(a, "kind", p, str)
+        if kind not in _AREA_KINDS:
+            r.fail(f"{p}.kind", f"expected one of {sorted(_AREA_KINDS)}, got {kind!r}")
+        areas.append(Area(id=r.get(a, "id", p, str), kind=_AREA_KINDS[kind],
+                          polygon=r.array(r.get(a, "polygon", p), f"{p}.polygon", (None, 2))))
+    lanes = []
+    for i, lane in enumerate(r.get(mp, "lanes", "map", list)):
+        p = f"map.lanes[{i}]"
+        lanes.append(Lane(id=r.get(lane, "id", p, str), kind=r.enum(LaneKind, r.get(lane, "kind", p), f"{p}.kind"),
+                          on_route=bool(r.get(lane, "on_route", p, bool)), parent_id=str(lane.get("parent_id", "")),
+                          polygon=r.array(r.get(lane, "polygon", p), f"{p}.polygon", (None, 2))))
+    route = r.get(d, "route", "", dict)
+    centerline = r.array(r.get(route, "centerline", "route"), "route.centerline", (None, 3))
+    lane_ids = r.get(route, "lane_ids", "route", list)
+    on_route = [lane.id for lane in lanes if lane.on_route]
+    if sorted(lane_ids) != sorted(on_route):
+        r.fail("route.lane_ids", f"expected exactly the lanes with on_route=true {sorted(on_route)}, got {sorted(lane_ids)}")
+
+    lights = {}
+    for i, tl in enumerate(r.get(d, "traffic_lights", "", list)):
+        p = f"traffic_lights[{i}]"
+        lights[r.get(tl, "lane_connector_id", p, str)] = r.get(tl, "status", p, str)
+
+    agents = []
+    for i, a in enumerate(r.get(d, "agents", "", list)):
+        p = f"agents[{i}]"
+        agents.append(Agent(
+            id=r.get(a, "id", p, str), type=r.enum(AgentType, r.get(a, "type", p), f"{p}.type"),
+            length=float(r.get(a, "length", p, (int, float))), width=float(r.get(a, "width", p, (int, float))),
+            height=float(a.get("height", 0.0)), role=str(a.get("role", "")),
+            track=r.array(r.get(a, "track", p, list), f"{p}.track", (NUM_STEPS, 5), allow_null_rows=True)))
+
+    props = r.get(d, "proposals", "", list)
+    if not props:
+        r.fail("proposals", "expected at least one proposal, got an empty list")
+    states, prevs, names, fams, kinds = [], [], [], [], []
+    for i, pr in enumerate(props):
+        p = f"proposals[{i}]"
+        names.append(r.get(pr, "name", p, str))
+        fams.append(str(pr.get("family", "")))
+        states.append(r.array(r.get(pr, "states", p), f"{p}.states", (NUM_STEPS, STATE_DIM)))
+        if "previous_plan" in pr:
+            prevs.append(r.array(pr["previous_plan"], f"{p}.previous_plan", (NUM_STEPS, STATE_DIM)))
+            kinds.append(str(pr.get("previous_plan_kind", "")))
+    if prevs and len(prevs) != len(props):
+        r.fail("proposals[*].previous_plan", f"expected on all {len(props)} proposals or none, got {len(prevs)}")
+    human = None
+    if "human" in d:
+        human = r.array(r.get(r.get(d, "human", "", dict), "states", "human"), "human.states", (NUM_STEPS, STATE_DIM))
+
+    scene = HostScene(
+        id=sid, history_states=history, areas=areas, lanes=lanes, centerline=centerline, traffic_lights=lights,
+        agents=agents, proposal_states=np.stack(states), proposal_names=names, proposal_families=fams,
+        previous_states=np.stack(prevs) if prevs else None, previous_kinds=kinds if prevs else None,
+        human_states=human, generator=dict(d.get("generator", {})), expected=d.get("expected"),
+        extra={k: v for k, v in d.items() if k not in _KNOWN_KEYS},
+    )
+    if validate:
+        try:
+            validate_host_scene(scene)
+        except SceneValidationError as e:
+            raise SceneFileError(f"{source}: {e}") from None
+    return scene
+
+
+def _rows(arr: np.ndarray) -> list:
+    return np.round(np.asarray(arr, np.float64), 6).tolist()
+
+
+def scene_to_dict(scene: HostScene) -> dict:
+    """The ``epdms-scene/1`` dict of a host scene (inverse of ``scene_from_dict``)."""
+    d: dict[str, Any] = {
+        "format": FORMAT,
+        "id": scene.id,
+        "units": "SI: m, s, m/s, m/s^2, rad, rad/s, rad/s^2",
+        "generator": scene.generator,
+        "time": {"dt": 0.1, "num_future_steps": NUM_STEPS - 1, "history_times": [-1.5, -1.0, -0.5, 0.0],
+                 "previous_plan_start": -0.5},
+        "ego": {"vehicle": dict(_VEHICLE), "reference_point": "rear_axle", "state_fields": list(STATE_FIELDS),
+                "history": {"times": [-1.5, -1.0, -0.5, 0.0], "states": _rows(scene.history_states)}},
+        "map": {
+            "drivable_areas": [{"id": a.id, "kind": a.kind.name.lower(), "polygon": _rows(a.polygon)} for a in scene.areas],
+            "lanes": [{"id": l.id, "kind": l.kind.name.lower(), "on_route": bool(l.on_route), "parent_id": l.parent_id,
+                       "polygon": _rows(l.polygon)} for l in scene.lanes],
+        },
+        "route": {"lane_ids": scene.route_lane_ids(), "centerline": _rows(scene.centerline)},
+        "traffic_lights": [{"lane_connector_id": k, "status": v} for k, v in scene.traffic_lights.items()],
+        "agents": [
+            {"id": a.id, "type": a.type.name.lower(), "length": a.length, "width": a.width, "height": a.height,
+             "role": a.role,
+             "track": [None if np.any(np.isnan(row)) else np.round(row, 6).tolist() for row in a.track]}
+            for a in scene.agents],
+        "agent_track_fields": list(_TRACK_FIELDS),
+        "proposals": [],
+    }
+    for i in range(scene.num_proposals):
+        p = {"name": scene.proposal_names[i], "family": scene.proposal_families[i],
+             "states": _rows(scene.proposal_states[i])}
+        if scene.previous_states is not None:
+            p["previous_plan"] = _rows(scene.previous_states[i])
+            p["previous_plan_kind"] = (scene.previous_kinds or [""] * scene.num_proposals)[i]
+        d["proposals"].append(p)
+    if scene.human_states is not None:
+        d["human"] = {"states": _rows(scene.human_states)}
+    if scene.expected is not None:
+        d["expected"] = scene.expected
+    d.update(scene.extra)
+    return d
+
+
+def read_scene(path: str | os.PathLike, validate: bool = True) -> HostScene:
+    """Read one scene file. Raises ``SceneFileError`` naming the file (and key) on any problem."""
+    path = Path(path)
+    try:
+        with open(path) as f:
+            d = json.load(f)
+    except json.JSONDecodeError as e:
+        raise SceneFileError(f"{path}: not valid JSON ({e})") from None
+    except OSError as e:
+        raise SceneFileError(f"{path}: cannot read ({e.strerror})") from None
+    return scene_from_dict(d, source=str(path), validate=validate)
+
+
+def write_scene(scene: HostScene, path: str | os.PathLike) -> None:
+    """Write atomically (temp file + rename)."""
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(scene_to_dict(scene), f, separators=(",", ":"))
+    os.replace(tmp, path)
+
+
+def scene_files(directory: str | os.PathLike) -> list[Path]:
+    """Scene JSON files of a directory (not recursive), sorted by name."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise SceneFileError(f"{directory}: not a directory")
+    return sorted(p for p in directory.iterdir() if p.suffix == ".json" and p.is_file() and p.name != "index.json")
+
+
+def iter_scene_dir(directory: str | os.PathLike, on_error=None) -> Iterator[HostScene]:
+    """Yield the scenes of a directory. A bad file raises, or if ``on_error(path, exc)`` is given, is reported and skipped."""
+    for path in scene_files(directory):
+        try:
+            yield read_scene(path)
+        except SceneFileError as e:
+            if on_error is None:
+                raise
+            on_error(path, e)

@@ -1,0 +1,163 @@
+"""Model configuration parsed from a Hugging Face ``config.json`` (Qwen2.5-VL, Qwen3-VL, Qwen3 text-only).
+
+One frozen dataclass, :class:`ModelConfig`, with the text decoder's shape in :class:`TextConfig` and the vision
+tower's sub-config kept as the raw dict (the towers parse it themselves). The raw ``config.json`` dict is kept so an
+export writes back exactly what was read.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+FAMILIES = ("qwen2_5_vl", "qwen3_vl", "qwen3")
+
+
+@dataclasses.dataclass(frozen=True)
+class TextConfig:
+    """Shape and numerics of the text decoder.
+
+    ``mrope_section`` is ``None`` for 1-D RoPE (Qwen3 text-only); otherwise its three entries (temporal, height,
+    width) sum to ``head_dim // 2``. ``mrope_interleaved`` selects Qwen3-VL's interleaved layout instead of
+    Qwen2.5-VL's contiguous chunks.
+    """
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    mrope_section: tuple[int, int, int] | None
+    mrope_interleaved: bool
+    qkv_bias: bool
+    o_bias: bool
+    qk_norm: bool
+    tie_word_embeddings: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """A whole model: family, text decoder, optional vision sub-config and special token ids.
+
+    ``deepstack_layers`` is the number of first decoder layers that receive Qwen3-VL DeepStack features (0 otherwise).
+    """
+
+    family: str
+    text: TextConfig
+    vision: dict[str, Any] | None
+    image_token_id: int | None
+    video_token_id: int | None
+    vision_start_token_id: int | None
+    spatial_merge_size: int
+    deepstack_layers: int
+    eos_token_ids: tuple[int, ...]
+    raw: dict[str, Any] = dataclasses.field(compare=False, repr=False)
+
+    @property
+    def has_vision(self) -> bool:
+        return self.vision is not None
+
+
+def _need(d: dict[str, Any], key: str, where: str) -> Any:
+    if key not in d:
+        raise ValueError(f"config.json: field {where}{key!r} is missing (expected for this model family)")
+    return d[key]
+
+
+def _rope_params(text: dict[str, Any]) -> dict[str, Any]:
+    """Normalise old (`rope_theta` + `rope_scaling`) and new (`rope_parameters`) spellings."""
+    rope = dict(text.get("rope_parameters") or text.get("rope_scaling") or {})
+    rope.setdefault("rope_theta", text.get("rope_theta", rope.get("rope_theta")))
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type == "mrope":
+        rope_type = "default"
+    if rope_type != "default":
+        raise ValueError(f"config.json: rope type {rope_type!r} is not supported (expected 'default' or 'mrope')")
+    if rope["rope_theta"] is None:
+        raise ValueError("config.json: field 'rope_theta' is missing")
+    return rope
+
+
+def parse_config(raw: dict[str, Any]) -> ModelConfig:
+    """Parse a ``config.json`` dict of one of :data:`FAMILIES`; raises ``ValueError`` naming a bad field."""
+    family = raw.get("model_type")
+    if family not in FAMILIES:
+        raise ValueError(f"config.json: model_type must be one of {FAMILIES}, got {family!r}")
+    if family == "qwen3":
+        text = raw
+        vision = None
+    else:
+        # Qwen2.5-VL configs written by transformers < 4.52 keep the text fields at top level.
+        text = raw.get("text_config") or raw
+        vision = dict(_need(raw, "vision_config", ""))
+    where = "" if text is raw else "text_config."
+    if text.get("use_sliding_window"):
+        raise ValueError(f"config.json: {where}use_sliding_window=true is not supported")
+    rope = _rope_params(text)
+    hidden = _need(text, "hidden_size", where)
+    heads = _need(text, "num_attention_heads", where)
+    head_dim = text.get("head_dim") if family != "qwen2_5_vl" else None
+    head_dim = head_dim or hidden // heads
+    section = rope.get("mrope_section") if family != "qwen3" else None
+    if section is not None:
+        section = tuple(int(s) for s in section)
+        if len(section) != 3 or sum(section) != head_dim // 2:
+            raise ValueError(
+                f"config.json: {where}rope_parameters.mrope_section must have 3 entries summing to head_dim/2="
+                f"{head_dim // 2}, got {list(section)}"
+            )
+    tie = bool(raw.get("tie_word_embeddings", False) or text.get("tie_word_embeddings", False))
+    eos = text.get("eos_token_id", raw.get("eos_token_id"))
+    eos = () if eos is None else tuple(eos) if isinstance(eos, (list, tuple)) else (int(eos),)
+    text_cfg = TextConfig(
+        vocab_size=int(_need(text, "vocab_size", where)),
+        hidden_size=int(hidden),
+        intermediate_size=int(_need(text, "intermediate_size", where)),
+        num_layers=int(_need(text, "num_hidden_layers", where)),
+        num_heads=int(heads),
+        num_kv_heads=int(text.get("num_key_value_heads") or heads),
+        head_dim=int(head_dim),
+        rms_norm_eps=float(text.get("rms_norm_eps", 1e-6)),
+        rope_theta=float(rope["rope_theta"]),
+        mrope_section=section,
+        mrope_interleaved=family == "qwen3_vl" or bool(rope.get("mrope_interleaved", False)),
+        qkv_bias=family == "qwen2_5_vl" or bool(text.get("attention_bias", False)),
+        o_bias=family != "qwen2_5_vl" and bool(text.get("attention_bias", False)),
+        qk_norm=family != "qwen2_5_vl",
+        tie_word_embeddings=tie,
+    )
+    if text_cfg.num_heads % text_cfg.num_kv_heads:
+        raise ValueError(
+            f"config.json: num_attention_heads={text_cfg.num_heads} must be a multiple of "
+            f"num_key_value_heads={text_cfg.num_kv_heads}"
+        )
+    if text.get("hidden_act", "silu") != "silu":
+        raise ValueError(f"config.json: {where}hidden_act must be 'silu', got {text.get('hidden_act')!r}")
+    deepstack = len(vision.get("deepstack_visual_indexes", ())) if (vision and family == "qwen3_vl") else 0
+    return ModelConfig(
+        family=family,
+        text=text_cfg,
+        vision=vision,
+        image_token_id=raw.get("image_token_id"),
+        video_token_id=raw.get("video_token_id"),
+        vision_start_token_id=raw.get("vision_start_token_id"),
+        spatial_merge_size=int(vision.get("spatial_merge_size", 2)) if vision else 1,
+        deepstack_layers=deepstack,
+        eos_token_ids=eos,
+        raw=raw,
+    )
+
+
+def load_config(path: str | os.PathLike) -> ModelConfig:
+    """Read ``<path>/config.json`` (or ``path`` itself if it is a file) and parse it."""
+    path = os.fspath(path)
+    file = os.path.join(path, "config.json") if os.path.isdir(path) else path
+    if not os.path.exists(file):
+        raise FileNotFoundError(f"no config.json at {file}")
+    with open(file) as f:
+        return parse_config(json.load(f))

@@ -1,0 +1,199 @@
+"""Qwen2.5 / Qwen3 text decoder in Flax NNX: RMSNorm, grouped-query attention with M-RoPE, SwiGLU, static KV cache.
+
+Qwen2.5 layers have q/k/v biases; Qwen3 layers have per-head RMSNorm on q and k and no biases. Every parameter
+carries logical axis names (``out_sharding`` metadata, see :mod:`jaxdrive.parallel`); activations are pinned with
+:func:`jaxdrive.parallel.constrain`.
+
+The KV cache is a static-shape pair ``k, v: [B, L, num_kv_heads, head_dim]`` per layer. A forward over ``S`` new
+tokens writes them at slots ``[cache_index, cache_index + S)`` (the same slots for every row) and attends to every
+slot ``<=`` its own that ``kv_mask`` marks valid; so left, right or no padding all work, and the rotary position of a
+token is independent of its slot.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jaxtyping import Array, Bool, Float, Int
+
+from jaxdrive.models.config import TextConfig
+from jaxdrive.models.rope import apply_rope
+from jaxdrive.parallel import constrain
+
+_INIT = jax.nn.initializers.normal(0.02)
+
+
+def param(rngs: nnx.Rngs, shape: tuple[int, ...], axes: tuple[str | None, ...], dtype, init=_INIT) -> nnx.Param:
+    """An ``nnx.Param`` with logical axis names (no eager sharding: meshes are applied by ``parallel``)."""
+    return nnx.Param(init(rngs.params(), shape, dtype), out_sharding=axes, eager_sharding=False)
+
+
+class Linear(nnx.Module):
+    """``y = x @ kernel (+ bias)``; ``kernel: [in, out]`` (the transpose of a torch ``nn.Linear.weight``)."""
+
+    def __init__(self, d_in: int, d_out: int, axes: tuple[str, str], *, bias: bool, dtype, param_dtype, rngs):
+        self.kernel = param(rngs, (d_in, d_out), axes, param_dtype)
+        self.bias = param(rngs, (d_out,), (axes[1],), param_dtype, jax.nn.initializers.zeros) if bias else None
+        self.dtype = dtype
+
+    def __call__(self, x: Array) -> Array:
+        y = jnp.dot(x.astype(self.dtype), self.kernel[...].astype(self.dtype), preferred_element_type=jnp.float32)
+        if self.bias is not None:
+            y = y + self.bias[...].astype(jnp.float32)
+        return y.astype(self.dtype)
+
+
+class RMSNorm(nnx.Module):
+    """``weight * (x / sqrt(mean(x^2) + eps))`` with the statistics in float32 (as transformers)."""
+
+    def __init__(self, dim: int, eps: float, *, param_dtype, rngs):
+        self.weight = param(rngs, (dim,), ("norm",), param_dtype, jax.nn.initializers.ones)
+        self.eps = eps
+
+    def __call__(self, x: Array) -> Array:
+        xf = x.astype(jnp.float32)
+        xf = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + self.eps)
+        return self.weight[...].astype(x.dtype) * xf.astype(x.dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rotary:
+    """Per-token rotary tables shared by all layers: ``cos, sin: [B, S, head_dim]`` float32."""
+
+    cos: Array
+    sin: Array
+
+
+jax.tree_util.register_dataclass(Rotary, data_fields=["cos", "sin"], meta_fields=[])
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerCache:
+    """Static KV cache of one layer: ``k, v: [B, L, num_kv_heads, head_dim]``."""
+
+    k: Array
+    v: Array
+
+
+jax.tree_util.register_dataclass(LayerCache, data_fields=["k", "v"], meta_fields=[])
+
+
+def attention_mask(
+    q_slots: Int[Array, "S"], kv_mask: Bool[Array, "B L"]
+) -> Bool[Array, "B S L"]:
+    """Causal-by-slot mask: query at slot ``q`` sees valid key slots ``<= q``."""
+    k_slots = jnp.arange(kv_mask.shape[1])
+    return (k_slots[None, None, :] <= q_slots[None, :, None]) & kv_mask[:, None, :]
+
+
+class Attention(nnx.Module):
+    """Grouped-query self-attention with rotary embeddings, optional q/k RMSNorm and a static KV cache."""
+
+    def __init__(self, cfg: TextConfig, *, dtype, param_dtype, rngs):
+        h, d = cfg.hidden_size, cfg.head_dim
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.q_proj = Linear(h, cfg.num_heads * d, ("embed", "heads"), bias=cfg.qkv_bias, **kw)
+        self.k_proj = Linear(h, cfg.num_kv_heads * d, ("embed", "kv_heads"), bias=cfg.qkv_bias, **kw)
+        self.v_proj = Linear(h, cfg.num_kv_heads * d, ("embed", "kv_heads"), bias=cfg.qkv_bias, **kw)
+        self.o_proj = Linear(cfg.num_heads * d, h, ("heads", "embed"), bias=cfg.o_bias, **kw)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(d, cfg.rms_norm_eps, param_dtype=param_dtype, rngs=rngs)
+            self.k_norm = RMSNorm(d, cfg.rms_norm_eps, param_dtype=param_dtype, rngs=rngs)
+        else:
+            self.q_norm = self.k_norm = None
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, d
+        self.dtype = dtype
+
+    def __call__(
+        self,
+        x: Float[Array, "B S H"],
+        rotary: Rotary,
+        mask: Bool[Array, "B S L"],
+        cache: LayerCache | None,
+        cache_index: Int[Array, ""] | int,
+    ) -> tuple[Float[Array, "B S H"], LayerCache | None]:
+        b, s, _ = x.shape
+        q = self.q_proj(x).reshape(b, s, self.num_heads, self.head_dim)
+        k = self.k_proj(x).reshape(b, s, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).reshape(b, s, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = apply_rope(q, rotary.cos, rotary.sin)
+        k = apply_rope(k, rotary.cos, rotary.sin)
+        q = constrain(q, ("batch", "seq", "act_heads", None))
+        if cache is not None:
+            k = jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), (0, cache_index, 0, 0))
+            v = jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), (0, cache_index, 0, 0))
+            k = constrain(k, ("batch", "cache_seq", "act_kv_heads", None))
+            v = constrain(v, ("batch", "cache_seq", "act_kv_heads", None))
+            cache = LayerCache(k, v)
+        groups = self.num_heads // self.num_kv_heads
+        qg = q.reshape(b, s, self.num_kv_heads, groups, self.head_dim)
+        scores = jnp.einsum(
+            "bsngd,blnd->bngsl", qg, k.astype(q.dtype), preferred_element_type=jnp.float32
+        ) * (self.head_dim**-0.5)
+        scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
+        probs = jax.nn.softmax(scores, axis=-1)
+        out = jnp.einsum(
+            "bngsl,blnd->bsngd", probs.astype(self.dtype), v.astype(self.dtype), preferred_element_type=jnp.float32
+        )
+        out = out.reshape(b, s, self.num_heads * self.head_dim).astype(self.dtype)
+        return self.o_proj(out), cache
+
+
+class MLP(nnx.Module):
+    """SwiGLU: ``down(silu(gate(x)) * up(x))``."""
+
+    def __init__(self, cfg: TextConfig, *, dtype, param_dtype, rngs):
+        kw = dict(bias=False, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.gate_proj = Linear(cfg.hidden_size, cfg.intermediate_size, ("embed", "mlp"), **kw)
+        self.up_proj = Linear(cfg.hidden_size, cfg.intermediate_size, ("embed", "mlp"), **kw)
+        self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, ("mlp", "embed"), **kw)
+
+    def __call__(self, x: Array) -> Array:
+        h = jax.nn.silu(self.gate_proj(x)) * self.up_proj(x)
+        return self.down_proj(constrain(h, ("batch", "seq", "act_mlp")))
+
+
+class DecoderLayer(nnx.Module):
+    """Pre-norm block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``."""
+
+    def __init__(self, cfg: TextConfig, *, dtype, param_dtype, rngs):
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=param_dtype, rngs=rngs)
+        self.self_attn = Attention(cfg, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=param_dtype, rngs=rngs)
+        self.mlp = MLP(cfg, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+
+    def __call__(self, x, rotary: Rotary, mask, cache: LayerCache | None, cache_index):
+        h, cache = self.self_attn(self.input_layernorm(x), rotary, mask, cache, cache_index)
+        x = x + h
+        x = x + self.mlp(self.post_attention_layernorm(x))
+        return constrain(x, ("batch", "seq", "act_embed")), cache
+
+
+class TextModel(nnx.Module):
+    """Token embedding, decoder layers and final norm (transformers' ``...TextModel``)."""
+
+    def __init__(self, cfg: TextConfig, *, dtype=jnp.float32, param_dtype=jnp.float32, rngs: nnx.Rngs):
+        self.embed_tokens = nnx.Embed(
+            cfg.vocab_size,
+            cfg.hidden_size,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            embedding_init=nnx.with_partitioning(_INIT, ("vocab", "embed"), eager_sharding=False),
+            rngs=rngs,
+        )
+        self.layers = nnx.List(
+            [DecoderLayer(cfg, dtype=dtype, param_dtype=param_dtype, rngs=rngs) for _ in range(cfg.num_layers)]
+        )
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=param_dtype, rngs=rngs)
+        self.cfg = cfg
+        self.dtype = dtype
+
+    def init_cache(self, batch: int, length: int, dtype=None) -> list[LayerCache]:
+        """Zeroed static caches for ``batch`` rows of ``length`` slots."""
+        shape = (batch, length, self.cfg.num_kv_heads, self.cfg.head_dim)
+        dtype = dtype or self.dtype
+        return [LayerCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(self.cfg.num_layers)]

@@ -1,0 +1,280 @@
+"""Qwen2.5-VL vision tower in Flax NNX (parity target: transformers' `Qwen2_5_VisionTransformerPretrainedModel`).
+
+Pipeline for a packed sequence of N patches (several images / video frames one after another):
+patch embed -> window permutation (reorder spatial-merge blocks so each attention window is contiguous) ->
+`depth` pre-norm blocks (RMSNorm, fused-qkv attention with 2-D rotary, RMSNorm, SwiGLU MLP); blocks listed in
+`fullatt_block_indexes` attend over the whole frame, the others only inside their window -> 2x2 patch merger
+(RMSNorm, concat of the 4 patches of a merge block, MLP with exact GELU) -> inverse window permutation.
+
+Usage (config: a plain dict such as config.json's "vision_config", or an HF config object; `to_dict()` is taken):
+
+    tower = Qwen25VisionTower(hf_config.vision_config.to_dict(), rngs=nnx.Rngs(0))
+    tower.load_hf_state({k.removeprefix("visual."): v for k, v in hf_state.items() if k.startswith("visual.")})
+    merged = tower(pixel_values, grid_thw)                 # eager, grid_thw a host numpy array [num_images, 3]
+
+    # jitted, one compile per bucket:
+    n_pad = bucket_length(num_patches(grid_thw))           # from vision_common
+    meta = tower.prepare(grid_thw, pad_to=n_pad)            # host numpy metadata, fixed shapes
+    pv = pad_pixel_values(pixel_values, n_pad)
+    merged = nnx.jit(lambda t, x, m: t(x, m))(tower, pv, meta)   # [n_pad / 4, out_hidden]; rows with
+                                                                 # meta.merged_valid False are padding
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx, struct
+from jaxtyping import Array, Bool, Float, Int
+
+from jaxdrive.models import vision_common as vc
+
+
+@dataclass(frozen=True)
+class Qwen25VisionConfig:
+    """Qwen2.5-VL vision hyper-parameters; defaults are transformers' `Qwen2_5_VLVisionConfig` defaults."""
+
+    depth: int = 32
+    hidden_size: int = 3584
+    hidden_act: str = "silu"
+    intermediate_size: int = 3420
+    num_heads: int = 16
+    in_channels: int = 3
+    patch_size: int = 14
+    spatial_merge_size: int = 2
+    temporal_patch_size: int = 2
+    window_size: int = 112
+    out_hidden_size: int = 3584
+    fullatt_block_indexes: tuple[int, ...] = (7, 15, 23, 31)
+    rope_theta: float = 10000.0
+
+    @classmethod
+    def from_hf(cls, config) -> "Qwen25VisionConfig":
+        return vc.config_from_hf(cls, config)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def patch_dim(self) -> int:
+        return self.in_channels * self.temporal_patch_size * self.patch_size ** 2
+
+    @property
+    def merge_unit(self) -> int:
+        return self.spatial_merge_size ** 2
+
+    @property
+    def window_units(self) -> int:
+        """Window side in merged tokens (transformers' `vit_merger_window_size`)."""
+        return self.window_size // self.spatial_merge_size // self.patch_size
+
+
+@struct.dataclass
+class Qwen25VisionMeta:
+    """Host-computed, fixed-shape metadata for one call (n = padded patch count, m = n / merge_size**2).
+
+    Everything per patch is in *window order* (the order the blocks run in).
+    patch_perm: window-order position -> original patch index. merged_unperm: original merged-token index ->
+    window-order merged index. cos/sin: rotary tables [n, head_dim]. full_segments / window_segments: attention
+    segment ids (-1 = padding). merged_valid: True for merged tokens of real patches.
+    """
+
+    patch_perm: Int[Array, " n"]
+    merged_unperm: Int[Array, " m"]
+    cos: Float[Array, "n head_dim"]
+    sin: Float[Array, "n head_dim"]
+    full_segments: Int[Array, " n"]
+    window_segments: Int[Array, " n"]
+    merged_valid: Bool[Array, " m"]
+
+
+def window_order(grid_thw: np.ndarray, cfg: Qwen25VisionConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Window permutation of merged tokens and the window lengths in patches.
+
+    Each frame's merged-token grid (h/merge x w/merge) is tiled by windows of `window_units` x `window_units`
+    (partial at the right/bottom edges), windows in row-major order, tokens row-major inside a window.
+    Returns (merged token order int64 [M], window lengths in patches int64 [num_windows]).
+    """
+    ws, merge = cfg.window_units, cfg.spatial_merge_size
+    order, lengths, offset = [], [], 0
+    for t, h, w in grid_thw.tolist():
+        gh, gw = h // merge, w // merge
+        for frame in range(t):
+            ids = offset + frame * gh * gw + np.arange(gh * gw).reshape(gh, gw)
+            for r in range(0, gh, ws):
+                for c in range(0, gw, ws):
+                    block = ids[r:r + ws, c:c + ws].reshape(-1)
+                    order.append(block)
+                    lengths.append(block.size * cfg.merge_unit)
+        offset += t * gh * gw
+    return np.concatenate(order), np.asarray(lengths, dtype=np.int64)
+
+
+def prepare_qwen25_vision_inputs(grid_thw, cfg: Qwen25VisionConfig, pad_to: int | None = None) -> Qwen25VisionMeta:
+    """Host metadata for `Qwen25VisionTower.__call__` from grid_thw [num_images, 3] (t, h, w in patches).
+
+    pad_to: static padded patch count (multiple of merge_size**2, >= sum(t*h*w)); None = no padding.
+    """
+    grid = vc.validate_grid_thw(grid_thw, cfg.spatial_merge_size)
+    n = vc.num_patches(grid)
+    n_pad = vc.resolve_pad_to(n, pad_to, cfg.merge_unit)
+    u = cfg.merge_unit
+    merged_order, window_lengths = window_order(grid, cfg)
+    merged_order = np.concatenate([merged_order, np.arange(n // u, n_pad // u)])
+    patch_perm = (merged_order[:, None] * u + np.arange(u)).reshape(-1)
+    cos, sin = vc.rotary_tables(vc.patch_positions(grid, cfg.spatial_merge_size), cfg.head_dim, cfg.rope_theta)
+    cos, sin = vc.pad_rows(cos, n_pad, 0.0)[patch_perm], vc.pad_rows(sin, n_pad, 0.0)[patch_perm]
+    full = vc.pad_rows(vc.frame_segment_ids(grid), n_pad, -1)[patch_perm]
+    window = np.repeat(np.arange(len(window_lengths), dtype=np.int32), window_lengths)
+    return Qwen25VisionMeta(
+        patch_perm=patch_perm.astype(np.int32),
+        merged_unperm=np.argsort(merged_order).astype(np.int32),
+        cos=cos, sin=sin,
+        full_segments=full.astype(np.int32),
+        window_segments=vc.pad_rows(window, n_pad, -1),
+        merged_valid=vc.merged_valid_mask(n, n_pad, u),
+    )
+
+
+class RMSNorm(nnx.Module):
+    """x / sqrt(mean(x^2) + eps) * scale, statistics in float32 (transformers' Qwen2_5_VLRMSNorm)."""
+
+    def __init__(self, dim: int, *, eps: float = 1e-6, dtype=jnp.float32, param_dtype=jnp.float32):
+        self.scale = vc.param(jnp.ones((dim,), param_dtype), ("embed",))
+        self.eps, self.dtype = eps, dtype
+
+    def __call__(self, x: Float[Array, "n d"]) -> Float[Array, "n d"]:
+        xf = x.astype(jnp.float32)
+        y = (xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + self.eps)).astype(x.dtype)
+        return (self.scale[...].astype(self.dtype) * y).astype(self.dtype)
+
+
+class SwiGLU(nnx.Module):
+    """down(act(gate(x)) * up(x)), all with bias."""
+
+    def __init__(self, dim: int, hidden: int, act: str, *, dtype=jnp.float32, param_dtype=jnp.float32,
+                 rngs: nnx.Rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.gate_proj = vc.Dense(dim, hidden, ("embed", "mlp"), **kw)
+        self.up_proj = vc.Dense(dim, hidden, ("embed", "mlp"), **kw)
+        self.down_proj = vc.Dense(hidden, dim, ("mlp", "embed"), **kw)
+        self.act = vc.activation(act)
+
+    def __call__(self, x: Float[Array, "n d"]) -> Float[Array, "n d"]:
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Qwen25VisionBlock(nnx.Module):
+    def __init__(self, cfg: Qwen25VisionConfig, *, dtype=jnp.float32, param_dtype=jnp.float32, rngs: nnx.Rngs):
+        d = cfg.hidden_size
+        self.norm1 = RMSNorm(d, dtype=dtype, param_dtype=param_dtype)
+        self.norm2 = RMSNorm(d, dtype=dtype, param_dtype=param_dtype)
+        self.attn = vc.VisionAttention(d, cfg.num_heads, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.mlp = SwiGLU(d, cfg.intermediate_size, cfg.hidden_act, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+
+    def __call__(self, x: Float[Array, "n d"], cos: Float[Array, "n hd"], sin: Float[Array, "n hd"],
+                 segments: Int[Array, " n"]) -> Float[Array, "n d"]:
+        x = x + self.attn(self.norm1(x), cos, sin, segments)
+        return x + self.mlp(self.norm2(x))
+
+
+class Qwen25PatchMerger(nnx.Module):
+    """RMSNorm per patch, concat the merge_size**2 patches of a block, Linear -> GELU(exact) -> Linear."""
+
+    def __init__(self, cfg: Qwen25VisionConfig, *, dtype=jnp.float32, param_dtype=jnp.float32, rngs: nnx.Rngs):
+        d_in = cfg.hidden_size * cfg.merge_unit
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.ln_q = RMSNorm(cfg.hidden_size, dtype=dtype, param_dtype=param_dtype)
+        self.fc1 = vc.Dense(d_in, d_in, ("embed", "mlp"), **kw)
+        self.fc2 = vc.Dense(d_in, cfg.out_hidden_size, ("mlp", "embed"), **kw)
+        self.merge_unit = cfg.merge_unit
+
+    def __call__(self, x: Float[Array, "n d"]) -> Float[Array, "m out"]:
+        h = vc.merge_groups(self.ln_q(x), self.merge_unit)
+        return self.fc2(vc.activation("gelu")(self.fc1(h)))
+
+
+class Qwen25VisionTower(nnx.Module):
+    """Qwen2.5-VL vision encoder: pixel patches [N, C*T*P*P] -> merged embeddings [N / merge**2, out_hidden_size].
+
+    config: HF vision config as a plain dict (config.json "vision_config") or an HF config object (its to_dict()
+    is used). Computation runs in `dtype` (norms, rotary, softmax in float32); parameters are stored in
+    `param_dtype` and carry logical axis names.
+    """
+
+    def __init__(self, config, *, dtype=jnp.float32, param_dtype=jnp.float32, rngs: nnx.Rngs):
+        cfg = config if isinstance(config, Qwen25VisionConfig) else Qwen25VisionConfig.from_hf(config)
+        if cfg.window_units < 1:
+            raise ValueError(f"vision config window_size: must be >= spatial_merge_size * patch_size = "
+                             f"{cfg.spatial_merge_size * cfg.patch_size}, got {cfg.window_size}")
+        bad = [i for i in cfg.fullatt_block_indexes if not 0 <= i < cfg.depth]
+        if bad:
+            raise ValueError(f"vision config fullatt_block_indexes: {bad} outside [0, depth={cfg.depth})")
+        self.config = cfg
+        self.dtype = dtype
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.patch_embed = vc.PatchEmbed(cfg.patch_dim, cfg.hidden_size, bias=False, **kw)
+        self.blocks = nnx.List([Qwen25VisionBlock(cfg, **kw) for _ in range(cfg.depth)])
+        self.merger = Qwen25PatchMerger(cfg, **kw)
+
+    def prepare(self, grid_thw, pad_to: int | None = None) -> Qwen25VisionMeta:
+        """Host metadata for `__call__` (see `prepare_qwen25_vision_inputs`)."""
+        return prepare_qwen25_vision_inputs(grid_thw, self.config, pad_to)
+
+    def __call__(self, pixel_values: Float[Array, "n patch_dim"],
+                 grid_or_meta) -> Float[Array, "m out_hidden"]:
+        """pixel_values [N, C*T*P*P] with either grid_thw (host numpy [num_images, 3]: validated, unpadded, eager
+        use) or a `Qwen25VisionMeta` from `prepare` (jittable; N must equal the meta's padded length).
+        Returns merged embeddings [N / merge**2, out_hidden_size] in the original image/patch order."""
+        meta = self._meta(pixel_values, grid_or_meta)
+        cfg = self.config
+        x = self.patch_embed(pixel_values)[meta.patch_perm]
+        cos, sin = jnp.asarray(meta.cos), jnp.asarray(meta.sin)
+        full_set = set(cfg.fullatt_block_indexes)
+        for i, block in enumerate(self.blocks):
+            x = block(x, cos, sin, meta.full_segments if i in full_set else meta.window_segments)
+        return self.merger(x)[meta.merged_unperm]
+
+    def _meta(self, pixel_values, grid_or_meta) -> Qwen25VisionMeta:
+        if isinstance(grid_or_meta, Qwen25VisionMeta):
+            n = grid_or_meta.patch_perm.shape[0]
+            if pixel_values.shape != (n, self.config.patch_dim):
+                raise ValueError(f"pixel_values: metadata was prepared for shape ({n}, {self.config.patch_dim}), "
+                                 f"got {tuple(pixel_values.shape)}")
+            return grid_or_meta
+        grid = vc.validate_grid_thw(grid_or_meta, self.config.spatial_merge_size)
+        vc.check_pixel_values(pixel_values, grid, self.config.patch_dim)
+        return self.prepare(grid)
+
+    def hf_tensor_table(self) -> list[vc.HFTensor]:
+        return qwen25_hf_tensor_table(self.config)
+
+    def load_hf_state(self, tensors) -> None:
+        """Load HF tensors (keys with the `visual.` / `model.visual.` prefix stripped); errors name bad tensors."""
+        vc.load_hf_tensors(self, self.hf_tensor_table(), tensors, "Qwen2.5-VL vision")
+
+    def export_hf_state(self) -> dict[str, np.ndarray]:
+        """Parameters as HF-named numpy arrays (keys without prefix)."""
+        return vc.export_hf_tensors(self, self.hf_tensor_table())
+
+
+def qwen25_hf_tensor_table(cfg: Qwen25VisionConfig) -> list[vc.HFTensor]:
+    """Every HF tensor of the Qwen2.5-VL vision tower with its parameter path and layout conversion."""
+    d, i, u = cfg.hidden_size, cfg.intermediate_size, cfg.merge_unit
+    table = vc.patch_embed_tensors("patch_embed.proj", ("patch_embed",), d, cfg.in_channels,
+                                   cfg.temporal_patch_size, cfg.patch_size, bias=False)
+    for b in range(cfg.depth):
+        pre, path = f"blocks.{b}", ("blocks", b)
+        table += vc.norm_tensors(f"{pre}.norm1", path + ("norm1",), d, [("weight", "scale")])
+        table += vc.norm_tensors(f"{pre}.norm2", path + ("norm2",), d, [("weight", "scale")])
+        table += vc.attention_tensors(f"{pre}.attn", path + ("attn",), d, cfg.num_heads)
+        table += vc.dense_tensors(f"{pre}.mlp.gate_proj", path + ("mlp", "gate_proj"), d, i)
+        table += vc.dense_tensors(f"{pre}.mlp.up_proj", path + ("mlp", "up_proj"), d, i)
+        table += vc.dense_tensors(f"{pre}.mlp.down_proj", path + ("mlp", "down_proj"), i, d)
+    table += vc.norm_tensors("merger.ln_q", ("merger", "ln_q"), d, [("weight", "scale")])
+    table += vc.dense_tensors("merger.mlp.0", ("merger", "fc1"), d * u, d * u)
+    table += vc.dense_tensors("merger.mlp.2", ("merger", "fc2"), d * u, cfg.out_hidden_size)
+    return table

@@ -1,0 +1,53 @@
+"""Optimizer: optax AdamW with linear warmup + cosine decay and global-norm gradient clipping, and the choice of which
+model variables are trained (full fine-tuning, LoRA adapters only, optionally with the vision tower frozen)."""
+from __future__ import annotations
+
+from typing import Literal
+
+import ml_collections
+import optax
+from flax import nnx
+
+
+def make_schedule(lr: float, total_steps: int, warmup_steps: int = 0, end_lr_ratio: float = 0.0) -> optax.Schedule:
+    """Learning rate per step: linear 0 -> lr over ``warmup_steps``, then cosine lr -> lr * end_lr_ratio by
+    ``total_steps`` (constant afterwards)."""
+    if total_steps < 1 or not 0 <= warmup_steps <= total_steps:
+        raise ValueError(f"schedule: expected 0 <= warmup_steps ({warmup_steps}) <= total_steps ({total_steps}), "
+                         "total_steps >= 1")
+    return optax.warmup_cosine_decay_schedule(
+        init_value=0.0 if warmup_steps else lr,
+        peak_value=lr,
+        warmup_steps=warmup_steps,
+        decay_steps=max(total_steps, warmup_steps + 1),
+        end_value=lr * end_lr_ratio,
+    )
+
+
+def make_optimizer(cfg: ml_collections.ConfigDict, total_steps: int) -> optax.GradientTransformation:
+    """AdamW from an ``optim`` config block: lr, warmup_steps, end_lr_ratio, b1, b2, eps, weight_decay, clip_norm
+    (global-norm clipping before the update; 0 or None disables it)."""
+    schedule = make_schedule(cfg.lr, total_steps, cfg.get("warmup_steps", 0), cfg.get("end_lr_ratio", 0.0))
+    adamw = optax.adamw(schedule, b1=cfg.get("b1", 0.9), b2=cfg.get("b2", 0.999), eps=cfg.get("eps", 1e-8),
+                        weight_decay=cfg.get("weight_decay", 0.0))
+    clip = cfg.get("clip_norm", 1.0)
+    return optax.chain(optax.clip_by_global_norm(clip), adamw) if clip else adamw
+
+
+def trainable_filter(mode: Literal["full", "lora"] = "full", freeze_vision: bool = False,
+                     vision_path: str = "visual") -> nnx.filterlib.Filter:
+    """NNX filter of the trained variables.
+
+    ``mode="full"``: every ``nnx.Param``; ``mode="lora"``: only ``LoRAParam`` adapters (the base stays frozen, which
+    is also what lets the GRPO reference be the same weights with adapters off). ``freeze_vision`` additionally
+    excludes variables whose path contains ``vision_path`` (the vision tower module name, "visual" in Qwen-VL).
+    """
+    if mode == "full":
+        base = nnx.Param
+    elif mode == "lora":
+        from jaxdrive.models.lora import LoRAParam
+
+        base = LoRAParam
+    else:
+        raise ValueError(f"optim.mode: expected 'full' or 'lora', got {mode!r}")
+    return nnx.All(base, nnx.Not(nnx.PathContains(vision_path))) if freeze_vision else base

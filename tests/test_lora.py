@@ -1,0 +1,159 @@
+"""LoRA on NNX models: identity at init, adapter-only training, merge/unmerge, disabling, LoRA-only checkpoints."""
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from jaxdrive.models.lora import (LoRALinear, LoRAParam, apply_lora, load_lora, lora_disabled, lora_modules,
+                                  merge_lora, save_lora, unmerge_lora)
+
+TARGETS = r".*(q_proj|v_proj)"
+
+
+class Block(nnx.Module):
+    def __init__(self, d: int, rngs: nnx.Rngs):
+        self.q_proj = nnx.Linear(d, d, rngs=rngs)
+        self.v_proj = nnx.Linear(d, d, use_bias=False, rngs=rngs)
+        self.mlp = nnx.Linear(d, d, rngs=rngs)
+
+    def __call__(self, x):
+        return x + self.mlp(jax.nn.gelu(self.q_proj(x) * self.v_proj(x)))
+
+
+class Toy(nnx.Module):
+    def __init__(self, d: int = 8, n: int = 2, rngs: nnx.Rngs = None):
+        self.layers = nnx.List([Block(d, rngs) for _ in range(n)])
+        self.head = nnx.Linear(d, 3, rngs=rngs)
+
+    def __call__(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+def _model(seed=0):
+    return Toy(rngs=nnx.Rngs(seed))
+
+
+def _x():
+    return jax.random.normal(jax.random.key(1), (4, 8))
+
+
+def _train(model, steps=3):
+    opt = nnx.Optimizer(model, optax.adam(5e-2), wrt=LoRAParam)
+    x, y = _x(), jax.random.normal(jax.random.key(2), (4, 3))
+
+    @nnx.jit
+    def step(model, opt):
+        loss, grads = nnx.value_and_grad(lambda m: jnp.mean((m(x) - y) ** 2), argnums=nnx.DiffState(0, LoRAParam))(model)
+        opt.update(model, grads)
+        return loss
+
+    return [float(step(model, opt)) for _ in range(steps)]
+
+
+def test_selection_paths_and_identity_at_init():
+    model = _model()
+    base_out = model(_x())
+    names = apply_lora(model, TARGETS, rank=2, alpha=4.0, rngs=nnx.Rngs(3))
+    assert names == ["layers.0.q_proj", "layers.0.v_proj", "layers.1.q_proj", "layers.1.v_proj"]
+    assert sorted(lora_modules(model)) == names and not isinstance(model.layers[0].mlp, LoRALinear)
+    # base parameter paths unchanged; adapters next to them; B zero, A non-zero with PEFT's bound 1/sqrt(in)
+    params = nnx.state(model, nnx.Param)
+    assert params["layers"][0]["q_proj"]["kernel"].shape == (8, 8)
+    lora = nnx.state(model, LoRAParam)
+    assert lora["layers"][1]["v_proj"]["lora_a"].shape == (8, 2)
+    assert lora["layers"][1]["v_proj"]["lora_b"].shape == (2, 8)
+    a = lora["layers"][0]["q_proj"]["lora_a"][...]
+    assert jnp.all(lora["layers"][0]["q_proj"]["lora_b"][...] == 0)
+    assert 0 < float(jnp.abs(a).max()) <= 1 / np.sqrt(8)
+    np.testing.assert_array_equal(model(_x()), base_out)
+
+
+def test_no_match_and_bad_args_error():
+    with pytest.raises(ValueError, match="matched no nnx.Linear.*layers.0.mlp"):
+        apply_lora(_model(), r".*k_proj", rank=2, alpha=2.0, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="rank"):
+        apply_lora(_model(), TARGETS, rank=0, alpha=2.0, rngs=nnx.Rngs(0))
+
+
+def test_training_updates_only_adapters_then_merge_unmerge_and_disable():
+    model = _model()
+    base_state = jax.tree.map(jnp.copy, nnx.state(model, nnx.Param))
+    base_out = model(_x())
+    apply_lora(model, TARGETS, rank=2, alpha=4.0, rngs=nnx.Rngs(3))
+    losses = _train(model)
+    assert losses[-1] < losses[0]
+    # base frozen: every nnx.Param (kernels, biases, untargeted layers) unchanged bit for bit
+    jax.tree.map(np.testing.assert_array_equal, nnx.state(model, nnx.Param), base_state)
+    adapted = model(_x())
+    assert float(jnp.abs(adapted - base_out).max()) > 1e-3  # the adapters now matter
+    with lora_disabled(model):
+        np.testing.assert_allclose(model(_x()), base_out, atol=1e-6)
+    np.testing.assert_array_equal(model(_x()), adapted)  # restored on exit
+
+    merge_lora(model)
+    np.testing.assert_allclose(model(_x()), adapted, atol=1e-5)
+    assert float(jnp.abs(model.layers[0].q_proj.kernel[...] - base_state["layers"][0]["q_proj"]["kernel"][...]).max()) > 0
+    with lora_disabled(model):  # disabled on a merged model still gives the base policy
+        np.testing.assert_allclose(model(_x()), base_out, atol=1e-5)
+    unmerge_lora(model)
+    np.testing.assert_allclose(model(_x()), adapted, atol=1e-5)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), nnx.state(model, nnx.Param), base_state)
+
+
+def test_disable_inside_jit_gives_policy_and_reference_in_one_call():
+    model = _model()
+    base_out = model(_x())
+    apply_lora(model, TARGETS, rank=2, alpha=4.0, rngs=nnx.Rngs(3))
+    _train(model, steps=2)
+    adapted = model(_x())
+
+    @nnx.jit
+    def both(model, x):
+        with lora_disabled(model):
+            ref = model(x)
+        return model(x), ref
+
+    pol, ref = both(model, _x())
+    np.testing.assert_allclose(pol, adapted, atol=1e-6)
+    np.testing.assert_allclose(ref, base_out, atol=1e-6)
+
+
+def test_dropout_uses_rngs_and_eval_is_deterministic():
+    model = _model()
+    apply_lora(model, TARGETS, rank=2, alpha=4.0, dropout=0.5, rngs=nnx.Rngs(params=3, dropout=4))
+    _train(model, steps=1)  # non-zero B so dropout is visible
+    a, b = model(_x()), model(_x())
+    assert float(jnp.abs(a - b).max()) > 0  # training mode: fresh dropout masks each call
+    model.eval()
+    np.testing.assert_array_equal(model(_x()), model(_x()))
+
+
+def test_save_load_roundtrip_and_errors(tmp_path):
+    model = _model()
+    apply_lora(model, TARGETS, rank=2, alpha=4.0, rngs=nnx.Rngs(3))
+    _train(model, steps=2)
+    save_lora(model, str(tmp_path))
+    config = json.loads((tmp_path / "adapter_config.json").read_text())
+    assert config["rank"] == 2 and config["alpha"] == 4.0 and config["targets"] == TARGETS
+    assert len(config["modules"]) == 4
+
+    fresh = _model()  # same base weights, no adapters: load applies them from the saved config
+    load_lora(fresh, str(tmp_path))
+    np.testing.assert_array_equal(fresh(_x()), model(_x()))
+
+    other = _model()
+    apply_lora(other, TARGETS, rank=3, alpha=4.0, rngs=nnx.Rngs(3))
+    with pytest.raises(ValueError, match="rank mismatch"):
+        load_lora(other, str(tmp_path))
+    other = _model()
+    apply_lora(other, r".*q_proj", rank=2, alpha=4.0, rngs=nnx.Rngs(3))
+    with pytest.raises(ValueError, match="layers.0.v_proj"):
+        load_lora(other, str(tmp_path))
+    assert os.path.getsize(tmp_path / "adapter_model.safetensors") < 4096  # adapters only, no base weights
