@@ -31,17 +31,17 @@ def _full_entropy(hidden, w, temperature=1.0):
 
 
 # chunk sizes that divide and do not divide N = B*S = 14 and V = 45, plus chunks larger than the arrays
-@pytest.mark.parametrize("seq_chunk,vocab_chunk", [(14, 45), (4, 8), (5, 16), (3, 44), (100, 1000), (1, 1)])
-def test_logprobs_and_entropy_match_full(seq_chunk, vocab_chunk):
+@pytest.mark.parametrize("seq_chunk,vocab_chunk,temperature",
+                         [(14, 45, 1.0), (4, 8, 0.7), (5, 44, 1.3), (100, 1000, 0.7), (1, 1, 1.0)])
+def test_logprobs_and_entropy_match_full(seq_chunk, vocab_chunk, temperature):
     hidden, w, targets = _inputs()
-    for temperature in (1.0, 0.7):
-        kw = dict(temperature=temperature, seq_chunk=seq_chunk, vocab_chunk=vocab_chunk,
-                  precision=jax.lax.Precision.HIGHEST)
-        got = token_logprobs(hidden, w, targets, **kw)
-        assert got.shape == (B, S) and got.dtype == jnp.float32
-        np.testing.assert_allclose(got, _full_logp(hidden, w, targets, temperature), atol=1e-5, rtol=0)
-        np.testing.assert_allclose(token_entropy(hidden, w, **kw), _full_entropy(hidden, w, temperature),
-                                   atol=1e-5, rtol=0)
+    kw = dict(temperature=temperature, seq_chunk=seq_chunk, vocab_chunk=vocab_chunk,
+              precision=jax.lax.Precision.HIGHEST)
+    got = token_logprobs(hidden, w, targets, **kw)
+    assert got.shape == (B, S) and got.dtype == jnp.float32
+    np.testing.assert_allclose(got, _full_logp(hidden, w, targets, temperature), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(token_entropy(hidden, w, **kw), _full_entropy(hidden, w, temperature),
+                               atol=1e-5, rtol=0)
 
 
 def test_vh_layout_bf16_and_ignore_index():
@@ -84,11 +84,11 @@ def test_gradients_match_full():
         np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
 
 
-def test_jit_and_no_full_logits_in_program():
+def test_jitted_program_has_no_full_logits():
     hidden, w, targets = _inputs(3)
-    fn = jax.jit(functools.partial(token_logprobs, seq_chunk=4, vocab_chunk=16, precision=jax.lax.Precision.HIGHEST))
+    fn = functools.partial(token_logprobs, seq_chunk=4, vocab_chunk=16, precision=jax.lax.Precision.HIGHEST)
     np.testing.assert_allclose(fn(hidden, w, targets), _full_logp(hidden, w, targets), atol=1e-5, rtol=0)
-    hlo = fn.lower(hidden, w, targets).as_text()
+    hlo = token_logprobs.lower(hidden, w, targets, seq_chunk=4, vocab_chunk=16).as_text()
     assert f"{B * S}x{V}" not in hlo and f"{B}x{S}x{V}" not in hlo  # no full-vocabulary logits block anywhere
 
 

@@ -49,7 +49,7 @@ class ModelConfig:
 
     family: str
     text: TextConfig
-    vision: dict[str, Any] | None
+    vision: dict[str, Any] | None = dataclasses.field(compare=False)
     image_token_id: int | None
     video_token_id: int | None
     vision_start_token_id: int | None

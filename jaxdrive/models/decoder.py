@@ -30,19 +30,19 @@ def param(rngs: nnx.Rngs, shape: tuple[int, ...], axes: tuple[str | None, ...], 
     return nnx.Param(init(rngs.params(), shape, dtype), out_sharding=axes, eager_sharding=False)
 
 
-class Linear(nnx.Module):
-    """``y = x @ kernel (+ bias)``; ``kernel: [in, out]`` (the transpose of a torch ``nn.Linear.weight``)."""
-
-    def __init__(self, d_in: int, d_out: int, axes: tuple[str, str], *, bias: bool, dtype, param_dtype, rngs):
-        self.kernel = param(rngs, (d_in, d_out), axes, param_dtype)
-        self.bias = param(rngs, (d_out,), (axes[1],), param_dtype, jax.nn.initializers.zeros) if bias else None
-        self.dtype = dtype
-
-    def __call__(self, x: Array) -> Array:
-        y = jnp.dot(x.astype(self.dtype), self.kernel[...].astype(self.dtype), preferred_element_type=jnp.float32)
-        if self.bias is not None:
-            y = y + self.bias[...].astype(jnp.float32)
-        return y.astype(self.dtype)
+def linear(d_in: int, d_out: int, axes: tuple[str, str], *, bias: bool, dtype, param_dtype, rngs) -> nnx.Linear:
+    """An ``nnx.Linear`` (``kernel: [in, out]``, the transpose of torch's ``weight``) with logical axis names."""
+    return nnx.Linear(
+        d_in,
+        d_out,
+        use_bias=bias,
+        dtype=dtype,
+        param_dtype=param_dtype,
+        kernel_init=_INIT,
+        kernel_metadata={"out_sharding": axes, "eager_sharding": False},
+        bias_metadata={"out_sharding": (axes[1],), "eager_sharding": False},
+        rngs=rngs,
+    )
 
 
 class RMSNorm(nnx.Module):
@@ -94,10 +94,10 @@ class Attention(nnx.Module):
     def __init__(self, cfg: TextConfig, *, dtype, param_dtype, rngs):
         h, d = cfg.hidden_size, cfg.head_dim
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.q_proj = Linear(h, cfg.num_heads * d, ("embed", "heads"), bias=cfg.qkv_bias, **kw)
-        self.k_proj = Linear(h, cfg.num_kv_heads * d, ("embed", "kv_heads"), bias=cfg.qkv_bias, **kw)
-        self.v_proj = Linear(h, cfg.num_kv_heads * d, ("embed", "kv_heads"), bias=cfg.qkv_bias, **kw)
-        self.o_proj = Linear(cfg.num_heads * d, h, ("heads", "embed"), bias=cfg.o_bias, **kw)
+        self.q_proj = linear(h, cfg.num_heads * d, ("embed", "heads"), bias=cfg.qkv_bias, **kw)
+        self.k_proj = linear(h, cfg.num_kv_heads * d, ("embed", "kv_heads"), bias=cfg.qkv_bias, **kw)
+        self.v_proj = linear(h, cfg.num_kv_heads * d, ("embed", "kv_heads"), bias=cfg.qkv_bias, **kw)
+        self.o_proj = linear(cfg.num_heads * d, h, ("heads", "embed"), bias=cfg.o_bias, **kw)
         if cfg.qk_norm:
             self.q_norm = RMSNorm(d, cfg.rms_norm_eps, param_dtype=param_dtype, rngs=rngs)
             self.k_norm = RMSNorm(d, cfg.rms_norm_eps, param_dtype=param_dtype, rngs=rngs)
@@ -148,9 +148,9 @@ class MLP(nnx.Module):
 
     def __init__(self, cfg: TextConfig, *, dtype, param_dtype, rngs):
         kw = dict(bias=False, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.gate_proj = Linear(cfg.hidden_size, cfg.intermediate_size, ("embed", "mlp"), **kw)
-        self.up_proj = Linear(cfg.hidden_size, cfg.intermediate_size, ("embed", "mlp"), **kw)
-        self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, ("mlp", "embed"), **kw)
+        self.gate_proj = linear(cfg.hidden_size, cfg.intermediate_size, ("embed", "mlp"), **kw)
+        self.up_proj = linear(cfg.hidden_size, cfg.intermediate_size, ("embed", "mlp"), **kw)
+        self.down_proj = linear(cfg.intermediate_size, cfg.hidden_size, ("mlp", "embed"), **kw)
 
     def __call__(self, x: Array) -> Array:
         h = jax.nn.silu(self.gate_proj(x)) * self.up_proj(x)
@@ -182,7 +182,8 @@ class TextModel(nnx.Module):
             cfg.hidden_size,
             dtype=dtype,
             param_dtype=param_dtype,
-            embedding_init=nnx.with_partitioning(_INIT, ("vocab", "embed"), eager_sharding=False),
+            embedding_init=_INIT,
+            embedding_metadata={"out_sharding": ("vocab", "embed"), "eager_sharding": False},
             rngs=rngs,
         )
         self.layers = nnx.List(

@@ -93,6 +93,10 @@ def _stream(hidden: Float[Array, "N H"], lm_head: Float[Array, "..."], targets: 
     return log_z.reshape(-1)[:n], target_logit.reshape(-1)[:n], mean_z.reshape(-1)[:n]
 
 
+_STATIC = ("head_is_vh", "temperature", "seq_chunk", "vocab_chunk", "precision")
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC)
 def token_logprobs(
     hidden: Float[Array, "B S H"],
     lm_head: Float[Array, "H V"] | Float[Array, "V H"],
@@ -113,6 +117,7 @@ def token_logprobs(
       temperature: > 0; divides the logits (same as the sampler).
       seq_chunk / vocab_chunk: rows / vocabulary columns per block (peak extra memory ~ seq_chunk * vocab_chunk * 4 B).
       precision: ``jax.lax.Precision`` of the matmul (default: JAX's default, as in ``nnx.Linear``).
+    Jitted; the keyword arguments are static (a new temperature or chunking compiles once more).
     """
     vocab = _check(hidden, lm_head, head_is_vh, targets)
     if not temperature > 0:
@@ -126,6 +131,7 @@ def token_logprobs(
     return jnp.where(valid, target_logit - log_z, 0.0).reshape(b, s)
 
 
+@functools.partial(jax.jit, static_argnames=_STATIC)
 def token_entropy(
     hidden: Float[Array, "B S H"],
     lm_head: Float[Array, "H V"] | Float[Array, "V H"],

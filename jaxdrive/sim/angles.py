@@ -19,4 +19,4 @@ def unwrap(angles: Float[Array, "n"]) -> Float[Array, "n"]:
     dd = jnp.mod(d + jnp.pi, 2 * jnp.pi) - jnp.pi
     dd = jnp.where((dd == -jnp.pi) & (d > 0), jnp.pi, dd)
     correction = jnp.where(jnp.abs(d) < jnp.pi, 0.0, dd - d)
-    return angles.at[1:].add(jnp.cumsum(correction))
+    return jnp.concatenate([angles[:1], angles[1:] + jnp.cumsum(correction)])

@@ -10,10 +10,6 @@ from jaxdrive.sim import constants as C
 from jaxdrive.sim import state as S
 from jaxdrive.sim.angles import principal_value, unwrap
 
-LINEAR_FIELDS = (S.VELOCITY_X, S.VELOCITY_Y, S.ACCELERATION_X, S.ACCELERATION_Y, S.STEERING_ANGLE)
-"""State fields interpolated linearly besides x and y; they are 0 at every submitted pose."""
-
-
 def relative_to_absolute(origin: Float[Array, "3"], poses: Float[Array, "n 3"]) -> Float[Array, "n 3"]:
     """nuPlan's `relative_to_absolute_poses`: SE(2) product M(origin) @ M(pose).
 
@@ -43,7 +39,8 @@ def interp_linear(
       values: values at the knots.
       query_times: times within [knot_times[0], knot_times[-1]].
     """
-    hi = jnp.clip(jnp.searchsorted(knot_times, query_times, side="left"), 1, knot_times.shape[0] - 1)
+    left = jnp.searchsorted(knot_times, query_times, side="left", method="compare_all")
+    hi = jnp.clip(left, 1, knot_times.shape[0] - 1)
     lo = hi - 1
     t_lo, t_hi = knot_times[lo][:, None], knot_times[hi][:, None]
     y_lo, y_hi = values[lo], values[hi]
@@ -66,17 +63,16 @@ def reference_states(
       query_offsets_us: query times minus t0 [µs].
 
     Returns:
-      [41, 11] states: interpolated pose (heading unwrapped, interpolated, then wrapped into [−π, π)), the
-      linear fields of `LINEAR_FIELDS` ramping from their initial values to 0 at the first pose, and 0 in the
-      steering-rate, yaw-rate and yaw-acceleration fields.
+      [41, 11] states: interpolated pose (heading unwrapped, interpolated, then wrapped into [−π, π)), the fields
+      velocity x ... steering angle (3-7) ramping from their initial values to 0 at the first pose (the absolute
+      poses carry zeros there), and 0 in the steering-rate, yaw-rate and yaw-acceleration fields (8-10).
     """
+    dtype = initial_state.dtype
     knots = jnp.concatenate([initial_state[None, :3], relative_to_absolute(initial_state[:3], poses)], axis=0)
-    linear = jnp.zeros((C.NUM_KNOTS, 2 + len(LINEAR_FIELDS)), initial_state.dtype)
-    linear = linear.at[:, :2].set(knots[:, :2])
-    linear = linear.at[0, 2:].set(initial_state[jnp.array(LINEAR_FIELDS)])
-    linear_q = interp_linear(knot_offsets_us, linear, query_offsets_us)
-    heading_q = interp_linear(knot_offsets_us, unwrap(knots[:, 2])[:, None], query_offsets_us)[:, 0]
-    out = jnp.zeros((query_offsets_us.shape[0], C.NUM_STATE_FIELDS), initial_state.dtype)
-    out = out.at[:, S.X].set(linear_q[:, 0]).at[:, S.Y].set(linear_q[:, 1])
-    out = out.at[:, S.HEADING].set(principal_value(heading_q))
-    return out.at[:, jnp.array(LINEAR_FIELDS)].set(linear_q[:, 2:])
+    ramp = jnp.concatenate(
+        [initial_state[None, S.VELOCITY_X : S.STEERING_ANGLE + 1], jnp.zeros((C.NUM_SUBMITTED_POSES, 5), dtype)]
+    )
+    linear = interp_linear(knot_offsets_us, jnp.concatenate([knots[:, :2], ramp], axis=1), query_offsets_us)
+    heading = interp_linear(knot_offsets_us, unwrap(knots[:, 2])[:, None], query_offsets_us)
+    zeros = jnp.zeros((query_offsets_us.shape[0], C.NUM_STATE_FIELDS - S.STEERING_ANGLE - 1), dtype)
+    return jnp.concatenate([linear[:, :2], principal_value(heading), linear[:, 2:], zeros], axis=1)

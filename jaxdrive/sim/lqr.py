@@ -112,22 +112,25 @@ def _lateral_steering_rate(
     speeds = speed + jnp.concatenate(
         [jnp.zeros((1,), dtype), jnp.cumsum(jnp.full((C.TRACKING_HORIZON - 1,), accel * dt))]
     )
-    eye = jnp.eye(3, dtype=dtype)
-    input_col = jnp.zeros((3,), dtype).at[2].set(dt)
+
+    zero = jnp.zeros((), dtype)
 
     def step(carry, inputs):
         phi, gamma, offset = carry
         v, kappa = inputs
-        m = eye.at[0, 1].set(v * dt).at[1, 2].set(v * dt / C.WHEEL_BASE)
-        phi = jnp.matmul(m, phi, precision=_HI)
-        gamma = jnp.matmul(m, gamma, precision=_HI) + input_col
-        offset = jnp.matmul(m, offset, precision=_HI) + jnp.zeros((3,), dtype).at[1].set(-v * kappa * dt)
-        return (phi, gamma, offset), None
 
-    init = (eye, jnp.zeros((3,), dtype), jnp.zeros((3,), dtype))
+        def transition(m):
+            """M @ m with M = [[1, v·dt, 0], [0, 1, v·dt/L], [0, 0, 1]], written out row by row."""
+            return jnp.stack([m[0] + v * dt * m[1], m[1] + v * dt / C.WHEEL_BASE * m[2], m[2]])
+
+        gamma = transition(gamma) + jnp.stack([zero, zero, zero + dt])
+        offset = transition(offset) + jnp.stack([zero, -v * kappa * dt, zero])
+        return (transition(phi), gamma, offset), None
+
+    init = (jnp.eye(3, dtype=dtype), jnp.zeros((3,), dtype), jnp.zeros((3,), dtype))
     (phi, gamma, offset), _ = jax.lax.scan(step, init, (speeds, curvature_window))
     err = jnp.matmul(phi, lateral_state, precision=_HI) + offset
-    err = err.at[1:].set(wrap_atan2(err[1:]))
+    err = jnp.concatenate([err[:1], wrap_atan2(err[1:])])
     q = jnp.asarray(C.Q_LATERAL, dtype)
     return -jnp.sum(gamma * q * err) / (jnp.sum(gamma * q * gamma) + C.R_LATERAL)
 

@@ -1,0 +1,153 @@
+"""The ``jaxdrive`` command line: ``score``, ``scenes generate|preview`` and ``train sft|grpo``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+EXIT_USAGE = 2
+EXIT_PARTIAL = 3  # the run finished, but some scenes could not be read (named in errors.jsonl)
+
+
+def _add_score(sub) -> None:
+    p = sub.add_parser("score", help="score trajectories with the EPDMS rule kernels (default: built-in synthetic scenes)",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    src = p.add_argument_group("inputs")
+    src.add_argument("--scenes", type=Path, help="directory of epdms-scene/1 JSON files (default: synthetic scenes)")
+    src.add_argument("--count", type=int, default=2048, help="number of synthetic scenes")
+    src.add_argument("--seed", type=int, default=0, help="seed of the synthetic scenes")
+    src.add_argument("--proposals", type=int, default=16, help="proposals per synthetic scene")
+    p.add_argument("--out", type=Path, help="output directory (default: runs/score-<time>)")
+    p.add_argument("--resume", action="store_true", help="continue the run recorded in --out")
+    p.add_argument("--batch-size", type=int, default=64, help="scenes per device batch")
+    p.add_argument("--shard-size", type=int, default=256, help="scenes per parquet shard (unit of resume)")
+    p.add_argument("--ep-mode", default="scene", choices=["scene", "batch", "reference"],
+                   help="EP normaliser: max over the scene's proposals (NAVSIM), over the batch, or a fixed reference")
+    p.add_argument("--reference-progress", type=Path, help="JSON {scene_id: metres} for --ep-mode reference")
+    p.add_argument("--gates", type=Path, help="JSON list of 9 booleans (nc,dac,ddc,tlc,ep,ttc,lk,hc,ec); default all on")
+    p.add_argument("--simulate", action="store_true",
+                   help="run NAVSIM's LQR tracker + bicycle model on each proposal before scoring")
+    p.add_argument("--devices", type=int, help="number of local devices for the data mesh axis (default: all)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_run_score)
+
+
+def _load_json(path: Path, what: str):
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{what} {path}: cannot read JSON ({e})") from None
+
+
+def _run_score(args) -> int:
+    from jaxdrive.scoring.outputs import RunDirError
+    from jaxdrive.scoring.runner import ScoreOptions, score_source
+    from jaxdrive.scoring.sources import SceneDirSource, SyntheticSource
+    from jaxdrive.scoring.summary import plot_summary, summary_table
+
+    source = SceneDirSource(args.scenes) if args.scenes else SyntheticSource(args.count, args.seed, args.proposals)
+    gates = None
+    if args.gates:
+        g = _load_json(args.gates, "--gates")
+        gates = np.asarray(g, dtype=bool) if isinstance(g, list) and all(isinstance(x, bool) for x in g) else np.asarray(g)
+    options = ScoreOptions(batch_size=args.batch_size, shard_size=args.shard_size, ep_mode=args.ep_mode,
+                           simulate=args.simulate, num_devices=args.devices, gates=gates,
+                           reference_progress=_load_json(args.reference_progress, "--reference-progress")
+                           if args.reference_progress else None)
+    out = args.out or Path("runs") / time.strftime("score-%Y%m%d-%H%M%S")
+    try:
+        stats = score_source(source, out, options, resume=args.resume, progress=not args.no_progress)
+    except RunDirError as e:
+        print(f"jaxdrive score: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    print(summary_table(stats))
+    png = plot_summary(stats, Path(out) / "summary.png")
+    print(f"results: {out}/part-*.parquet   plot: {png}")
+    for e in stats.errors:
+        print(f"unreadable scene {e['name']}: {e['error']}", file=sys.stderr)
+    return EXIT_PARTIAL if stats.errors else 0
+
+
+def _add_scenes(sub) -> None:
+    p = sub.add_parser("scenes", help="generate or preview scenes")
+    ssub = p.add_subparsers(dest="scenes_cmd", required=True)
+    g = ssub.add_parser("generate", help="write synthetic scenes as epdms-scene/1 JSON files")
+    g.add_argument("--count", type=int, default=10)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--proposals", type=int, default=16)
+    g.add_argument("--out", type=Path, required=True)
+    g.set_defaults(func=_run_generate)
+    v = ssub.add_parser("preview", help="write a bird's-eye-view PNG of a scene and its proposals")
+    v.add_argument("--scene", type=Path, help="a scene JSON file (default: a synthetic scene)")
+    v.add_argument("--seed", type=int, default=0, help="seed of the synthetic scene")
+    v.add_argument("--color-by", default="family",
+                   help="colour proposals by 'family' or by a sub-score (nc, dac, ddc, tlc, ep, ttc, lk, hc, ec, epdms)")
+    v.add_argument("--out", type=Path, default=Path("scene.png"))
+    v.set_defaults(func=_run_preview)
+
+
+def _run_generate(args) -> int:
+    from jaxdrive.data.scene_json import write_scene
+    from jaxdrive.scoring.sources import SyntheticSource
+
+    src = SyntheticSource(args.count, args.seed, args.proposals)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for i in range(len(src)):
+        s = src.load(i)
+        write_scene(s, args.out / f"{s.id}.json")
+    print(f"wrote {len(src)} scenes to {args.out}")
+    return 0
+
+
+def _run_preview(args) -> int:
+    from jaxdrive.data.scene_json import read_scene
+    from jaxdrive.scoring.sources import SyntheticSource
+    from jaxdrive.viz import render_scene
+
+    scene = read_scene(args.scene) if args.scene else SyntheticSource(1, args.seed).load(0)
+    values = None
+    if args.color_by != "family":
+        from jaxdrive.rules.epdms import score
+        from jaxdrive.scene import batch_scenes
+
+        sc, props, _ = batch_scenes([scene])
+        sub = score(sc, props)
+        if not hasattr(sub, args.color_by):
+            raise ValueError(f"--color-by: unknown field {args.color_by!r}")
+        values = np.asarray(getattr(sub, args.color_by))[0, : scene.num_proposals]
+    render_scene(scene, args.out, color_by=args.color_by, values=values, title=scene.id)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="jaxdrive", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_score(sub)
+    _add_scenes(sub)
+    try:
+        from jaxdrive.train_cli import add_train_subcommands
+    except ImportError:
+        add_train_subcommands = None
+    if add_train_subcommands is not None:
+        add_train_subcommands(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ValueError as e:
+        print(f"jaxdrive {args.command}: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

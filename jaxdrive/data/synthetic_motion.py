@@ -1,0 +1,203 @@
+"""Dynamically consistent motion for the synthetic generator (host numpy, float64, row-vectorised).
+
+A motion is a smooth path (a dense polyline, ~0.5 m spacing) plus a longitudinal profile: arc length sigma(t), speed
+v(t) and acceleration a(t) from a jerk-limited rollout with piecewise-linear acceleration (so v and sigma are the exact
+integrals of a). Positions are the path sampled at sigma(t); heading is the path tangent; the remaining NAVSIM state
+fields are derived from them (``states_from_motion``): ``vx = v``, ``vy = 0``, ``ax = a``, ``ay = kappa v^2``,
+``steering = atan(wheel_base kappa)``, ``yaw_rate = kappa v``, and steering rate / yaw acceleration as backward
+differences over the 0.1 s grid (causal, so every proposal's state at t = 0 is identical to the last history state).
+
+Every function works on R rows at once (proposals, previous plans, the human trajectory, agents).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from jaxdrive.scene import DT, STATE_DIM, StateIndex, wrap_angle
+
+WHEEL_BASE = 3.089  # m, nuPlan Pacifica
+FRONT_LENGTH = 4.049  # rear axle to front bumper, m
+REAR_AXLE_TO_CENTER = 1.461  # m
+
+
+def smoothstep(x: np.ndarray) -> np.ndarray:
+    """Quintic 0 -> 1 ramp on [0, 1] with zero first and second derivative at both ends (C2 lateral offsets)."""
+    x = np.clip(x, 0.0, 1.0)
+    return x * x * x * (10.0 + x * (-15.0 + 6.0 * x))
+
+
+@dataclasses.dataclass
+class Paths:
+    """R dense polylines with the same sample count U.
+
+    xy: (R, U, 2) m; heading: (R, U) rad, unwrapped along U; kappa: (R, U) 1/m; sigma: (R, U) arc length, m.
+    """
+
+    xy: np.ndarray
+    heading: np.ndarray
+    kappa: np.ndarray
+    sigma: np.ndarray
+
+    @property
+    def normal(self) -> np.ndarray:
+        """(R, U, 2) left unit normals."""
+        return np.stack([-np.sin(self.heading), np.cos(self.heading)], axis=-1)
+
+    def row(self, r: int) -> "Paths":
+        return Paths(self.xy[r:r + 1], self.heading[r:r + 1], self.kappa[r:r + 1], self.sigma[r:r + 1])
+
+
+def integrate_curvature(kappa: np.ndarray, ds: float, start: tuple[float, float, float]) -> tuple[np.ndarray, np.ndarray]:
+    """A curve of curvature ``kappa`` (U,) sampled every ``ds`` m from pose ``start`` = (x, y, heading).
+
+    Returns xy (U, 2) and heading (U,). Heading integrates kappa by the trapezoid rule, positions use mid-step headings.
+    """
+    x0, y0, h0 = start
+    heading = h0 + np.concatenate([[0.0], np.cumsum(0.5 * (kappa[1:] + kappa[:-1]) * ds)])
+    mid = 0.5 * (heading[1:] + heading[:-1])
+    # chord of an arc of length ds at curvature k is ds * sinc(k ds / 2) long
+    chord = ds * np.sinc(0.5 * (kappa[1:] + kappa[:-1]) * 0.5 * ds / np.pi)
+    x = x0 + np.concatenate([[0.0], np.cumsum(chord * np.cos(mid))])
+    y = y0 + np.concatenate([[0.0], np.cumsum(chord * np.sin(mid))])
+    return np.stack([x, y], axis=-1), heading
+
+
+def polyline_paths(xy: np.ndarray) -> Paths:
+    """Paths from dense points (R, U, 2): arc length, tangent heading (central differences), curvature d(heading)/ds."""
+    seg = np.linalg.norm(np.diff(xy, axis=1), axis=-1)
+    sigma = np.concatenate([np.zeros(xy.shape[:1] + (1,)), np.cumsum(seg, axis=1)], axis=1)
+    d = np.gradient(xy, axis=1)
+    heading = np.unwrap(np.arctan2(d[..., 1], d[..., 0]), axis=1)
+    kappa = np.gradient(heading, axis=1) / np.maximum(np.gradient(sigma, axis=1), 1e-9)
+    return Paths(xy=xy, heading=heading, kappa=kappa, sigma=sigma)
+
+
+def offset_paths(base: Paths, offsets: np.ndarray) -> Paths:
+    """Rows of ``base`` (one row, broadcast) shifted left by ``offsets`` (R, U) m along its normals, re-parametrised."""
+    xy = base.xy + offsets[..., None] * base.normal
+    return polyline_paths(xy)
+
+
+def _flat_interp(query: np.ndarray, knots: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Row-wise ``np.interp``: query (R, T), knots (R, U) increasing per row, values (R, U) -> (R, T)."""
+    r = knots.shape[0]
+    lo, hi = knots[:, :1], knots[:, -1:]
+    span = float(np.max(hi - lo)) + 10.0
+    shift = np.arange(r)[:, None] * span - lo
+    q = np.clip(query, lo, hi) + shift
+    return np.interp(q.ravel(), (knots + shift).ravel(), values.ravel()).reshape(query.shape)
+
+
+def sample_paths(paths: Paths, sigma: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Path points at arc lengths ``sigma`` (R, T) (measured from each row's start): x, y, heading (unwrapped), kappa."""
+    s = paths.sigma
+    x = _flat_interp(sigma, s, paths.xy[..., 0])
+    y = _flat_interp(sigma, s, paths.xy[..., 1])
+    h = _flat_interp(sigma, s, paths.heading)
+    k = _flat_interp(sigma, s, paths.kappa)
+    return x, y, h, k
+
+
+def states_from_motion(x, y, heading, kappa, v, a) -> np.ndarray:
+    """NAVSIM rear-axle states (R, T, 11) from positions, tangent heading, path curvature, speed and acceleration (R, T).
+
+    Steering rate and yaw acceleration are backward differences (the first step copies the second).
+    """
+    out = np.zeros(x.shape + (STATE_DIM,), np.float64)
+    out[..., StateIndex.X] = x
+    out[..., StateIndex.Y] = y
+    out[..., StateIndex.HEADING] = wrap_angle(heading)
+    out[..., StateIndex.VELOCITY_X] = v
+    out[..., StateIndex.ACCELERATION_X] = a
+    out[..., StateIndex.ACCELERATION_Y] = kappa * v * v
+    steer = np.arctan(WHEEL_BASE * kappa)
+    omega = kappa * v
+    out[..., StateIndex.STEERING_ANGLE] = steer
+    out[..., StateIndex.ANGULAR_VELOCITY] = omega
+    for field, sig in ((StateIndex.STEERING_RATE, steer), (StateIndex.ANGULAR_ACCELERATION, omega)):
+        d = np.diff(sig, axis=-1) / DT
+        out[..., 1:, field] = d
+        out[..., 0, field] = d[..., 0]
+    return out
+
+
+@dataclasses.dataclass
+class Longitudinal:
+    """Per-row parameters of the jerk-limited IDM rollout (all arrays (R,)).
+
+    v_target: desired speed (m/s); a_max: IDM max acceleration (m/s^2); b_comf: IDM comfortable deceleration (m/s^2);
+    jerk: |da/dt| limit (m/s^3); a_cmd: scripted acceleration overriding IDM where finite (R,) or NaN;
+    t_cmd: time (s) from which ``a_cmd`` applies (IDM before it).
+    """
+
+    v_target: np.ndarray
+    a_max: np.ndarray
+    b_comf: np.ndarray
+    jerk: np.ndarray
+    a_cmd: np.ndarray
+    t_cmd: np.ndarray
+
+
+IDM_S0 = 2.0  # m, standstill gap
+IDM_T = 1.2  # s, time headway
+A_MIN = -9.0  # m/s^2, physical floor
+
+
+def rollout(v0: np.ndarray, a0: np.ndarray, lon: Longitudinal, steps: int,
+            obstacle: np.ndarray | None = None, obstacle_v: np.ndarray | None = None):
+    """Jerk-limited IDM rollout of R rows over ``steps`` 0.1 s steps; acceleration is linear within a step.
+
+    v0, a0: (R,) speed and acceleration at t = 0. obstacle: (R, steps + 1) arc length (from the row's rear axle at t=0)
+    of the nearest thing to stop behind (a lead's rear, a stop line; +inf if none), obstacle_v its speed.
+    Returns sigma, v, a, each (R, steps + 1), sigma[:, 0] = 0. Speeds never go negative.
+    """
+    r = v0.shape[0]
+    if obstacle is None:
+        obstacle = np.full((r, steps + 1), np.inf)
+        obstacle_v = np.zeros((r, steps + 1))
+    sig = np.zeros((r, steps + 1))
+    vel = np.zeros((r, steps + 1))
+    acc = np.zeros((r, steps + 1))
+    s, v, a = np.zeros(r), v0.astype(np.float64).copy(), a0.astype(np.float64).copy()
+    vel[:, 0], acc[:, 0] = v, a
+    sqrt_ab = np.sqrt(lon.a_max * lon.b_comf)
+    v_t = np.maximum(lon.v_target, 0.1)
+    for t in range(steps):
+        gap = np.maximum(obstacle[:, t] - s - FRONT_LENGTH, 0.1)
+        s_star = IDM_S0 + np.maximum(0.0, v * IDM_T + v * (v - obstacle_v[:, t]) / (2.0 * sqrt_ab))
+        a_idm = lon.a_max * (1.0 - (v / v_t) ** 4 - (s_star / gap) ** 2)
+        scripted = np.isfinite(lon.a_cmd) & (t * DT >= lon.t_cmd)
+        a_des = np.clip(np.where(scripted, lon.a_cmd, a_idm), A_MIN, lon.a_max)
+        step = lon.jerk * DT
+        a_new = a + np.clip(a_des - a, -step, step)
+        v_new = v + 0.5 * (a + a_new) * DT
+        ds = v * DT + DT * DT * (a / 3.0 + a_new / 6.0)
+        stop = v_new <= 0.0
+        # stopping inside the step: come to rest with zero acceleration (the car stays parked afterwards)
+        ds = np.where(stop, 0.5 * v * DT, ds)
+        v_new = np.where(stop, 0.0, v_new)
+        a_new = np.where(stop, 0.0, a_new)
+        s, v, a = s + ds, v_new, a_new
+        sig[:, t + 1], vel[:, t + 1], acc[:, t + 1] = s, v, a
+    return sig, vel, acc
+
+
+def history_profile(v0: float, a0: float, accel: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Backward-integrated past motion: ``accel`` (N,) at t = -(N-1)*0.1 .. 0 with accel[-1] = a0 (forced).
+
+    Returns sigma (N,) (0 at t = 0, negative before), v (N,), a (N,), with piecewise-linear acceleration like
+    ``rollout``. Speeds are clipped at 0 (the caller keeps profiles that would need negative speed mild).
+    """
+    a = accel.astype(np.float64).copy()
+    a[-1] = a0
+    n = a.shape[0]
+    v = np.zeros(n)
+    s = np.zeros(n)
+    v[-1] = v0
+    for i in range(n - 2, -1, -1):
+        v[i] = max(v[i + 1] - 0.5 * (a[i] + a[i + 1]) * DT, 0.0)
+        s[i] = s[i + 1] - (v[i] * DT + DT * DT * (a[i] / 3.0 + a[i + 1] / 6.0))
+    return s, v, a

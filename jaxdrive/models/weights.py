@@ -1,0 +1,233 @@
+"""Hugging Face safetensors <-> NNX model state, both ways, streaming one tensor at a time.
+
+Loading builds the model abstractly (``nnx.eval_shape``: no memory), then for each parameter reads the one HF tensor
+it comes from (a memmap view), converts the layout (torch ``Linear.weight [out, in]`` -> our kernel ``[in, out]``),
+casts, and ``device_put``-s it with its ``NamedSharding`` when a mesh is given; so a 7B checkpoint is never held
+twice in host memory. Both on-disk key layouts are read for every family:
+
+=========================  ===========================  =====================
+layout                     text decoder                 vision tower
+=========================  ===========================  =====================
+legacy (Qwen2.5-VL, Qwen3) ``model.layers.*``           ``visual.*``
+nested (Qwen3-VL)          ``model.language_model.*``   ``model.visual.*``
+=========================  ===========================  =====================
+
+Export writes the family's own layout (Qwen2.5-VL and Qwen3: legacy; Qwen3-VL: nested) plus ``config.json`` so
+``transformers.AutoModel*.from_pretrained`` loads it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxdrive.models.config import ModelConfig, load_config
+from jaxdrive.models.safetensors_io import INDEX_FILE, SINGLE_FILE, SafetensorsDir, write_safetensors
+from jaxdrive.models.vlm import QwenModel
+from jaxdrive.parallel import LOGICAL_AXIS_RULES, Rules, named_sharding, variable_axes
+
+Path = tuple[str | int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    """One HF tensor (full key) <-> one parameter (NNX path), with the layout conversions both ways."""
+
+    key: str
+    path: Path
+    hf_shape: tuple[int, ...]
+    to_ours: Callable[[np.ndarray], np.ndarray]
+    to_hf: Callable[[np.ndarray], np.ndarray]
+
+
+def _same(x: np.ndarray) -> np.ndarray:
+    return x
+
+
+def _t(x: np.ndarray) -> np.ndarray:
+    return x.T
+
+
+def _prefixes(family: str, layout: str) -> tuple[str, str]:
+    """(text prefix, vision prefix) of a key layout."""
+    if layout == "nested":
+        return "model.language_model.", "model.visual."
+    return "model.", "visual."
+
+
+def _text_specs(cfg: ModelConfig, prefix: str) -> list[TensorSpec]:
+    t = cfg.text
+    h, d = t.hidden_size, t.head_dim
+    lm = ("language_model",)
+    specs = [TensorSpec(prefix + "embed_tokens.weight", lm + ("embed_tokens", "embedding"), (t.vocab_size, h), _same, _same)]
+
+    def lin(name: str, path: Path, d_in: int, d_out: int, bias: bool) -> None:
+        specs.append(TensorSpec(f"{name}.weight", path + ("kernel",), (d_out, d_in), _t, _t))
+        if bias:
+            specs.append(TensorSpec(f"{name}.bias", path + ("bias",), (d_out,), _same, _same))
+
+    def vec(name: str, path: Path, n: int) -> None:
+        specs.append(TensorSpec(f"{name}.weight", path + ("weight",), (n,), _same, _same))
+
+    for i in range(t.num_layers):
+        k, p = f"{prefix}layers.{i}.", lm + ("layers", i)
+        vec(k + "input_layernorm", p + ("input_layernorm",), h)
+        vec(k + "post_attention_layernorm", p + ("post_attention_layernorm",), h)
+        a, pa = k + "self_attn.", p + ("self_attn",)
+        lin(a + "q_proj", pa + ("q_proj",), h, t.num_heads * d, t.qkv_bias)
+        lin(a + "k_proj", pa + ("k_proj",), h, t.num_kv_heads * d, t.qkv_bias)
+        lin(a + "v_proj", pa + ("v_proj",), h, t.num_kv_heads * d, t.qkv_bias)
+        lin(a + "o_proj", pa + ("o_proj",), t.num_heads * d, h, t.o_bias)
+        if t.qk_norm:
+            vec(a + "q_norm", pa + ("q_norm",), d)
+            vec(a + "k_norm", pa + ("k_norm",), d)
+        for name, d_in, d_out in (("gate_proj", h, t.intermediate_size), ("up_proj", h, t.intermediate_size),
+                                  ("down_proj", t.intermediate_size, h)):
+            lin(k + "mlp." + name, p + ("mlp", name), d_in, d_out, False)
+    vec(prefix + "norm", lm + ("norm",), h)
+    if not t.tie_word_embeddings:
+        lin("lm_head", ("lm_head",), h, t.vocab_size, False)
+    return specs
+
+
+def tensor_specs(model: QwenModel, layout: str) -> list[TensorSpec]:
+    """Every parameter of ``model`` with its HF key in ``layout`` ('legacy' or 'nested')."""
+    text_prefix, vision_prefix = _prefixes(model.cfg.family, layout)
+    specs = _text_specs(model.cfg, text_prefix)
+    if model.visual is not None:
+        for v in model.visual.hf_tensor_table():
+            specs.append(TensorSpec(vision_prefix + v.name, ("visual",) + tuple(v.path), tuple(v.hf_shape), v.to_ours, v.to_hf))
+    return specs
+
+
+def detect_layout(keys: list[str]) -> str:
+    """'nested' if the checkpoint stores ``model.language_model.*``, else 'legacy'."""
+    return "nested" if any(k.startswith("model.language_model.") for k in keys) else "legacy"
+
+
+def _vision_prefix_present(keys: list[str]) -> str | None:
+    if any(k.startswith("model.visual.") for k in keys):
+        return "model.visual."
+    if any(k.startswith("visual.") for k in keys):
+        return "visual."
+    return None
+
+
+def abstract_model(cfg: ModelConfig, *, dtype=jnp.float32, param_dtype=None) -> QwenModel:
+    """The model with shape-only parameters (``nnx.eval_shape``; allocates nothing)."""
+    return nnx.eval_shape(lambda: QwenModel(cfg, dtype=dtype, param_dtype=param_dtype, rngs=nnx.Rngs(0)))
+
+
+def load_weights(
+    model: QwenModel, path: str | os.PathLike, *, mesh: jax.sharding.Mesh | None = None, rules: Rules = LOGICAL_AXIS_RULES
+) -> QwenModel:
+    """A new model with the graph of ``model`` (abstract or concrete) and the parameters of HF checkpoint ``path``.
+
+    Raises ``ValueError`` listing every missing or mis-shaped tensor before anything is loaded.
+    """
+    reader = SafetensorsDir(path)
+    keys = reader.keys()
+    layout = detect_layout(keys)
+    specs = tensor_specs(model, layout)
+    if model.visual is not None:  # the vision prefix may differ from the text layout in hand-converted checkpoints
+        found = _vision_prefix_present(keys)
+        want = _prefixes(model.cfg.family, layout)[1]
+        if found and found != want:
+            specs = [dataclasses.replace(s, key=found + s.key[len(want):]) if s.path[0] == "visual" else s for s in specs]
+    problems = []
+    for s in specs:
+        if s.key not in reader:
+            problems.append(f"missing tensor {s.key!r} (shape {s.hf_shape})")
+        elif reader.shape(s.key) != s.hf_shape:
+            problems.append(f"tensor {s.key!r}: expected shape {s.hf_shape}, got {reader.shape(s.key)}")
+    if problems:
+        raise ValueError(f"checkpoint {os.fspath(path)}: " + "; ".join(problems))
+    graphdef, state = nnx.split(model)
+    by_path = {s.path: s for s in specs}
+    loaded = []
+    for p, var in nnx.to_flat_state(state):
+        spec = by_path.get(tuple(p))
+        if spec is None:
+            raise ValueError(f"internal: parameter {'.'.join(map(str, p))} has no HF tensor mapping")
+        target = var.get_value()
+        arr = np.asarray(spec.to_ours(reader.get(spec.key)))
+        if arr.shape != tuple(target.shape):
+            raise ValueError(f"tensor {spec.key!r}: converts to shape {arr.shape}, parameter wants {target.shape}")
+        arr = arr.astype(target.dtype)
+        if mesh is not None:
+            value = jax.device_put(arr, named_sharding(variable_axes(var), arr.shape, mesh, rules))
+        else:
+            value = jnp.asarray(arr)
+        loaded.append((p, var.replace(value)))
+        del arr
+    return nnx.merge(graphdef, nnx.from_flat_state(loaded))
+
+
+def from_pretrained(
+    path: str | os.PathLike,
+    dtype=jnp.float32,
+    *,
+    param_dtype=None,
+    mesh: jax.sharding.Mesh | None = None,
+    rules: Rules = LOGICAL_AXIS_RULES,
+) -> QwenModel:
+    """Load a local HF directory (Qwen2.5-VL, Qwen3-VL or Qwen3) as a :class:`QwenModel`.
+
+    ``dtype`` is the compute dtype and, unless ``param_dtype`` is given, the parameter dtype. With ``mesh``, each
+    parameter is placed by its logical axes through ``rules`` as it is read.
+    """
+    cfg = load_config(path)
+    return load_weights(abstract_model(cfg, dtype=dtype, param_dtype=param_dtype), path, mesh=mesh, rules=rules)
+
+
+def export_layout(family: str) -> str:
+    """The key layout transformers writes for ``family``."""
+    return "nested" if family == "qwen3_vl" else "legacy"
+
+
+def save_pretrained(model: QwenModel, path: str | os.PathLike, *, max_shard_bytes: int = 4 << 30) -> None:
+    """Write ``model`` as an HF directory (``config.json`` + safetensors, sharded with an index above
+    ``max_shard_bytes``), one tensor gathered to the host at a time."""
+    path = os.fspath(path)
+    os.makedirs(path, exist_ok=True)
+    specs = tensor_specs(model, export_layout(model.cfg.family))
+    state = dict((tuple(p), v) for p, v in nnx.to_flat_state(nnx.state(model)))
+    entries = []
+    for s in specs:
+        entries.append((s.key, s.hf_shape, np.dtype(state[s.path].get_value().dtype)))
+    by_key = {s.key: s for s in specs}
+
+    def produce(key: str) -> np.ndarray:
+        s = by_key[key]
+        return s.to_hf(np.asarray(jax.device_get(state[s.path].get_value())))
+
+    shards, size = [[]], 0
+    for e in entries:
+        n = int(np.prod(e[1], dtype=np.int64)) * e[2].itemsize
+        if shards[-1] and size + n > max_shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(e)
+        size += n
+    if len(shards) == 1:
+        write_safetensors(os.path.join(path, SINGLE_FILE), shards[0], produce)
+    else:
+        weight_map = {}
+        for i, shard in enumerate(shards):
+            name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+            write_safetensors(os.path.join(path, name), shard, produce)
+            weight_map.update({e[0]: name for e in shard})
+        total = sum(int(np.prod(e[1], dtype=np.int64)) * e[2].itemsize for e in entries)
+        with open(os.path.join(path, INDEX_FILE), "w") as f:
+            json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+    raw = dict(model.cfg.raw)
+    raw["dtype"] = str(np.dtype(entries[0][2]).name) if entries else "float32"
+    raw.pop("torch_dtype", None)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(raw, f, indent=2)

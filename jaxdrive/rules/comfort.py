@@ -1,0 +1,177 @@
+"""History comfort (HC) and two-frame extended comfort (EC): NAVSIM's ``pdm_comfort_metrics`` as matrix products.
+
+``spec/epdms.md`` §3.8, §3.9, §7.1 and §11 items 8-10. Both metrics filter per-step signals with Savitzky-Golay
+operators (``jaxdrive.rules.savgol``), round each filter output to 8 decimals (``np.round(., 8)``) as NAVSIM does, and
+compare against fixed bounds: HC strictly (``lo < x < hi`` at every sample), EC non-strictly (``rms <= threshold``).
+
+Precision. NAVSIM computes in float64 and rounds to 1e-8, a resolution float32 does not have (float32 carries ~7
+significant digits, so a 1e-8 rounding is a no-op and filter round-off of ~1e-6 decides near-threshold cases). The
+kernels therefore compute in **float64 on the device** by default, inside a scoped ``jax.enable_x64`` block (the rest
+of the program stays float32), so the rounding and the strict/non-strict comparisons happen exactly where NAVSIM has
+them. The inputs are the float32 proposal states; their representation error (~1e-7 relative) is the only remaining
+difference from NAVSIM, so a boolean can differ only if a filtered signal lies within ~1e-5 of a bound. Heading
+derivatives are taken of the unwrapped heading relative to its first sample (exact for a derivative, and it keeps
+magnitudes small). Pass ``precision="float32"`` on devices without float64 support (TPUs); the result then agrees
+except for signals within ~1e-4 of a bound.
+
+Both kernels are written for ONE scene (K proposals) and are batched with ``jax.vmap``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float
+
+from jaxdrive.geometry import EGO_REAR_AXLE_TO_CENTER
+from jaxdrive.rules.savgol import savgol_matrix
+from jaxdrive.scene import DT, StateIndex
+
+# nuPlan comfort bounds (pdm_comfort_metrics.py), strict.
+MIN_LON_ACCEL, MAX_LON_ACCEL = -4.05, 2.40  # m/s^2
+MAX_ABS_LAT_ACCEL = 4.89  # m/s^2
+MAX_ABS_MAG_JERK = 8.37  # m/s^3
+MAX_ABS_LON_JERK = 4.13  # m/s^3
+MAX_ABS_YAW_ACCEL = 1.93  # rad/s^2
+MAX_ABS_YAW_RATE = 0.95  # rad/s
+# Extended-comfort RMS thresholds, non-strict.
+EC_ACCEL, EC_JERK, EC_YAW_RATE, EC_YAW_ACCEL = 0.7, 0.5, 0.1, 0.1
+
+EC_OVERLAP = 36  # current states[0:36] vs previous states[5:41] (t0 .. t0 + 3.5 s)
+EC_SHIFT = 5  # previous plan starts 0.5 s earlier
+DECIMALS = 8
+
+HC_CHECKS = ("lon_acceleration", "lat_acceleration", "jerk_magnitude", "lon_jerk", "yaw_acceleration", "yaw_rate")
+
+
+def _delta(length: int) -> float:
+    """NAVSIM's derivative spacing ``mean(diff(arange(T) * 0.1))`` (not exactly 0.1 in float64)."""
+    return float(np.diff(np.arange(length) * DT).mean())
+
+
+class _Filters(NamedTuple):
+    smooth: np.ndarray  # S_8: acceleration smoothing
+    jerk: np.ndarray  # D_{15,2,1}
+    yaw_rate: np.ndarray  # D_{5,2,1}
+    yaw_accel: np.ndarray  # D_{5,3,2} (HC) or D_{5,2,2} (EC)
+
+
+def _filters(length: int, yaw_accel_order: int) -> _Filters:
+    d = _delta(length)
+    return _Filters(savgol_matrix(length, 8, 2, 0, 1.0), savgol_matrix(length, 15, 2, 1, d),
+                    savgol_matrix(length, 5, 2, 1, d), savgol_matrix(length, 5, yaw_accel_order, 2, d))
+
+
+@contextlib.contextmanager
+def _compute_dtype(precision: str):
+    if precision == "float64":
+        with jax.enable_x64(True):
+            yield jnp.float64
+    elif precision == "float32":
+        yield jnp.float32
+    else:
+        raise ValueError(f"comfort precision: expected 'float64' or 'float32', got {precision!r}")
+
+
+def _apply(matrix: np.ndarray, x: Float[Array, "*b T"]) -> Float[Array, "*b T"]:
+    """``round(matrix @ x, 8)`` along the last axis (one NAVSIM filter call)."""
+    m = jnp.asarray(matrix, x.dtype)
+    y = jnp.einsum("ij,...j->...i", m, x, precision=jax.lax.Precision.HIGHEST)
+    return jnp.round(y, DECIMALS)
+
+
+def _unwrapped_heading(heading: Float[Array, "*b T"]) -> Float[Array, "*b T"]:
+    """NAVSIM ``_phase_unwrap`` (psi_j - 2 pi cumsum(round(diff / 2 pi))), returned relative to the first sample."""
+    two_pi = 2.0 * math.pi
+    steps = jnp.round(jnp.diff(heading, axis=-1) / two_pi)
+    adjust = jnp.concatenate([jnp.zeros_like(heading[..., :1]), jnp.cumsum(steps, axis=-1)], axis=-1)
+    unwrapped = heading - two_pi * adjust
+    return unwrapped - unwrapped[..., :1]
+
+
+def _lon_accel(states: Float[Array, "*b T 11"]) -> Float[Array, "*b T"]:
+    """NAVSIM's "centre-shifted" longitudinal acceleration as coded: ax + r (omega^2 + alpha)."""
+    w = states[..., StateIndex.ANGULAR_VELOCITY]
+    return states[..., StateIndex.ACCELERATION_X] + EGO_REAR_AXLE_TO_CENTER * (
+        w * w + states[..., StateIndex.ANGULAR_ACCELERATION])
+
+
+def _accel_magnitude(states: Float[Array, "*b T 11"]) -> Float[Array, "*b T"]:
+    return jnp.hypot(states[..., StateIndex.ACCELERATION_X], states[..., StateIndex.ACCELERATION_Y])
+
+
+def history_comfort_checks(history_padded: Float[Array, "14 11"], states: Float[Array, "K 41 11"], *,
+                           precision: str = "float64") -> Bool[Array, "K 6"]:
+    """The six HC bound checks per proposal, in ``HC_CHECKS`` order (True = within bounds at all 55 samples).
+
+    Args:
+      history_padded: NAVSIM's 14 interpolated history states (-1.5 .. -0.2 s), ``Scene.history_padded``.
+      states: proposal rear-axle states at 0 .. 4 s.
+      precision: "float64" (default; scoped x64, NAVSIM parity) or "float32".
+    """
+    k = states.shape[0]
+    seq = jnp.concatenate([jnp.broadcast_to(history_padded[None], (k,) + history_padded.shape), states], axis=1)
+    f = _filters(seq.shape[1], yaw_accel_order=3)
+    with _compute_dtype(precision) as dtype:
+        seq = seq.astype(dtype)
+        lon = _apply(f.smooth, _lon_accel(seq))
+        lat = _apply(f.smooth, seq[..., StateIndex.ACCELERATION_Y])
+        mag_jerk = _apply(f.jerk, _apply(f.smooth, _accel_magnitude(seq)))
+        lon_jerk = _apply(f.jerk, lon)
+        heading = _unwrapped_heading(seq[..., StateIndex.HEADING])
+        yaw_accel = _apply(f.yaw_accel, heading)
+        yaw_rate = _apply(f.yaw_rate, heading)
+        checks = jnp.stack([
+            jnp.all((lon > MIN_LON_ACCEL) & (lon < MAX_LON_ACCEL), axis=-1),
+            jnp.all(jnp.abs(lat) < MAX_ABS_LAT_ACCEL, axis=-1),
+            jnp.all(jnp.abs(mag_jerk) < MAX_ABS_MAG_JERK, axis=-1),
+            jnp.all(jnp.abs(lon_jerk) < MAX_ABS_LON_JERK, axis=-1),
+            jnp.all(jnp.abs(yaw_accel) < MAX_ABS_YAW_ACCEL, axis=-1),
+            jnp.all(jnp.abs(yaw_rate) < MAX_ABS_YAW_RATE, axis=-1),
+        ], axis=-1)
+    return checks
+
+
+def history_comfort(history_padded: Float[Array, "14 11"], states: Float[Array, "K 41 11"], *,
+                    precision: str = "float64") -> tuple[Float[Array, "K"], Bool[Array, "K 6"]]:
+    """HC per proposal (1.0 iff all six checks hold) and the six checks (``HC_CHECKS`` order).
+
+    The 14 history states and 41 proposal states are treated as 55 uniformly spaced samples (NAVSIM quirk).
+    """
+    checks = history_comfort_checks(history_padded, states, precision=precision)
+    return jnp.all(checks, axis=-1).astype(jnp.float32), checks
+
+
+def _ec_features(seq: Float[Array, "*b T 11"], f: _Filters) -> tuple[Float[Array, "*b T"], ...]:
+    acc = _apply(f.smooth, _accel_magnitude(seq))
+    heading = _unwrapped_heading(seq[..., StateIndex.HEADING])
+    return acc, _apply(f.jerk, acc), _apply(f.yaw_rate, heading), _apply(f.yaw_accel, heading)
+
+
+def extended_comfort_rms(states: Float[Array, "K 41 11"], previous: Float[Array, "K 41 11"], *,
+                         precision: str = "float64") -> Float[Array, "K 4"]:
+    """RMS differences (acceleration m/s^2, jerk m/s^3, yaw rate rad/s, yaw acceleration rad/s^2) between the
+    features of ``states[:, 0:36]`` and ``previous[:, 5:41]`` (both t0 .. t0 + 3.5 s), in the compute dtype."""
+    f = _filters(EC_OVERLAP, yaw_accel_order=2)
+    with _compute_dtype(precision) as dtype:
+        cur = _ec_features(states[:, :EC_OVERLAP].astype(dtype), f)
+        prev = _ec_features(previous[:, EC_SHIFT:EC_SHIFT + EC_OVERLAP].astype(dtype), f)
+        rms = jnp.stack([jnp.sqrt(jnp.mean((a - b) ** 2, axis=-1)) for a, b in zip(cur, prev)], axis=-1)
+    return rms
+
+
+def extended_comfort(states: Float[Array, "K 41 11"], previous: Float[Array, "K 41 11"], has_previous: Bool[Array, "K"],
+                     *, precision: str = "float64") -> Float[Array, "K"]:
+    """EC per proposal: 1.0 iff every RMS difference is <= its threshold (0.7, 0.5, 0.1, 0.1); NaN where
+    ``has_previous`` is False (no previous frame: the EC weight is then dropped by ``epdms.aggregate``)."""
+    with _compute_dtype(precision):
+        rms = extended_comfort_rms(states, previous, precision=precision)
+        limits = jnp.asarray([EC_ACCEL, EC_JERK, EC_YAW_RATE, EC_YAW_ACCEL], rms.dtype)
+        ok = jnp.all(rms <= limits, axis=-1)
+    ec = ok.astype(jnp.float32)
+    return jnp.where(has_previous, ec, jnp.nan)

@@ -1,0 +1,33 @@
+"""TLC — Traffic Light Compliance (spec ``epdms.md`` §3.4).
+
+TLC = 0 if at some step t the ego box intersects (closed: touching counts) an on-route lane/connector polygon whose
+light status at t is red. No exemption for standing on the connector at t = 0.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int
+
+from jaxdrive.geometry import box_intersects_polygon
+from jaxdrive.rules.areas import EgoAreas, ego_boxes, first_step
+from jaxdrive.scene import Scene
+
+
+def red_light_contacts(scene: Scene, states: Float[Array, "K T 11"]) -> Bool[Array, "K T"]:
+    """Whether the ego box at step t touches a red on-route connector at t."""
+    lanes = scene.map.lanes
+    boxes = ego_boxes(states)  # [K, T, 4, 2]
+    hit = jax.vmap(jax.vmap(jax.vmap(box_intersects_polygon, in_axes=(None, 0)), in_axes=(0, None)),
+                   in_axes=(0, None))(boxes, lanes.vertices)  # [K, T, L]
+    red = (lanes.valid & scene.map.lane_on_route)[:, None] & scene.map.lane_red  # [L, T]
+    return jnp.any(hit & red.T[None], axis=-1)
+
+
+def traffic_light_compliance(scene: Scene, states: Float[Array, "K T 11"],
+                             areas: EgoAreas) -> tuple[Float[Array, "K"], Int[Array, "K"]]:
+    """TLC per proposal ({0, 1}, float32) and the first step on a red on-route connector (-1 if none)."""
+    del areas
+    step = first_step(red_light_contacts(scene, states))
+    return jnp.where(step < 0, 1.0, 0.0).astype(jnp.float32), step

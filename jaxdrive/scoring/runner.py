@@ -1,0 +1,313 @@
+"""Streaming, sharded, resumable batch scoring (the engine behind ``jaxdrive score``).
+
+Data flow: a ``SceneSource`` is cut into shards of ``shard_size`` scenes; a background thread reads/generates the scenes
+of each batch, pads them to one fixed ``PadSpec`` (so one compile serves the run), pads the batch to a multiple of the
+device count and ``device_put``s it sharded over the mesh's ``data`` axis, while the main thread runs the jitted scorer
+on the previous batch. Results come back to the host per batch and are written per shard (see ``outputs.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+import time
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from jaxdrive.rules.epdms import SubScores, score as score_fn
+from jaxdrive.scene import HostScene, PadSpec, batch_scenes
+from jaxdrive.scoring.outputs import RunDir
+from jaxdrive.scoring.sources import SceneSource, SourceError
+
+METRICS = ("nc", "dac", "ddc", "tlc", "ep", "ttc", "lk", "hc", "ec")
+AGGREGATES = ("pdm_score", "epdms")
+STEPS = ("nc_step", "dac_step", "ddc_step", "tlc_step", "ttc_step", "lk_step")
+EP_MODES = ("scene", "batch", "reference")
+DEFAULT_PAD = PadSpec(proposals=16, agents=32, areas=24, area_vertices=96, lanes=64, lane_vertices=96, centerline=512)
+
+
+@dataclasses.dataclass
+class ScoreOptions:
+    batch_size: int = 64  # scenes per device batch
+    shard_size: int = 256  # scenes per output shard
+    ep_mode: str = "scene"
+    simulate: bool = False  # run NAVSIM's LQR/bicycle simulation on the proposals first
+    num_devices: int | None = None  # None = all local devices
+    gates: np.ndarray | None = None  # bool [9] (all scenes) in METRICS order; None = all on (EPDMS)
+    reference_progress: dict[str, float] | None = None  # scene id -> metres, for ep_mode="reference"
+    pad: PadSpec = DEFAULT_PAD
+
+    def validate(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"--batch-size: expected >= 1 scenes per batch, got {self.batch_size}")
+        if self.shard_size < 1:
+            raise ValueError(f"--shard-size: expected >= 1 scenes per shard, got {self.shard_size}")
+        if self.ep_mode not in EP_MODES:
+            raise ValueError(f"--ep-mode: expected one of {', '.join(EP_MODES)}, got {self.ep_mode!r}")
+        if self.ep_mode == "reference" and not self.reference_progress:
+            raise ValueError("--ep-mode reference needs --reference-progress FILE (scene id -> metres)")
+        if self.gates is not None and (self.gates.shape != (len(METRICS),) or self.gates.dtype != bool):
+            raise ValueError(f"--gates: expected {len(METRICS)} booleans in the order {', '.join(METRICS)}, "
+                             f"got {self.gates!r}")
+
+    def identity(self) -> dict:
+        """The options that change results (stored in the manifest; a resume must match them)."""
+        return {"ep_mode": self.ep_mode, "simulate": self.simulate, "shard_size": self.shard_size,
+                "gates": None if self.gates is None else self.gates.tolist(),
+                "reference_progress": self.reference_progress}
+
+
+@dataclasses.dataclass
+class RunStats:
+    """Totals of a run, for the summary table and the plot."""
+
+    proposals: int = 0
+    scenes: int = 0
+    errors: list = dataclasses.field(default_factory=list)
+    sums: dict = dataclasses.field(default_factory=lambda: {m: 0.0 for m in METRICS + AGGREGATES})
+    counts: dict = dataclasses.field(default_factory=lambda: {m: 0 for m in METRICS + AGGREGATES})
+    violations: dict = dataclasses.field(default_factory=lambda: {m: 0 for m in METRICS})
+    hist_edges: np.ndarray = dataclasses.field(default_factory=lambda: np.linspace(0.0, 1.0, 41))
+    hists: dict = dataclasses.field(default_factory=lambda: {m: np.zeros(40, np.int64) for m in AGGREGATES + ("ep",)})
+    compile_s: float = 0.0
+    score_s: float = 0.0  # wall time of the streaming loop after the first (compiling) batch
+    scored_after_compile: int = 0
+    skipped_shards: int = 0
+
+    def add(self, cols: dict[str, np.ndarray]) -> None:
+        n = len(cols["epdms"])
+        self.proposals += n
+        for m in METRICS + AGGREGATES:
+            v = cols[m][np.isfinite(cols[m])]
+            self.sums[m] += float(v.sum())
+            self.counts[m] += int(v.size)
+            if m in METRICS:
+                self.violations[m] += int((v < 1.0).sum())
+        for m in self.hists:
+            v = cols[m][np.isfinite(cols[m])]
+            self.hists[m] += np.histogram(np.clip(v, 0, 1), self.hist_edges)[0]
+
+    def mean(self, m: str) -> float:
+        return self.sums[m] / self.counts[m] if self.counts[m] else float("nan")
+
+    def rate(self, m: str) -> float:
+        return self.violations[m] / self.counts[m] if self.counts[m] else float("nan")
+
+    @property
+    def proposals_per_s(self) -> float:
+        return self.scored_after_compile / self.score_s if self.score_s > 0 else float("nan")
+
+
+def make_mesh(num_devices: int | None = None) -> Mesh:
+    devices = jax.devices()
+    if num_devices is not None:
+        if not 1 <= num_devices <= len(devices):
+            raise ValueError(f"--devices: expected 1..{len(devices)} (available: {len(devices)}), got {num_devices}")
+        devices = devices[:num_devices]
+    return Mesh(np.array(devices), ("data",))
+
+
+def build_step(mesh: Mesh, options: ScoreOptions) -> Callable:
+    """One jitted function (scene[B], proposals[B,K], gates[B,9], reference[B]) -> SubScores[B,K], sharded over data."""
+    data = NamedSharding(mesh, PartitionSpec("data"))
+
+    def step(scene, proposals, gates, reference):
+        if options.simulate:
+            from jaxdrive.sim import simulate_proposals_local
+
+            proposals = proposals.replace(states=simulate_proposals_local(proposals.states))
+        return score_fn(scene, proposals, ep_mode=options.ep_mode,
+                        reference_progress=reference if options.ep_mode == "reference" else None, gates=gates)
+
+    return jax.jit(step, in_shardings=(data, data, data, data), out_shardings=data)
+
+
+def _columns(sub: SubScores, ids: Sequence[str], names: Sequence[Sequence[str]], counts: Sequence[int]) -> dict:
+    """Host rows (one per real proposal) from a [B, K] result; padded scenes/proposals are dropped."""
+    arrays = {f: np.asarray(getattr(sub, f)) for f in METRICS + AGGREGATES + STEPS + ("raw_progress",)}
+    sel_b, sel_k = [], []
+    for b, k in enumerate(counts):
+        sel_b.extend([b] * k)
+        sel_k.extend(range(k))
+    sel_b, sel_k = np.asarray(sel_b, np.int64), np.asarray(sel_k, np.int64)
+    cols = {"scene_id": np.asarray([ids[b] for b in sel_b], dtype=object),
+            "proposal": sel_k.astype(np.int32),
+            "proposal_name": np.asarray([names[b][k] for b, k in zip(sel_b, sel_k)], dtype=object)}
+    for f, a in arrays.items():
+        v = a[sel_b, sel_k]
+        cols[f] = v.astype(np.int32) if f.endswith("_step") else v.astype(np.float64)
+    return cols
+
+
+def _empty_columns() -> dict:
+    cols = {"scene_id": np.asarray([], object), "proposal": np.zeros(0, np.int32), "proposal_name": np.asarray([], object)}
+    for f in METRICS + AGGREGATES + ("raw_progress",):
+        cols[f] = np.zeros(0, np.float64)
+    for f in STEPS:
+        cols[f] = np.zeros(0, np.int32)
+    return cols
+
+
+def _concat(parts: list[dict]) -> dict:
+    if not parts:
+        return _empty_columns()
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+@dataclasses.dataclass
+class _Batch:
+    shard: int
+    last_in_shard: bool
+    arrays: tuple | None  # device arrays (scene, proposals, gates, reference) or None if no scene in this batch
+    ids: list
+    names: list
+    counts: list
+    errors: list
+
+
+class _Producer(threading.Thread):
+    """Reads/generates, pads and transfers batches ahead of the device (bounded queue = bounded memory)."""
+
+    def __init__(self, source: SceneSource, run: RunDir, options: ScoreOptions, mesh: Mesh, out: queue.Queue):
+        super().__init__(daemon=True)
+        self.source, self.run, self.options, self.mesh, self.out = source, run, options, mesh, out
+        self.pad = options.pad
+        self.failure: BaseException | None = None
+        self.stop = threading.Event()
+
+    def _fit(self, scenes: list[HostScene]) -> None:
+        """Grow the PadSpec (rarely: a recompile) when a scene does not fit the current one."""
+        need = PadSpec.fit(scenes)
+        grown = PadSpec(**{f.name: max(getattr(self.pad, f.name), _round_up(getattr(need, f.name)))
+                           for f in dataclasses.fields(PadSpec)})
+        self.pad = grown
+
+    def _device_batch(self, scenes: list[HostScene]):
+        ndev = self.mesh.devices.size
+        b = self.options.batch_size
+        b = -(-max(b, len(scenes)) // ndev) * ndev
+        padded = scenes + [scenes[0]] * (b - len(scenes))
+        self._fit(scenes)
+        scene, props, _ = batch_scenes(padded, self.pad, validate=False)
+        props = props.replace(valid=props.valid & (np.arange(b) < len(scenes))[:, None])
+        gates = np.ones((b, 9), bool) if self.options.gates is None else np.tile(self.options.gates, (b, 1))
+        ref = np.zeros((b,), np.float32)
+        if self.options.reference_progress:
+            for i, s in enumerate(scenes):
+                if s.id not in self.options.reference_progress:
+                    raise ValueError(f"--reference-progress: no entry for scene {s.id!r}")
+                ref[i] = self.options.reference_progress[s.id]
+        sharding = NamedSharding(self.mesh, PartitionSpec("data"))
+        return jax.device_put((scene, props, gates, ref), sharding)
+
+    def run(self) -> None:
+        try:
+            n = len(self.source)
+            size = self.options.shard_size
+            for shard in range((n + size - 1) // size):
+                if self.run.is_done(shard):
+                    self.out.put(("skip", shard, min(size, n - shard * size)))
+                    continue
+                start, stop = shard * size, min(n, (shard + 1) * size)
+                for bstart in range(start, stop, self.options.batch_size):
+                    if self.stop.is_set():
+                        return
+                    items = list(self.source.iter_range(bstart, min(stop, bstart + self.options.batch_size)))
+                    scenes = [s for s in items if isinstance(s, HostScene)]
+                    errors = [{"name": e.name, "error": e.message} for e in items if isinstance(e, SourceError)]
+                    arrays = self._device_batch(scenes) if scenes else None
+                    last = bstart + self.options.batch_size >= stop
+                    self.out.put(("batch", _Batch(shard, last, arrays, [s.id for s in scenes],
+                                                  [s.proposal_names for s in scenes],
+                                                  [s.num_proposals for s in scenes], errors)))
+        except BaseException as e:  # surfaced in the main thread
+            self.failure = e
+        finally:
+            self.out.put(("end", None))
+
+
+def _round_up(n: int) -> int:
+    """Bucket sizes so a run with varied scenes compiles only a few shapes."""
+    p = 8
+    while p < n:
+        p *= 2
+    return p
+
+
+def score_source(source: SceneSource, out_dir, options: ScoreOptions, *, resume: bool = False,
+                 progress: bool = True, on_shard: Callable[[int], None] | None = None) -> RunStats:
+    """Score every scene of ``source`` into ``out_dir``; returns the run's statistics."""
+    from tqdm.auto import tqdm
+
+    options.validate()
+    identity = {"source": source.describe(), **options.identity()}
+    run = RunDir(out_dir, identity, resume=resume)
+    mesh = make_mesh(options.num_devices)
+    step = build_step(mesh, options)
+    stats = RunStats()
+    q: queue.Queue = queue.Queue(maxsize=2)
+    producer = _Producer(source, run, options, mesh, q)
+    producer.start()
+
+    total = len(source)
+    bar = tqdm(total=total, unit="scene", disable=not progress, dynamic_ncols=True, desc="scoring")
+    shard_parts: list[dict] = []
+    shard_errors: list[dict] = []
+    pending: tuple | None = None  # (batch, device result) awaiting transfer to host
+    t_first_done = None
+
+    def finish(batch: _Batch, result) -> None:
+        nonlocal shard_parts, shard_errors, t_first_done
+        if result is not None:
+            cols = _columns(result, batch.ids, batch.names, batch.counts)
+            shard_parts.append(cols)
+            stats.add(cols)
+            if t_first_done is None:
+                t_first_done = time.perf_counter()
+            else:
+                stats.scored_after_compile += len(cols["epdms"])
+                stats.score_s = time.perf_counter() - t_first_done
+        shard_errors.extend(batch.errors)
+        stats.errors.extend(batch.errors)
+        stats.scenes += len(batch.ids)
+        bar.update(len(batch.ids) + len(batch.errors))
+        bar.set_postfix(prop_per_s=f"{stats.proposals_per_s:,.0f}" if stats.score_s else "compiling")
+        if batch.last_in_shard:
+            run.write_shard(batch.shard, _concat(shard_parts), shard_errors)
+            shard_parts, shard_errors = [], []
+            if on_shard is not None:
+                on_shard(batch.shard)
+
+    try:
+        while True:
+            kind, payload, *rest = q.get()
+            if kind == "end":
+                break
+            if kind == "skip":
+                stats.skipped_shards += 1
+                bar.update(rest[0])
+                continue
+            batch: _Batch = payload
+            result = None
+            if batch.arrays is not None:
+                t0 = time.perf_counter()
+                result = step(*batch.arrays)  # async dispatch: overlaps with finishing the previous batch
+                if stats.compile_s == 0.0:
+                    jax.block_until_ready(result)
+                    stats.compile_s = time.perf_counter() - t0
+            if pending is not None:
+                finish(*pending)
+            pending = (batch, result)
+        if pending is not None:
+            finish(*pending)
+    finally:
+        producer.stop.set()
+        bar.close()
+    if producer.failure is not None:
+        raise producer.failure
+    return stats

@@ -1,0 +1,209 @@
+"""The training loop shared by SFT and GRPO.
+
+One ``Trainer`` owns the split NNX model (trainable variables vs the rest), the optax state, the jitted update step,
+checkpointing, metrics and the progress bar. Algorithms plug in two things:
+
+  * ``loss_fn(model, batch, key) -> (loss_sum, denominator, metric_sums)``: sums over one (micro-)batch. The update
+    divides the summed gradients by the summed denominators, so micro-batches give the true mean.
+  * ``batch_fn(trainer, step, key) -> (batch or [micro-batches], host_metrics)``: the arrays of one step (SFT: a
+    slice of the dataset; GRPO: rollouts, rewards and advantages), a pure function of (step, key, current params).
+    A list is a batch split into micro-batches (gradient accumulation: one update from all of them).
+
+Determinism and resume: the data order is a function of (seed, step) (``data.EpochSampler``) and the step key is
+``fold_in(key(seed), step)``; a checkpoint stores the trainable parameters, the optimizer state, the step and the data
+position, so a run killed after step N and resumed reproduces steps N+1.. of an uninterrupted run.
+
+Sharding: with a ``mesh`` (axes data, fsdp, tensor) the parameters are placed by their logical axis names
+(``jaxdrive.parallel``) and every batch array is split over ("data", "fsdp") along its leading axis; the same jitted
+step runs on one device or many.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from jaxdrive import parallel
+from jaxdrive.train.checkpoint import Checkpointer
+from jaxdrive.train.forward import shard_batch
+from jaxdrive.train.metrics import MetricsLogger
+
+LossFn = Callable[[nnx.Module, dict, jax.Array], tuple[jax.Array, jax.Array, dict]]
+BatchFn = Callable[["Trainer", int, jax.Array], tuple[dict, dict]]
+EvalFn = Callable[["Trainer", int], dict]
+
+
+def default_summary(sums: dict) -> dict:
+    """Token means of metric sums (every key divided by ``sums["tokens"]``), plus the token count."""
+    tokens = sums.get("tokens")
+    out = {}
+    for k, v in sums.items():
+        out[k] = v if k == "tokens" or tokens is None else jnp.where(tokens > 0, v / jnp.maximum(tokens, 1.0), 0.0)
+    return out
+
+
+class Trainer:
+    """Args:
+      model: the NNX model (LoRA already applied when training adapters).
+      loss_fn: see module docstring.
+      tx: optax transformation (``optim.make_optimizer``).
+      trainable: NNX filter of the trained variables (``optim.trainable_filter``).
+      summary: maps the step's summed metrics to logged values (default: token means).
+      mesh / rules: optional device mesh and logical axis rules (see ``jaxdrive.parallel``).
+      checkpointer / save_every: orbax checkpoints every ``save_every`` steps and at the end.
+      logger / log_every: metrics sink and cadence.
+      seed: base of the per-step RNG keys.
+      progress: show a tqdm progress bar.
+    """
+
+    def __init__(self, model: nnx.Module, *, loss_fn: LossFn, tx: optax.GradientTransformation,
+                 trainable: Any = nnx.Param, summary: Callable[[dict], dict] = default_summary,
+                 mesh: jax.sharding.Mesh | None = None, rules=parallel.LOGICAL_AXIS_RULES,
+                 checkpointer: Checkpointer | None = None, save_every: int = 0, logger: MetricsLogger | None = None,
+                 log_every: int = 1, seed: int = 0, progress: bool = True):
+        self.mesh, self.rules = mesh, rules
+        if mesh is not None:
+            parallel.shard_model(model, mesh, rules)
+        self.graphdef, self.params, self.rest = nnx.split(model, trainable, ...)
+        if not jax.tree.leaves(self.params):
+            raise ValueError("trainable: the filter selects no variables of the model (LoRA not applied?)")
+        self.tx, self.loss_fn, self.summary = tx, loss_fn, summary
+        self.opt_state = jax.jit(tx.init)(self.params)
+        self.checkpointer, self.save_every = checkpointer, save_every
+        self.logger, self.log_every, self.progress = logger, log_every, progress
+        self.seed, self.step = seed, 0
+        self.base_key = jax.random.key(seed)
+        self.history: list[dict] = []
+        self._grad = jax.jit(self._grad_impl)
+        self._apply = jax.jit(self._apply_impl, donate_argnums=(0, 1))
+
+    # ------------------------------------------------------------------ model access
+    def model(self) -> nnx.Module:
+        """The current model (a fresh merge of the trainable and frozen state; use it read-only)."""
+        return nnx.merge(self.graphdef, self.params, self.rest)
+
+    def step_key(self, step: int) -> jax.Array:
+        return jax.random.fold_in(self.base_key, step)
+
+    def shard_batch(self, batch):
+        """Device-puts a (micro-)batch; with a mesh its example axis is split over ("data", "fsdp")."""
+        return shard_batch(batch, self.mesh)
+
+    # ------------------------------------------------------------------ one update
+    def _grad_impl(self, params, rest, batch, key):
+        def f(p):
+            total, denom, sums = self.loss_fn(nnx.merge(self.graphdef, p, rest), batch, key)
+            return total, (denom, sums)
+
+        (total, (denom, sums)), g = jax.value_and_grad(f, has_aux=True)(params)
+        return g, total, denom, sums
+
+    def _apply_impl(self, params, opt_state, grads, total, denom, sums):
+        scale = jnp.where(denom > 0, 1.0 / jnp.maximum(denom, 1e-8), 0.0)
+        grads = jax.tree.map(lambda x: x * scale.astype(x.dtype), grads)
+        updates, opt_state = self.tx.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        metrics = dict(self.summary(sums), loss=total * scale, grad_norm=optax.global_norm(grads))
+        return params, opt_state, metrics
+
+    def update(self, micro_batches: list, key: jax.Array) -> dict:
+        """One optimizer update from the summed gradients of ``micro_batches`` (on device); returns device metrics.
+
+        Each micro-batch contributes its loss *sum*; the sum of gradients is divided by the sum of denominators, so
+        any split of a batch gives the same update as the whole batch (gradient accumulation)."""
+        ctx = parallel.activation_sharding(self.mesh, self.rules) if self.mesh is not None else contextlib.nullcontext()
+        acc = None
+        with ctx:
+            for i, mb in enumerate(micro_batches):
+                out = self._grad(self.params, self.rest, mb, jax.random.fold_in(key, i))
+                acc = out if acc is None else jax.tree.map(jnp.add, acc, out)
+            self.params, self.opt_state, metrics = self._apply(self.params, self.opt_state, *acc)
+        return metrics
+
+    # ------------------------------------------------------------------ checkpointing
+    def _ckpt_state(self) -> dict:
+        return {"params": self.params, "opt_state": self.opt_state}
+
+    def save(self, meta: dict | None = None, metrics: dict | None = None) -> None:
+        if self.checkpointer is None:
+            return
+        base = {"step": self.step, "seed": self.seed,
+                "rng_key": np.asarray(jax.random.key_data(self.base_key)).tolist()}
+        self.checkpointer.save(self.step, self._ckpt_state(), {**base, **(meta or {})}, metrics)
+
+    def restore(self, step: int | None = None) -> dict | None:
+        """Restores the latest (or given) checkpoint if there is one; returns its meta (None if nothing to restore)."""
+        if self.checkpointer is None or (step is None and self.checkpointer.latest_step() is None):
+            return None
+        state, meta = self.checkpointer.restore(self._ckpt_state(), step)
+        self.params, self.opt_state = state["params"], state["opt_state"]
+        self.step, self.seed = int(meta["step"]), int(meta["seed"])
+        self.base_key = jax.random.wrap_key_data(jnp.asarray(meta["rng_key"], jnp.uint32))
+        return meta
+
+    # ------------------------------------------------------------------ the loop
+    def run(self, total_steps: int, batch_fn: BatchFn, *, updates_per_batch: int = 1,
+            eval_fns: dict[str, tuple[int, EvalFn]] | None = None, position_fn: Callable[[int], dict] | None = None,
+            best_metric_source: str | None = None, stop_after: int | None = None) -> list[dict]:
+        """Trains from ``self.step`` up to ``total_steps`` (resume first with ``restore``).
+
+        Args:
+          batch_fn: produces each step's batch (see module docstring).
+          updates_per_batch: optimizer updates per batch (GRPO policy epochs over one rollout batch).
+          eval_fns: {name: (every, fn(trainer, step) -> metrics)} run after steps divisible by ``every`` and at the
+            end; logged under "eval/<name>"; the one named ``best_metric_source`` feeds the best-checkpoint metric.
+          position_fn: data position of a step for the checkpoint meta.
+          stop_after: stop (as if killed) after this step, after its checkpoint; for tests and preemption.
+        Returns: the logged records of the steps run.
+        """
+        from tqdm.auto import tqdm
+
+        eval_fns = eval_fns or {}
+        records = []
+        bar = tqdm(total=total_steps, initial=self.step, disable=not self.progress, desc="train", leave=False)
+        while self.step < total_steps:
+            step = self.step + 1
+            key = self.step_key(step)
+            t0 = time.perf_counter()
+            host_batch, host_metrics = batch_fn(self, step, jax.random.fold_in(key, 0))
+            micro = [self.shard_batch(mb) for mb in (host_batch if isinstance(host_batch, list) else [host_batch])]
+            for epoch in range(updates_per_batch):
+                metrics = self.update(micro, jax.random.fold_in(key, epoch + 1))
+            metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+            self.step = step
+            dt = time.perf_counter() - t0
+            metrics.update(host_metrics)
+            if "tokens" in metrics:
+                metrics["tokens_per_s"] = metrics["tokens"] * updates_per_batch / max(dt, 1e-9)
+            metrics["step_time_s"] = dt
+            record = {"step": step, **metrics}
+            evals = {}
+            for name, (every, fn) in eval_fns.items():
+                if step % every == 0 or step == total_steps:
+                    evals[name] = fn(self, step)
+                    if self.logger is not None:
+                        self.logger.log(step, evals[name], prefix=f"eval/{name}")
+                    record.update({f"eval/{name}/{k}": float(v) for k, v in evals[name].items()})
+            if self.logger is not None and (step % self.log_every == 0 or step == total_steps):
+                self.logger.log(step, metrics)
+            records.append(record)
+            self.history.append(record)
+            bar.update(1)
+            bar.set_postfix(loss=f"{metrics['loss']:.4g}")
+            if self.checkpointer is not None and (
+                (self.save_every and step % self.save_every == 0) or step == total_steps or step == stop_after):
+                ckpt_metrics = evals.get(best_metric_source) if best_metric_source else None
+                self.save({"data_position": position_fn(step) if position_fn else {}}, ckpt_metrics)
+            if stop_after is not None and step >= stop_after:
+                break
+        bar.close()
+        if self.checkpointer is not None:
+            self.checkpointer.wait()
+        return records
+

@@ -1,0 +1,216 @@
+"""Parity of the Flax Qwen2.5-VL / Qwen3-VL vision towers with transformers' PyTorch towers on tiny random weights.
+
+The HF towers are the vision modules of tiny random `Qwen2_5_VLForConditionalGeneration` /
+`Qwen3VLForConditionalGeneration` models (fixed torch seeds, weights perturbed so that biases and norm scales are not
+trivial zeros/ones). Float32 throughout; tolerance 1e-4 max abs difference.
+"""
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+import PIL.Image
+import pytest
+import torch
+from flax import nnx
+
+transformers = pytest.importorskip("transformers")
+
+from jaxdrive.models import vision_common as vc  # noqa: E402
+from jaxdrive.models.image_processing import ImageProcessorConfig, preprocess_images  # noqa: E402
+from jaxdrive.models.vision_qwen3 import Qwen3VisionTower  # noqa: E402
+from jaxdrive.models.vision_qwen25 import Qwen25VisionConfig, Qwen25VisionTower  # noqa: E402
+
+TOL = 1e-4
+TINY_TEXT = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                 num_key_value_heads=1)
+# window_size 56 = 2 merged tokens per window side at patch 14 / merge 2, so every grid below is split into windows.
+Q25_VISION = dict(depth=3, hidden_size=32, intermediate_size=48, num_heads=2, out_hidden_size=24, patch_size=14,
+                  spatial_merge_size=2, window_size=56, fullatt_block_indexes=[1])
+Q3_VISION = dict(depth=3, hidden_size=32, intermediate_size=48, num_heads=2, out_hidden_size=24, patch_size=16,
+                 spatial_merge_size=2, num_position_embeddings=64, deepstack_visual_indexes=[0, 2])
+
+GRIDS = {
+    "one_image": [[1, 6, 10]],
+    "two_sizes": [[1, 4, 4], [1, 10, 6]],
+    "video_and_uneven_windows": [[2, 4, 6], [1, 10, 14]],
+}
+
+
+def _perturbed(module: torch.nn.Module) -> torch.nn.Module:
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return module.eval()
+
+
+@pytest.fixture(scope="module")
+def qwen25():
+    torch.manual_seed(0)
+    cfg = transformers.Qwen2_5_VLConfig(text_config=TINY_TEXT, vision_config=Q25_VISION)
+    model = transformers.Qwen2_5_VLForConditionalGeneration(cfg)
+    hf = _perturbed(model.model.visual)
+    tower = Qwen25VisionTower(cfg.vision_config.to_dict(), rngs=nnx.Rngs(0))
+    tower.load_hf_state(hf.state_dict())
+    return hf, tower
+
+
+@pytest.fixture(scope="module")
+def qwen3():
+    torch.manual_seed(1)
+    cfg = transformers.Qwen3VLConfig(text_config=dict(TINY_TEXT, head_dim=16), vision_config=Q3_VISION)
+    model = transformers.Qwen3VLForConditionalGeneration(cfg)
+    hf = _perturbed(model.model.visual)
+    tower = Qwen3VisionTower(cfg.vision_config, rngs=nnx.Rngs(0))  # HF config object: to_dict() is taken
+    tower.load_hf_state(hf.state_dict())
+    return hf, tower
+
+
+def _pixels(grid, patch_dim, seed):
+    n = int(np.prod(grid, axis=1).sum())
+    return np.random.default_rng(seed).normal(size=(n, patch_dim)).astype(np.float32)
+
+
+def _jit_padded(tower, pixel_values, grid, bucket=64):
+    n = pixel_values.shape[0]
+    n_pad = vc.bucket_length(n, bucket)
+    meta = tower.prepare(grid, pad_to=n_pad)
+    assert meta.merged_valid.sum() == n // 4 and meta.merged_valid.shape == (n_pad // 4,)
+    return nnx.jit(lambda t, x, m: t(x, m))(tower, vc.pad_pixel_values(pixel_values, n_pad), meta), n // 4
+
+
+@pytest.mark.parametrize("name", list(GRIDS))
+def test_qwen25_tower_matches_transformers(qwen25, name):
+    hf, tower = qwen25
+    grid = np.array(GRIDS[name])
+    pv = _pixels(grid, tower.config.patch_dim, seed=len(name))
+    with torch.no_grad():
+        ref = hf(torch.from_numpy(pv), torch.from_numpy(grid)).pooler_output.numpy()
+    eager = np.asarray(tower(jnp.asarray(pv), grid))
+    padded, m = _jit_padded(tower, pv, grid)
+    worst = max(np.abs(eager - ref).max(), np.abs(np.asarray(padded)[:m] - ref).max())
+    print(f"qwen2.5 {name}: out {ref.shape}, worst |diff| eager/jit-padded = {worst:.2e}")
+    assert eager.shape == ref.shape == (m, 24)
+    assert worst <= TOL
+
+
+def test_qwen25_window_attention_is_exercised(qwen25):
+    """Same weights with every block on full attention must disagree with HF: window masks really matter here."""
+    hf, tower = qwen25
+    cfg = dataclasses.replace(tower.config, fullatt_block_indexes=tuple(range(tower.config.depth)))
+    full = Qwen25VisionTower(cfg, rngs=nnx.Rngs(0))
+    full.load_hf_state(tower.export_hf_state())
+    grid = np.array(GRIDS["one_image"])
+    pv = _pixels(grid, cfg.patch_dim, seed=3)
+    with torch.no_grad():
+        ref = hf(torch.from_numpy(pv), torch.from_numpy(grid)).pooler_output.numpy()
+    assert np.abs(np.asarray(full(jnp.asarray(pv), grid)) - ref).max() > 1e-3
+
+
+@pytest.mark.parametrize("name", list(GRIDS))
+def test_qwen3_tower_matches_transformers(qwen3, name):
+    hf, tower = qwen3
+    grid = np.array(GRIDS[name])
+    pv = _pixels(grid, tower.config.patch_dim, seed=len(name))
+    with torch.no_grad():
+        out = hf(torch.from_numpy(pv), torch.from_numpy(grid))
+    refs = [out.pooler_output.numpy()] + [d.numpy() for d in out.deepstack_features]
+    merged, deepstack = tower(jnp.asarray(pv), grid)
+    (p_merged, p_deepstack), m = _jit_padded(tower, pv, grid)
+    assert len(deepstack) == len(p_deepstack) == 2 and merged.shape == refs[0].shape == (m, 24)
+    worst = 0.0
+    for ref, ours, padded in zip(refs, [merged] + deepstack, [p_merged] + p_deepstack):
+        worst = max(worst, np.abs(np.asarray(ours) - ref).max(), np.abs(np.asarray(padded)[:m] - ref).max())
+    print(f"qwen3 {name}: out {refs[0].shape}, worst |diff| merged+deepstack eager/jit-padded = {worst:.2e}")
+    assert worst <= TOL
+
+
+def test_processor_output_feeds_tower(qwen25):
+    """Our image processor's arrays drive the tower exactly as they drive transformers' tower."""
+    hf, tower = qwen25
+    rng = np.random.default_rng(5)
+    images = [PIL.Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for h, w in [(60, 90), (30, 40)]]
+    pv, grid = preprocess_images(images, ImageProcessorConfig(max_pixels=112 * 112))
+    with torch.no_grad():
+        ref = hf(torch.from_numpy(pv), torch.from_numpy(grid)).pooler_output.numpy()
+    assert np.abs(np.asarray(tower(jnp.asarray(pv), grid)) - ref).max() <= TOL
+
+
+def test_one_compile_per_bucket(qwen3):
+    """Different image mixes padded to the same bucket reuse one trace."""
+    _, tower = qwen3
+    traces = []
+
+    @nnx.jit
+    def run(t, x, m):
+        traces.append(1)
+        return t(x, m)
+
+    for grid in ([[1, 4, 4]], [[1, 2, 6], [1, 4, 2]], [[1, 6, 6]]):
+        grid = np.array(grid)
+        pv = _pixels(grid, tower.config.patch_dim, seed=0)
+        run(tower, vc.pad_pixel_values(pv, 64), tower.prepare(grid, pad_to=64))
+    assert len(traces) == 1
+
+
+@pytest.mark.parametrize("family", ["qwen25", "qwen3"])
+def test_export_roundtrip_and_load_errors(family, request):
+    hf, tower = request.getfixturevalue(family)
+    hf_state = {k: v.numpy() for k, v in hf.state_dict().items()}
+    exported = tower.export_hf_state()
+    assert exported.keys() == hf_state.keys()
+    for k, v in hf_state.items():
+        np.testing.assert_array_equal(exported[k], v, err_msg=k)
+
+    fresh = type(tower)(tower.config, rngs=nnx.Rngs(1))
+    missing = dict(hf_state)
+    del missing["blocks.1.attn.qkv.weight"]
+    with pytest.raises(ValueError, match=r"missing tensors \['blocks.1.attn.qkv.weight'\]"):
+        fresh.load_hf_state(missing)
+    bad = dict(hf_state, **{"blocks.0.mlp.down_proj.bias" if family == "qwen25" else "blocks.0.mlp.linear_fc2.bias":
+                            np.zeros(7, np.float32)})
+    with pytest.raises(ValueError, match=r"blocks\.0\.mlp\.\w+\.bias'?: expected shape \(32,\), got \(7,\)"):
+        fresh.load_hf_state(bad)
+    with pytest.raises(ValueError, match=r"unexpected tensors \['extra.weight'\]"):
+        fresh.load_hf_state(dict(hf_state, **{"extra.weight": np.zeros(1)}))
+
+
+@pytest.mark.parametrize("family", ["qwen25", "qwen3"])
+def test_logical_axis_names_on_every_parameter(family, request):
+    _, tower = request.getfixturevalue(family)
+    allowed = {None, "embed", "mlp", "heads", "kv"}
+    params = nnx.state(tower, nnx.Param)
+    leaves = [v for _, v in nnx.to_flat_state(params)]
+    assert leaves
+    for v in leaves:
+        axes = v.get_metadata()["out_sharding"]
+        assert len(axes) == v.value.ndim and set(axes) <= allowed
+    attn = tower.blocks[0].attn
+    assert attn.qkv_kernel.get_metadata()["out_sharding"] == ("embed", None, "heads", "kv")
+
+
+def test_bad_inputs_give_readable_errors(qwen25):
+    _, tower = qwen25
+    grid = np.array([[1, 4, 4]])
+    with pytest.raises(ValueError, match=r"pixel_values: expected shape \[num_patches, 1176\].*got \(16, 784\)"):
+        tower(jnp.zeros((16, 2 * 2 * 14 * 14)), grid)  # 2 channels instead of 3
+    with pytest.raises(ValueError, match=r"implies 16 patches.*got 12 rows"):
+        tower(jnp.zeros((12, 1176)), grid)
+    with pytest.raises(ValueError, match=r"multiples of spatial_merge_size=2"):
+        tower(jnp.zeros((15, 1176)), np.array([[1, 3, 5]]))
+    with pytest.raises(ValueError, match=r"grid_thw: expected shape \[num_images >= 1, 3\]"):
+        tower(jnp.zeros((16, 1176)), np.array([4, 4]))
+    with pytest.raises(ValueError, match=r"pad_to: .* >= the patch count 16, got 8"):
+        tower.prepare(grid, pad_to=8)
+    meta = tower.prepare(grid, pad_to=32)
+    with pytest.raises(ValueError, match=r"metadata was prepared for shape \(32, 1176\), got \(16, 1176\)"):
+        tower(jnp.zeros((16, 1176)), meta)
+    with pytest.raises(ValueError, match=r"window_size: must be >= .* 28, got 14"):
+        Qwen25VisionTower(dataclasses.replace(tower.config, window_size=14), rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match=r"hidden_act: expected one of"):
+        Qwen25VisionTower(dict(Q25_VISION, hidden_act="relu6"), rngs=nnx.Rngs(0))
+
+
+def test_config_from_plain_dict_uses_hf_defaults():
+    cfg = Qwen25VisionConfig.from_hf({"depth": 2, "hidden_size": 64, "num_heads": 4, "out_hidden_size": 128,
+                                      "fullatt_block_indexes": [1], "rope_theta": 5000.0})
+    assert (cfg.window_size, cfg.patch_size, cfg.fullatt_block_indexes, cfg.rope_theta) == (112, 14, (1,), 5000.0)
