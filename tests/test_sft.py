@@ -11,7 +11,8 @@ from jaxdrive.train.testing import TOKENS, memorise_examples, tiny_vlm
 from jaxdrive.train.trainer import Trainer
 
 
-def _loss_and_grad(model, arrays):
+def _loss_and_grad_fn(model):
+    """A jitted (loss, grads w.r.t. all params) of the SFT loss, compiled once per batch shape."""
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
 
     @jax.jit
@@ -22,7 +23,7 @@ def _loss_and_grad(model, arrays):
 
         return jax.value_and_grad(f)(params)
 
-    return loss_and_grad(params, rest, sft.sft_batch(model, arrays))
+    return lambda arrays: loss_and_grad(params, rest, sft.sft_batch(model, arrays))
 
 
 def test_loss_is_masked_shifted_cross_entropy_and_mask_is_honoured():
@@ -36,7 +37,8 @@ def test_loss_is_masked_shifted_cross_entropy_and_mask_is_honoured():
     arrays = data.stack_examples(rows)
 
     # the value: -mean log softmax(logits[s])[ids[s+1]] over positions whose *target* is in the loss mask
-    loss, grads = _loss_and_grad(model, arrays)
+    loss_and_grad = _loss_and_grad_fn(model)
+    loss, grads = loss_and_grad(arrays)
     pv = arrays["pixel_values"].reshape(-1, arrays["pixel_values"].shape[-1])
     logits = np.asarray(model(arrays["input_ids"], arrays["attention_mask"], pv, arrays["image_grid_thw"].reshape(-1, 3)))
     logp = jax.nn.log_softmax(logits, -1)
@@ -50,14 +52,14 @@ def test_loss_is_masked_shifted_cross_entropy_and_mask_is_honoured():
     # model's predictions of the answer do not see them) ...
     changed = dict(arrays, input_ids=arrays["input_ids"].copy())
     changed["input_ids"][:, -5:-2] = [[20, 30, 40], [41, 42, 43]]
-    loss2, grads2 = _loss_and_grad(model, changed)
+    loss2, grads2 = loss_and_grad(changed)
     assert float(loss2) == float(loss)
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), grads, grads2)
     # ... whereas with those tokens in the mask the same change does move the gradient (the check has teeth)
     unmasked = dict(arrays, loss_mask=arrays["attention_mask"].astype(np.float32))
     unmasked_changed = dict(changed, loss_mask=unmasked["loss_mask"])
-    _, g_a = _loss_and_grad(model, unmasked)
-    _, g_b = _loss_and_grad(model, unmasked_changed)
+    _, g_a = loss_and_grad(unmasked)
+    _, g_b = loss_and_grad(unmasked_changed)
     diff = max(float(jnp.abs(x - y).max()) for x, y in zip(jax.tree.leaves(g_a), jax.tree.leaves(g_b)))
     assert diff > 1e-4
 

@@ -66,7 +66,6 @@ class _Builder:
         self.road, self.rng, self.max_agents = road, rng, max_agents
         self.agents: list[Agent] = []
         self.circles = [(_ego_box_centre(road), EGO_HALF_DIAG)]
-        self.route_lp = next((lp for lp in road.lane_paths if lp.paths is road.route), None)
 
     def add(self, prefix: str, atype: AgentType, size: tuple[float, float, float], track: np.ndarray, role: str,
             may_flicker: bool = False) -> bool:
@@ -164,7 +163,7 @@ def _road_actors(b: _Builder, v0: float, prof) -> Actors:
         s, v = speed_profile(rng.uniform(6.0, 15.0))
         b.add("veh", AgentType.VEHICLE, b.vehicle_size(),
               track_on_path(lp.paths, lp.ego_sigma - rng.uniform(15.0, 90.0) + s, v), "oncoming", may_flicker=True)
-    same = [lp for lp in road.lane_paths if lp.direction == "same" and lp.paths is not road.route]
+    same = [lp for lp in road.lane_paths if lp.direction == "same" and not lp.is_route]
     for _ in range(int(rng.integers(0, prof.max_adjacent + 1)) if same else 0):
         lp = same[int(rng.integers(len(same)))]
         s, v = speed_profile(v0 * rng.uniform(0.7, 1.2))
@@ -177,7 +176,7 @@ def _road_actors(b: _Builder, v0: float, prof) -> Actors:
         start = lp.ego_sigma + rng.uniform(6.0, 20.0)
         t_lc = rng.uniform(0.0, 1.5)
         # offset towards the ego lane: the ego lane centre seen from the neighbour lane
-        to_ego = -float(np.sign(_lane_offset(road, lp))) * abs(_lane_offset(road, lp))
+        to_ego = -_lane_offset(road, lp)
         u = lp.paths.sigma[0]
         d = to_ego * smoothstep((u - start - speed * t_lc) / max(speed * rng.uniform(2.0, 3.0), 8.0))
         b.add("veh", AgentType.VEHICLE, b.vehicle_size(), track_on_path(offset_paths(lp.paths, d[None]), start + s, v),

@@ -25,7 +25,7 @@ REAR_AXLE_TO_CENTER = 1.461  # m
 
 def smoothstep(x: np.ndarray) -> np.ndarray:
     """Quintic 0 -> 1 ramp on [0, 1] with zero first and second derivative at both ends (C2 lateral offsets)."""
-    x = np.clip(x, 0.0, 1.0)
+    x = np.minimum(np.maximum(x, 0.0), 1.0)
     return x * x * x * (10.0 + x * (-15.0 + 6.0 * x))
 
 
@@ -65,13 +65,27 @@ def integrate_curvature(kappa: np.ndarray, ds: float, start: tuple[float, float,
     return np.stack([x, y], axis=-1), heading
 
 
+def _central(a: np.ndarray) -> np.ndarray:
+    """Differences along axis 1 over two samples (one-sided at the ends), not divided by the spacing."""
+    out = np.empty_like(a)
+    out[:, 1:-1] = a[:, 2:] - a[:, :-2]
+    out[:, 0] = 2.0 * (a[:, 1] - a[:, 0])
+    out[:, -1] = 2.0 * (a[:, -1] - a[:, -2])
+    return out
+
+
 def polyline_paths(xy: np.ndarray) -> Paths:
     """Paths from dense points (R, U, 2): arc length, tangent heading (central differences), curvature d(heading)/ds."""
-    seg = np.linalg.norm(np.diff(xy, axis=1), axis=-1)
-    sigma = np.concatenate([np.zeros(xy.shape[:1] + (1,)), np.cumsum(seg, axis=1)], axis=1)
-    d = np.gradient(xy, axis=1)
-    heading = np.unwrap(np.arctan2(d[..., 1], d[..., 0]), axis=1)
-    kappa = np.gradient(heading, axis=1) / np.maximum(np.gradient(sigma, axis=1), 1e-9)
+    step = np.diff(xy, axis=1)
+    seg = np.sqrt(step[..., 0] ** 2 + step[..., 1] ** 2)
+    sigma = np.zeros(xy.shape[:2])
+    np.cumsum(seg, axis=1, out=sigma[:, 1:])
+    d = _central(xy)
+    heading = np.arctan2(d[..., 1], d[..., 0])
+    jumps = np.diff(heading, axis=1)
+    if np.any(np.abs(jumps) > np.pi):
+        heading = np.unwrap(heading, axis=1)
+    kappa = _central(heading) / np.maximum(_central(sigma), 1e-9)
     return Paths(xy=xy, heading=heading, kappa=kappa, sigma=sigma)
 
 
@@ -81,24 +95,26 @@ def offset_paths(base: Paths, offsets: np.ndarray) -> Paths:
     return polyline_paths(xy)
 
 
-def _flat_interp(query: np.ndarray, knots: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Row-wise ``np.interp``: query (R, T), knots (R, U) increasing per row, values (R, U) -> (R, T)."""
-    r = knots.shape[0]
+def sample_paths(paths: Paths, sigma: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Path points at arc lengths ``sigma`` (R, T) (measured from each row's start, clamped to the path):
+    x, y, heading (unwrapped), kappa, each (R, T), linearly interpolated."""
+    knots = paths.sigma
+    r, u = knots.shape
     lo, hi = knots[:, :1], knots[:, -1:]
     span = float(np.max(hi - lo)) + 10.0
     shift = np.arange(r)[:, None] * span - lo
-    q = np.clip(query, lo, hi) + shift
-    return np.interp(q.ravel(), (knots + shift).ravel(), values.ravel()).reshape(query.shape)
-
-
-def sample_paths(paths: Paths, sigma: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Path points at arc lengths ``sigma`` (R, T) (measured from each row's start): x, y, heading (unwrapped), kappa."""
-    s = paths.sigma
-    x = _flat_interp(sigma, s, paths.xy[..., 0])
-    y = _flat_interp(sigma, s, paths.xy[..., 1])
-    h = _flat_interp(sigma, s, paths.heading)
-    k = _flat_interp(sigma, s, paths.kappa)
-    return x, y, h, k
+    flat = (knots + shift).ravel()
+    q = (np.minimum(np.maximum(sigma, lo), hi) + shift).ravel()
+    j = np.clip(np.searchsorted(flat, q, side="right") - 1, 0, flat.shape[0] - 2)
+    # keep both knots inside the query's own row
+    row_end = (np.arange(r)[:, None] * u + u - 2).repeat(sigma.shape[1], axis=1).ravel()
+    j = np.minimum(j, row_end)
+    w = np.clip((q - flat[j]) / np.maximum(flat[j + 1] - flat[j], 1e-12), 0.0, 1.0)
+    out = []
+    for vals in (paths.xy[..., 0], paths.xy[..., 1], paths.heading, paths.kappa):
+        v = vals.ravel()
+        out.append((v[j] * (1.0 - w) + v[j + 1] * w).reshape(sigma.shape))
+    return tuple(out)
 
 
 def states_from_motion(x, y, heading, kappa, v, a) -> np.ndarray:
@@ -163,23 +179,26 @@ def rollout(v0: np.ndarray, a0: np.ndarray, lon: Longitudinal, steps: int,
     acc = np.zeros((r, steps + 1))
     s, v, a = np.zeros(r), v0.astype(np.float64).copy(), a0.astype(np.float64).copy()
     vel[:, 0], acc[:, 0] = v, a
-    sqrt_ab = np.sqrt(lon.a_max * lon.b_comf)
-    v_t = np.maximum(lon.v_target, 0.1)
+    inv_2sqrt_ab = 0.5 / np.sqrt(lon.a_max * lon.b_comf)
+    inv_vt = 1.0 / np.maximum(lon.v_target, 0.1)
+    step = lon.jerk * DT
+    gap_obstacle = obstacle - FRONT_LENGTH
+    has_cmd = np.isfinite(lon.a_cmd)
+    a_cmd = np.where(has_cmd, lon.a_cmd, 0.0)
     for t in range(steps):
-        gap = np.maximum(obstacle[:, t] - s - FRONT_LENGTH, 0.1)
-        s_star = IDM_S0 + np.maximum(0.0, v * IDM_T + v * (v - obstacle_v[:, t]) / (2.0 * sqrt_ab))
-        a_idm = lon.a_max * (1.0 - (v / v_t) ** 4 - (s_star / gap) ** 2)
-        scripted = np.isfinite(lon.a_cmd) & (t * DT >= lon.t_cmd)
-        a_des = np.clip(np.where(scripted, lon.a_cmd, a_idm), A_MIN, lon.a_max)
-        step = lon.jerk * DT
-        a_new = a + np.clip(a_des - a, -step, step)
-        v_new = v + 0.5 * (a + a_new) * DT
+        gap = np.maximum(gap_obstacle[:, t] - s, 0.1)
+        s_star = IDM_S0 + np.maximum(0.0, v * (IDM_T + (v - obstacle_v[:, t]) * inv_2sqrt_ab))
+        a_idm = lon.a_max * (1.0 - (v * inv_vt) ** 4 - (s_star / gap) ** 2)
+        a_des = np.where(has_cmd & (t * DT >= lon.t_cmd), a_cmd, a_idm)
+        a_des = np.minimum(np.maximum(a_des, A_MIN), lon.a_max)
+        a_new = a + np.minimum(np.maximum(a_des - a, -step), step)
+        v_new = v + 0.5 * DT * (a + a_new)
         ds = v * DT + DT * DT * (a / 3.0 + a_new / 6.0)
         stop = v_new <= 0.0
-        # stopping inside the step: come to rest with zero acceleration (the car stays parked afterwards)
-        ds = np.where(stop, 0.5 * v * DT, ds)
-        v_new = np.where(stop, 0.0, v_new)
-        a_new = np.where(stop, 0.0, a_new)
+        if stop.any():  # stopping inside the step: come to rest with zero acceleration (and stay parked)
+            ds[stop] = 0.5 * DT * v[stop]
+            v_new[stop] = 0.0
+            a_new[stop] = 0.0
         s, v, a = s + ds, v_new, a_new
         sig[:, t + 1], vel[:, t + 1], acc[:, t + 1] = s, v, a
     return sig, vel, acc

@@ -18,7 +18,7 @@ import numpy as np
 from jaxdrive.data.synthetic_actors import Actors
 from jaxdrive.data.synthetic_motion import (FRONT_LENGTH, Longitudinal, Paths, history_profile, offset_paths, rollout,
                                             sample_paths, smoothstep, states_from_motion)
-from jaxdrive.data.synthetic_roads import RoadMap
+from jaxdrive.data.synthetic_roads import DS, RoadMap
 from jaxdrive.scene import NUM_STEPS
 
 FAMILIES = ("follow", "stop", "brake_hard", "lane_change", "nudge", "drift", "leave_road", "wrong_way", "swerve",
@@ -105,6 +105,7 @@ def candidates(rng: np.random.Generator, road: RoadMap, m: Motion, actors: Actor
             name = "follow_nominal" if (off == 0.0 and frac == 1.0) else f"pdm_{off:+.0f}m_{int(frac * 100)}pct"
             shape = () if off == 0.0 else ((off, 1.0, ramp, math.inf, 1.0),)
             pdm.append(Spec(name, "follow", v_ref * frac, offset=shape, use_lead=True, use_stop=True, use_blocker=True))
+    pdm.sort(key=lambda s: s.name != "follow_nominal")
     sp = []
     lc_len = max(15.0, v0 * rng.uniform(2.5, 4.0))
     step = lambda amp, start=2.0, length=lc_len: ((amp, start, length, math.inf, 1.0),)  # noqa: E731
@@ -159,22 +160,22 @@ def candidates(rng: np.random.Generator, road: RoadMap, m: Motion, actors: Actor
     return pdm, sp
 
 
-def _feasible(road: RoadMap, spec: Spec, paths: dict[str, Paths]) -> bool:
-    """Offsets must not fold the path over itself: |kappa * d| < 0.5 and |d''| < 0.3 1/m along the route."""
+def _feasible(spec: Spec, kappa_max: dict[str, float]) -> bool:
+    """Offsets must not fold the path over itself: bounds |kappa| max|d| < 0.5 and max|d''| < 0.3 1/m."""
     if not spec.offset:
         return True
-    base = paths[spec.path]
-    u = base.sigma[0] - base.sigma[0, road.ego_index]
-    d = offset_profile(u, spec.offset)
-    d2 = np.gradient(np.gradient(d, u), u)
-    return bool(np.max(np.abs(base.kappa[0] * d)) < 0.5 and np.max(np.abs(d2)) < 0.3)
+    d_max = sum(abs(b[0]) for b in spec.offset)
+    d2_max = sum(5.78 * abs(b[0]) / (b[2] if math.isinf(b[3]) else min(b[2], b[4])) ** 2  # max smoothstep'' 5.77
+                 for b in spec.offset)
+    return kappa_max[spec.path] * d_max < 0.5 and d2_max < 0.3
 
 
 def select(rng: np.random.Generator, road: RoadMap, pdm: list[Spec], special: list[Spec], k: int,
            paths: dict[str, Paths]) -> list[Spec]:
     """``follow_nominal`` first, then a share of the PDM grid and the rest specials (each at most once)."""
-    pdm = [s for s in pdm if _feasible(road, s, paths)]
-    special = [s for s in special if _feasible(road, s, paths)]
+    kappa_max = {key: float(np.max(np.abs(p.kappa[0, road.ego_index:]))) for key, p in paths.items()}
+    pdm = [s for s in pdm if _feasible(s, kappa_max)]
+    special = [s for s in special if _feasible(s, kappa_max)]
     chosen = [pdm[0]]
     n_pdm = min(len(pdm) - 1, max(int(round(k * rng.uniform(0.2, 0.45))) - 1, 0), k - 1)
     order = rng.permutation(len(special))
@@ -183,7 +184,13 @@ def select(rng: np.random.Generator, road: RoadMap, pdm: list[Spec], special: li
     chosen += rest_pdm[:n_pdm] + [special[i] for i in order[:n_sp]]
     chosen += rest_pdm[n_pdm:n_pdm + (k - len(chosen))]
     head, tail = chosen[:1], chosen[1:]
-    return head + [tail[i] for i in rng.permutation(len(tail))]
+    chosen = head + [tail[i] for i in rng.permutation(len(tail))]
+    seen: dict[str, int] = {}
+    for i, s in enumerate(chosen):
+        seen[s.name] = seen.get(s.name, 0) + 1
+        if seen[s.name] > 1:
+            chosen[i] = dataclasses.replace(s, name=f"{s.name}_{seen[s.name]}")
+    return chosen
 
 
 def _perturb(rng: np.random.Generator, s: Spec, kind: str) -> Spec:
@@ -209,7 +216,16 @@ def realise(rng: np.random.Generator, road: RoadMap, m: Motion, actors: Actors, 
     kinds[0] = "same" if kinds[0] == "large" else kinds[0]
     human = Spec("human", "follow", m.v_ref * rng.uniform(0.85, 1.0), use_lead=True, use_stop=True, use_blocker=True,
                  jerk=2.5)
-    rows = list(specs) + [_perturb(rng, s, kd) for s, kd in zip(specs, kinds) if kd != "same"] + [human]
+    kappa_max = {key: float(np.max(np.abs(p.kappa[0, road.ego_index:]))) for key, p in paths.items()}
+    perturbed = []
+    for i, (s, kd) in enumerate(zip(specs, kinds)):
+        if kd != "same":
+            q = _perturb(rng, s, kd)
+            if _feasible(q, kappa_max):
+                perturbed.append(q)
+            else:
+                kinds[i] = "same"
+    rows = list(specs) + perturbed + [human]
     n = len(rows)
     steps = NUM_STEPS - 1
 
@@ -240,15 +256,20 @@ def realise(rng: np.random.Generator, road: RoadMap, m: Motion, actors: Actors, 
     sig, vel, acc = rollout(np.full(n, m.v0), np.full(n, m.a0), lon, steps, obstacle, obstacle_v)
 
     future = np.zeros((n, NUM_STEPS, 11))
-    for key in {s.path for s in rows}:
+    for key in sorted({s.path for s in rows}):
         idx = [r for r, s in enumerate(rows) if s.path == key]
-        base = paths[key]
-        u = base.sigma[0] - base.sigma[0, road.ego_index]
+        full = paths[key]
+        # only the stretch the rows can reach (offsets are 0 behind the ego, so arc lengths there are unchanged)
+        lo = road.ego_index - 2
+        hi = min(full.sigma.shape[1], road.ego_index + int(np.max(sig[idx]) / DS) + 8)
+        base = Paths(full.xy[:, lo:hi], full.heading[:, lo:hi], full.kappa[:, lo:hi],
+                     full.sigma[:, lo:hi] - full.sigma[0, lo])
+        u = base.sigma[0] - base.sigma[0, 2]
         offsets = np.stack([offset_profile(u, rows[r].offset) for r in idx])
         p = offset_paths(base, offsets) if np.any(offsets) else Paths(
             np.repeat(base.xy, len(idx), 0), np.repeat(base.heading, len(idx), 0),
             np.repeat(base.kappa, len(idx), 0), np.repeat(base.sigma, len(idx), 0))
-        x, y, h, k = sample_paths(p, base.sigma[0, road.ego_index] + sig[idx])
+        x, y, h, k = sample_paths(p, base.sigma[0, 2] + sig[idx])
         future[idx] = states_from_motion(x, y, h, k, vel[idx], acc[idx])
 
     hs, hv, ha = history_profile(m.v0, m.a0, history_accel(rng, m))

@@ -24,15 +24,28 @@ DS = 0.5  # m, spacing of dense paths
 CHORD_TOL = 0.015  # m, max chord error of polygon boundaries
 
 
-@dataclasses.dataclass
 class LanePath:
-    """A line an agent can follow: one dense path, the arc length abreast of the ego at t = 0, travel direction."""
+    """A line an agent can follow, built on first use: a dense path, its travel direction relative to the ego
+    ("same" | "opposite" | "cross"), and where the ego is abreast of it: a sample index (roads) or, at junctions, the
+    ego's distance to the stop line measured back from ``mouth_sigma`` (where the path enters the junction)."""
 
-    paths: Paths
-    ego_sigma: float
-    direction: str  # "same" | "opposite" | "cross"
-    name: str
-    mouth_sigma: float = math.nan  # junctions: arc length where the path enters the junction
+    def __init__(self, build, direction: str, name: str, ego_index: int | None = None,
+                 mouth_sigma: float = math.nan, ego_to_mouth: float = math.nan, is_route: bool = False):
+        self._build, self._paths = build, None
+        self.direction, self.name, self.is_route = direction, name, is_route
+        self.ego_index, self.mouth_sigma, self.ego_to_mouth = ego_index, mouth_sigma, ego_to_mouth
+
+    @property
+    def paths(self) -> Paths:
+        if self._paths is None:
+            self._paths = self._build()
+        return self._paths
+
+    @property
+    def ego_sigma(self) -> float:
+        if self.ego_index is not None:
+            return float(self.paths.sigma[0, self.ego_index])
+        return self.mouth_sigma - self.ego_to_mouth
 
 
 @dataclasses.dataclass
@@ -160,11 +173,11 @@ def build_linear(rng: np.random.Generator, prof) -> RoadMap:
     route = polyline_paths((ref_xy + c_e * normal)[None])
     lane_paths = []
     for i, c in enumerate(centre):
-        p = route if i == e else polyline_paths((ref_xy + c * normal)[None])
-        lane_paths.append(LanePath(p, float(p.sigma[0, i_ego]), "same", f"f{i}"))
+        build = (lambda: route) if i == e else (lambda c=c: polyline_paths((ref_xy + c * normal)[None]))
+        lane_paths.append(LanePath(build, "same", f"f{i}", ego_index=i_ego, is_route=i == e))
     for j, c in enumerate(opp_centre):
-        p = polyline_paths((ref_xy + c * normal)[::-1][None])
-        lane_paths.append(LanePath(p, float(p.sigma[0, s.shape[0] - 1 - i_ego]), "opposite", f"o{j}"))
+        lane_paths.append(LanePath(lambda c=c: polyline_paths((ref_xy + c * normal)[::-1][None]), "opposite", f"o{j}",
+                                   ego_index=s.shape[0] - 1 - i_ego))
 
     tags = [curve_tag, f"lanes:{nf}+{no}", f"ego_lane:{e}"]
     carpark = None
@@ -393,12 +406,11 @@ def build_junction(rng: np.random.Generator, prof) -> RoadMap:
             if a == b or not (jn.arms[a].exists and jn.arms[b].exists):
                 continue
             for i, j in jn.connector_pairs(a, b):
-                p = route if (a, i, b, j) == (0, e, b_route, j_out) else jn.path(a, i, b, j)
-                arm = jn.arms[a]
+                is_route = (a, i, b, j) == (0, e, b_route, j_out)
+                build = (lambda: route) if is_route else (lambda a=a, i=i, b=b, j=j: jn.path(a, i, b, j))
                 direction = "same" if a == 0 else ("opposite" if a == 2 else "cross")
-                # the point abreast of the ego's distance to the stop line, for placing agents
-                lane_paths.append(LanePath(p, float(arm.length - (jn.arms[0].length - ego_sigma)), direction,
-                                           f"{a}{i}>{b}{j}", mouth_sigma=float(arm.length)))
+                lane_paths.append(LanePath(build, direction, f"{a}{i}>{b}{j}", mouth_sigma=float(jn.arms[a].length),
+                                           ego_to_mouth=float(jn.arms[0].length - ego_sigma), is_route=is_route))
     others = {}
     for b in options:
         for i, j in jn.connector_pairs(0, b):

@@ -192,7 +192,10 @@ def teacher_forced_logprobs(
     tmask = np.asarray(token_mask, bool)
     ids = np.concatenate([prompt_ids, tokens], axis=1)
     mask = np.concatenate([pmask, tmask], axis=1)
-    hidden = model.hidden_states(ids, mask, pixel_values, image_grid_thw)
+    img = None
+    if pixel_values is not None:  # only the prompt holds image slots, whatever the completion sampled
+        img = np.concatenate([prompt_ids == model.cfg.image_token_id, np.zeros(tokens.shape, bool)], axis=1)
+    hidden = model.hidden_states(ids, mask, pixel_values, image_grid_thw, image_mask=img)
     s = prompt_ids.shape[1]
     pred = np.maximum(predecessor_index(mask)[:, s:], 0)
     h = jnp.take_along_axis(hidden, jnp.asarray(pred)[:, :, None], axis=1)

@@ -63,11 +63,14 @@ def get_rope_index(
     input_ids: np.ndarray,
     attention_mask: np.ndarray | None = None,
     image_grid_thw: np.ndarray | None = None,
-    image_token_id: int | None = None,
     spatial_merge_size: int = 2,
+    *,
+    image_token_id: int | None = None,
+    image_mask: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """3-D position ids ``[3, B, S]`` (int32) and rope deltas ``[B]`` (int32) for a batch of prompts.
 
+    Image slots are ``image_mask`` (bool [B, S]) if given, else the tokens equal to ``image_token_id``.
     Valid text tokens get consecutive positions. Each image (a run of ``grid_t*grid_h*grid_w/merge^2`` image-pad
     tokens; images are consumed in order across the batch, row by row) at current position ``p`` gets
     ``t = p + frame``, ``h = p + row``, ``w = p + col`` on the merged grid, and the text after it resumes at
@@ -81,6 +84,9 @@ def get_rope_index(
     mask = np.ones((b, s), bool) if attention_mask is None else np.asarray(attention_mask).astype(bool)
     if mask.shape != (b, s):
         raise ValueError(f"get_rope_index: attention_mask must have shape {(b, s)}, got {mask.shape}")
+    if image_mask is None:
+        image_mask = input_ids == image_token_id if image_token_id is not None else np.zeros((b, s), bool)
+    image_mask = np.asarray(image_mask, bool)
     grids = [] if image_grid_thw is None else [tuple(int(v) for v in g) for g in np.asarray(image_grid_thw)]
     next_image = 0
     positions = np.zeros((3, b, s), np.int32)
@@ -88,7 +94,7 @@ def get_rope_index(
     m2 = spatial_merge_size * spatial_merge_size
     for row in range(b):
         ids = input_ids[row][mask[row]]
-        is_img = (ids == image_token_id) if image_token_id is not None else np.zeros(len(ids), bool)
+        is_img = image_mask[row][mask[row]]
         pos = np.zeros((3, len(ids)), np.int64)
         cur, i = 0, 0
         while i < len(ids):

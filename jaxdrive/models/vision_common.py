@@ -14,8 +14,10 @@ Patch order conventions (identical to transformers): patches of one image are li
 `merge x merge` spatial-merge blocks, i.e. for block row `bh`, block col `bw`, in-block row `i`, in-block col `j` the
 patch sits at grid position (`bh*merge + i`, `bw*merge + j`); images (and frames of a video) follow one another.
 
-Logical axis names used on parameters: 'embed' (model width), 'mlp' (MLP inner width), 'heads' (attention heads),
-'kv' (per-head width); None for axes that are never sharded (patch pixels, q/k/v selector, position table rows).
+Logical axis names used on parameters (mapped to mesh axes by `jaxdrive.parallel.LOGICAL_AXIS_RULES`):
+'vision_embed' (tower width, also the merger output), 'vision_mlp' (MLP / merger inner width), 'vision_heads'
+(attention heads), 'head_dim' (per-head width), 'vision_patch' (flattened patch pixels); None for axes that are
+never sharded (q/k/v selector, position-table rows).
 """
 from __future__ import annotations
 
@@ -75,7 +77,7 @@ class PatchEmbed(nnx.Module):
 
     def __init__(self, patch_dim: int, embed_dim: int, *, bias: bool, dtype=jnp.float32, param_dtype=jnp.float32,
                  rngs: nnx.Rngs):
-        self.proj = Dense(patch_dim, embed_dim, (None, "embed"), bias=bias, dtype=dtype, param_dtype=param_dtype,
+        self.proj = Dense(patch_dim, embed_dim, ("vision_patch", "vision_embed"), bias=bias, dtype=dtype, param_dtype=param_dtype,
                           rngs=rngs)
 
     def __call__(self, pixel_values: Float[Array, "n patch_dim"]) -> Float[Array, "n embed"]:
@@ -145,11 +147,11 @@ class VisionAttention(nnx.Module):
             raise ValueError(f"vision config: hidden_size {embed_dim} is not divisible by num_heads {num_heads}")
         head_dim = embed_dim // num_heads
         self.qkv_kernel = param(normal(rngs, (embed_dim, 3, num_heads, head_dim), param_dtype),
-                                ("embed", None, "heads", "kv"))
-        self.qkv_bias = param(jnp.zeros((3, num_heads, head_dim), param_dtype), (None, "heads", "kv"))
+                                ("vision_embed", None, "vision_heads", "head_dim"))
+        self.qkv_bias = param(jnp.zeros((3, num_heads, head_dim), param_dtype), (None, "vision_heads", "head_dim"))
         self.proj_kernel = param(normal(rngs, (num_heads, head_dim, embed_dim), param_dtype),
-                                 ("heads", "kv", "embed"))
-        self.proj_bias = param(jnp.zeros((embed_dim,), param_dtype), ("embed",))
+                                 ("vision_heads", "head_dim", "vision_embed"))
+        self.proj_bias = param(jnp.zeros((embed_dim,), param_dtype), ("vision_embed",))
         self.dtype = dtype
 
     def __call__(self, x: Float[Array, "n embed"], cos: Float[Array, "n head_dim"], sin: Float[Array, "n head_dim"],
@@ -373,13 +375,19 @@ def load_hf_tensors(module: nnx.Module, table: Sequence[HFTensor], tensors: Mapp
         raise ValueError(f"{what} weights: " + "; ".join(problems))
     for t in table:
         p = _get_param(module, t.path)
-        value = t.to_ours(_to_numpy(tensors[t.name]))
-        p.value = jnp.asarray(value, dtype=p.value.dtype)
+        p.set_value(jnp.asarray(t.to_ours(_to_numpy(tensors[t.name])), dtype=p.get_value().dtype))
+
+
+def build_from_hf_state(cls, config, tensors: Mapping[str, object], **kwargs) -> nnx.Module:
+    """`cls(config, **kwargs)` built abstractly (`nnx.eval_shape`, no random init) and filled from HF tensors."""
+    module = nnx.eval_shape(lambda: cls(config, rngs=nnx.Rngs(0), **kwargs))
+    module.load_hf_state(tensors)
+    return module
 
 
 def export_hf_tensors(module: nnx.Module, table: Sequence[HFTensor]) -> dict[str, np.ndarray]:
     """Our parameters as an HF-named dict of numpy arrays (keys without the visual prefix)."""
-    return {t.name: np.ascontiguousarray(t.to_hf(np.asarray(_get_param(module, t.path).value))) for t in table}
+    return {t.name: np.ascontiguousarray(t.to_hf(np.asarray(_get_param(module, t.path).get_value()))) for t in table}
 
 
 def _to_numpy(x) -> np.ndarray:

@@ -143,7 +143,7 @@ class RMSNorm(nnx.Module):
     """x / sqrt(mean(x^2) + eps) * scale, statistics in float32 (transformers' Qwen2_5_VLRMSNorm)."""
 
     def __init__(self, dim: int, *, eps: float = 1e-6, dtype=jnp.float32, param_dtype=jnp.float32):
-        self.scale = vc.param(jnp.ones((dim,), param_dtype), ("embed",))
+        self.scale = vc.param(jnp.ones((dim,), param_dtype), ("vision_embed",))
         self.eps, self.dtype = eps, dtype
 
     def __call__(self, x: Float[Array, "n d"]) -> Float[Array, "n d"]:
@@ -158,9 +158,9 @@ class SwiGLU(nnx.Module):
     def __init__(self, dim: int, hidden: int, act: str, *, dtype=jnp.float32, param_dtype=jnp.float32,
                  rngs: nnx.Rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.gate_proj = vc.Dense(dim, hidden, ("embed", "mlp"), **kw)
-        self.up_proj = vc.Dense(dim, hidden, ("embed", "mlp"), **kw)
-        self.down_proj = vc.Dense(hidden, dim, ("mlp", "embed"), **kw)
+        self.gate_proj = vc.Dense(dim, hidden, ("vision_embed", "vision_mlp"), **kw)
+        self.up_proj = vc.Dense(dim, hidden, ("vision_embed", "vision_mlp"), **kw)
+        self.down_proj = vc.Dense(hidden, dim, ("vision_mlp", "vision_embed"), **kw)
         self.act = vc.activation(act)
 
     def __call__(self, x: Float[Array, "n d"]) -> Float[Array, "n d"]:
@@ -188,8 +188,8 @@ class Qwen25PatchMerger(nnx.Module):
         d_in = cfg.hidden_size * cfg.merge_unit
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.ln_q = RMSNorm(cfg.hidden_size, dtype=dtype, param_dtype=param_dtype)
-        self.fc1 = vc.Dense(d_in, d_in, ("embed", "mlp"), **kw)
-        self.fc2 = vc.Dense(d_in, cfg.out_hidden_size, ("mlp", "embed"), **kw)
+        self.fc1 = vc.Dense(d_in, d_in, ("vision_embed", "vision_mlp"), **kw)
+        self.fc2 = vc.Dense(d_in, cfg.out_hidden_size, ("vision_mlp", "vision_embed"), **kw)
         self.merge_unit = cfg.merge_unit
 
     def __call__(self, x: Float[Array, "n d"]) -> Float[Array, "m out"]:
@@ -251,6 +251,11 @@ class Qwen25VisionTower(nnx.Module):
 
     def hf_tensor_table(self) -> list[vc.HFTensor]:
         return qwen25_hf_tensor_table(self.config)
+
+    @classmethod
+    def from_hf_state(cls, config, tensors, *, dtype=jnp.float32, param_dtype=jnp.float32):
+        """Tower built without random init and loaded from HF tensors (prefix stripped)."""
+        return vc.build_from_hf_state(cls, config, tensors, dtype=dtype, param_dtype=param_dtype)
 
     def load_hf_state(self, tensors) -> None:
         """Load HF tensors (keys with the `visual.` / `model.visual.` prefix stripped); errors name bad tensors."""

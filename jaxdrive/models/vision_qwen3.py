@@ -141,8 +141,8 @@ class LayerNorm(nnx.Module):
     """(x - mean) / sqrt(var + eps) * scale + bias, statistics in float32."""
 
     def __init__(self, dim: int, *, eps: float = 1e-6, dtype=jnp.float32, param_dtype=jnp.float32):
-        self.scale = vc.param(jnp.ones((dim,), param_dtype), ("embed",))
-        self.bias = vc.param(jnp.zeros((dim,), param_dtype), ("embed",))
+        self.scale = vc.param(jnp.ones((dim,), param_dtype), ("vision_embed",))
+        self.bias = vc.param(jnp.zeros((dim,), param_dtype), ("vision_embed",))
         self.eps, self.dtype = eps, dtype
 
     def __call__(self, x: Float[Array, "n d"]) -> Float[Array, "n d"]:
@@ -157,8 +157,8 @@ class Qwen3VisionMLP(nnx.Module):
     def __init__(self, dim: int, hidden: int, act: str, *, dtype=jnp.float32, param_dtype=jnp.float32,
                  rngs: nnx.Rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.linear_fc1 = vc.Dense(dim, hidden, ("embed", "mlp"), **kw)
-        self.linear_fc2 = vc.Dense(hidden, dim, ("mlp", "embed"), **kw)
+        self.linear_fc1 = vc.Dense(dim, hidden, ("vision_embed", "vision_mlp"), **kw)
+        self.linear_fc2 = vc.Dense(hidden, dim, ("vision_mlp", "vision_embed"), **kw)
         self.act = vc.activation(act)
 
     def __call__(self, x: Float[Array, "n d"]) -> Float[Array, "n d"]:
@@ -189,8 +189,8 @@ class Qwen3PatchMerger(nnx.Module):
         d_in = cfg.hidden_size * cfg.merge_unit
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.norm = LayerNorm(d_in if postshuffle else cfg.hidden_size, dtype=dtype, param_dtype=param_dtype)
-        self.linear_fc1 = vc.Dense(d_in, d_in, ("embed", "mlp"), **kw)
-        self.linear_fc2 = vc.Dense(d_in, cfg.out_hidden_size, ("mlp", "embed"), **kw)
+        self.linear_fc1 = vc.Dense(d_in, d_in, ("vision_embed", "vision_mlp"), **kw)
+        self.linear_fc2 = vc.Dense(d_in, cfg.out_hidden_size, ("vision_mlp", "vision_embed"), **kw)
         self.postshuffle, self.merge_unit = postshuffle, cfg.merge_unit
 
     def __call__(self, x: Float[Array, "n d"]) -> Float[Array, "m out"]:
@@ -218,7 +218,7 @@ class Qwen3VisionTower(nnx.Module):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.patch_embed = vc.PatchEmbed(cfg.patch_dim, cfg.hidden_size, bias=True, **kw)
         self.pos_embed = vc.param(vc.normal(rngs, (cfg.num_position_embeddings, cfg.hidden_size), param_dtype),
-                                  (None, "embed"))
+                                  (None, "vision_embed"))
         self.blocks = nnx.List([Qwen3VisionBlock(cfg, **kw) for _ in range(cfg.depth)])
         self.merger = Qwen3PatchMerger(cfg, postshuffle=False, **kw)
         self.deepstack_merger_list = nnx.List(
@@ -262,6 +262,11 @@ class Qwen3VisionTower(nnx.Module):
 
     def hf_tensor_table(self) -> list[vc.HFTensor]:
         return qwen3_hf_tensor_table(self.config)
+
+    @classmethod
+    def from_hf_state(cls, config, tensors, *, dtype=jnp.float32, param_dtype=jnp.float32):
+        """Tower built without random init and loaded from HF tensors (prefix stripped)."""
+        return vc.build_from_hf_state(cls, config, tensors, dtype=dtype, param_dtype=param_dtype)
 
     def load_hf_state(self, tensors) -> None:
         """Load HF tensors (keys with the `model.visual.` / `visual.` prefix stripped); errors name bad tensors."""

@@ -36,21 +36,23 @@ class ModelInputs:
 
     input_ids: int32 [B, S]. attention_mask: bool [B, S] (False = padding). positions: int32 [3, B, S] rotary
     position ids (t, h, w). rope_deltas: int32 [B] (position of a token appended after valid index ``n`` is
-    ``n + rope_delta``). pixel_values: [N_pad, C*T*P*P] flattened patches padded to a bucket, or None.
-    vision_meta: the tower's host metadata for those patches (a pytree of arrays), or None.
+    ``n + rope_delta``). image_mask: bool [B, S], the slots that receive image embeddings (or None: no images).
+    pixel_values: [N_pad, C*T*P*P] flattened patches padded to a bucket, or None. vision_meta: the tower's host
+    metadata for those patches (a pytree of arrays), or None.
     """
 
     input_ids: Int[Array, "B S"]
     attention_mask: Bool[Array, "B S"]
     positions: Int[Array, "3 B S"]
     rope_deltas: Int[Array, "B"]
+    image_mask: Any = None
     pixel_values: Any = None
     vision_meta: Any = None
 
 
 jax.tree_util.register_dataclass(
     ModelInputs,
-    data_fields=["input_ids", "attention_mask", "positions", "rope_deltas", "pixel_values", "vision_meta"],
+    data_fields=["input_ids", "attention_mask", "positions", "rope_deltas", "image_mask", "pixel_values", "vision_meta"],
     meta_fields=[],
 )
 
@@ -103,12 +105,15 @@ class QwenModel(nnx.Module):
         pixel_values=None,
         image_grid_thw=None,
         *,
+        image_mask=None,
         bucket: int = 256,
     ) -> ModelInputs:
         """Validate on the host and build :class:`ModelInputs` (3-D positions from the whole prompt, padded patches).
 
         input_ids: int [B, S]; attention_mask: [B, S] (1 = token, 0 = padding; default all ones);
         pixel_values: [N, C*T*P*P] as transformers' processor gives; image_grid_thw: int [num_images, 3].
+        image_mask: bool [B, S], the image slots (default: valid tokens equal to the image-pad id; pass it to keep
+        a sampled completion that happens to contain that id from counting as image slots).
         Patches are padded to a multiple of ``bucket`` so prompts with similar image sizes share one compile.
         """
         ids = np.asarray(input_ids)
@@ -123,14 +128,17 @@ class QwenModel(nnx.Module):
         if (pixel_values is None) != (image_grid_thw is None):
             raise ValueError("pixel_values and image_grid_thw must be given together")
         grid = None
-        pv = meta = None
+        pv = meta = img = None
         if pixel_values is not None:
             if self.visual is None:
                 raise ValueError(f"pixel_values given but this {self.cfg.family} model has no vision tower")
             grid = np.asarray(image_grid_thw).astype(np.int64).reshape(-1, 3)
             m2 = self.cfg.spatial_merge_size**2
             n_tokens = int((grid.prod(-1) // m2).sum())
-            n_found = int(((ids == self.cfg.image_token_id) & mask).sum())
+            img = (ids == self.cfg.image_token_id) & mask if image_mask is None else np.asarray(image_mask, bool) & mask
+            if img.shape != ids.shape:
+                raise ValueError(f"image_mask: expected shape {ids.shape} (as input_ids), got {img.shape}")
+            n_found = int(img.sum())
             if n_tokens != n_found:
                 raise ValueError(
                     f"input_ids: {n_found} image-pad tokens (id {self.cfg.image_token_id}) but image_grid_thw "
@@ -144,18 +152,27 @@ class QwenModel(nnx.Module):
             meta = self.visual.prepare(grid, pad_to=n_pad)
             pv = np.concatenate([pv, np.zeros((n_pad - n, pv.shape[1]), pv.dtype)])
             pv = jnp.asarray(pv, self.dtype)
-        positions, deltas = get_rope_index(ids, mask, grid, self.cfg.image_token_id, self.cfg.spatial_merge_size)
+        positions, deltas = get_rope_index(ids, mask, grid, self.cfg.spatial_merge_size, image_mask=img)
         return ModelInputs(
-            jnp.asarray(ids, jnp.int32), jnp.asarray(mask), jnp.asarray(positions), jnp.asarray(deltas), pv, meta
+            jnp.asarray(ids, jnp.int32),
+            jnp.asarray(mask),
+            jnp.asarray(positions),
+            jnp.asarray(deltas),
+            None if img is None else jnp.asarray(img),
+            pv,
+            meta,
         )
 
     def __call__(self, input_ids, attention_mask=None, pixel_values=None, image_grid_thw=None) -> Float[Array, "B S V"]:
         """Logits ``[B, S, V]`` (float32) for the arrays transformers' processor produces."""
         return _jit_logits(self, self.prepare_inputs(input_ids, attention_mask, pixel_values, image_grid_thw))
 
-    def hidden_states(self, input_ids, attention_mask=None, pixel_values=None, image_grid_thw=None) -> Array:
+    def hidden_states(
+        self, input_ids, attention_mask=None, pixel_values=None, image_grid_thw=None, *, image_mask=None
+    ) -> Float[Array, "B S H"]:
         """Final (normed) hidden states ``[B, S, H]``; pair with :meth:`lm_head_weight` for chunked log-probs."""
-        return _jit_hidden(self, self.prepare_inputs(input_ids, attention_mask, pixel_values, image_grid_thw))
+        inputs = self.prepare_inputs(input_ids, attention_mask, pixel_values, image_grid_thw, image_mask=image_mask)
+        return _jit_hidden(self, inputs)
 
     # ------------------------------------------------------------------ traceable
     def lm_head_weight(self) -> Float[Array, "H V"]:
@@ -185,7 +202,7 @@ class QwenModel(nnx.Module):
         out = self.visual(inputs.pixel_values, inputs.vision_meta)
         feats, deep = (out[0], list(out[1])) if isinstance(out, tuple) else (out, [])
         b, s, h = x.shape
-        is_img = ((inputs.input_ids == self.cfg.image_token_id) & inputs.attention_mask).reshape(-1)
+        is_img = inputs.image_mask.reshape(-1)
         idx = jnp.clip(jnp.cumsum(is_img) - 1, 0, feats.shape[0] - 1)
 
         def scatter(f):

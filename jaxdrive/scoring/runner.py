@@ -118,13 +118,30 @@ def build_step(mesh: Mesh, options: ScoreOptions) -> Callable:
 
     def step(scene, proposals, gates, reference):
         if options.simulate:
-            from jaxdrive.sim import simulate_proposals_local
-
-            proposals = proposals.replace(states=simulate_proposals_local(proposals.states))
+            proposals = proposals.replace(states=resimulate(proposals.states))
         return score_fn(scene, proposals, ep_mode=options.ep_mode,
                         reference_progress=reference if options.ep_mode == "reference" else None, gates=gates)
 
     return jax.jit(step, in_shardings=(data, data, data, data), out_shardings=data)
+
+
+def resimulate(states: jnp.ndarray) -> jnp.ndarray:
+    """NAVSIM's view of a planner output: keep the 8 poses at 0.5 s steps, re-simulate them with the LQR tracker.
+
+    states [..., 41, 11] (ego-centred) -> [..., 41, 11]: the poses at t = 0.5 .. 4.0 s, expressed in the initial
+    rear-axle frame, are what a NAVSIM agent submits; the tracker + bicycle model turn them back into 41 states.
+    """
+    from jaxdrive.sim import simulate_local
+
+    init = states[..., 0, :]
+    pts = states[..., 5::5, :3]  # (..., 8, 3) global-frame (ego-centred) poses
+    c, s = jnp.cos(init[..., 2]), jnp.sin(init[..., 2])
+    dx = pts[..., 0] - init[..., None, 0]
+    dy = pts[..., 1] - init[..., None, 1]
+    local = jnp.stack([c[..., None] * dx + s[..., None] * dy, -s[..., None] * dx + c[..., None] * dy,
+                       jnp.arctan2(jnp.sin(pts[..., 2] - init[..., None, 2]), jnp.cos(pts[..., 2] - init[..., None, 2]))],
+                      axis=-1)
+    return simulate_local(init, local)
 
 
 def _columns(sub: SubScores, ids: Sequence[str], names: Sequence[Sequence[str]], counts: Sequence[int]) -> dict:

@@ -69,9 +69,8 @@ def reference_states(
     """
     dtype = initial_state.dtype
     knots = jnp.concatenate([initial_state[None, :3], relative_to_absolute(initial_state[:3], poses)], axis=0)
-    ramp = jnp.concatenate(
-        [initial_state[None, S.VELOCITY_X : S.STEERING_ANGLE + 1], jnp.zeros((C.NUM_SUBMITTED_POSES, 5), dtype)]
-    )
+    ramped = initial_state[None, S.VELOCITY_X : S.STEERING_ANGLE + 1]
+    ramp = jnp.concatenate([ramped, jnp.zeros((C.NUM_SUBMITTED_POSES, ramped.shape[1]), dtype)])
     linear = interp_linear(knot_offsets_us, jnp.concatenate([knots[:, :2], ramp], axis=1), query_offsets_us)
     heading = interp_linear(knot_offsets_us, unwrap(knots[:, 2])[:, None], query_offsets_us)
     zeros = jnp.zeros((query_offsets_us.shape[0], C.NUM_STATE_FIELDS - S.STEERING_ANGLE - 1), dtype)

@@ -167,4 +167,4 @@ def track_step(
     stop_accel = -C.STOPPING_PROPORTIONAL_GAIN * (speed - reference_velocity)
     accel = jnp.where(stopping, stop_accel, lqr_accel)
     steering_rate = jnp.where(stopping, 0.0, _lateral_steering_rate(lateral_state, speed, accel, window))
-    return Command(accel, steering_rate.astype(current.dtype), stopping, reference_velocity, lateral_state)
+    return Command(accel, steering_rate, stopping, reference_velocity, lateral_state)

@@ -1,0 +1,166 @@
+"""GRPO on the shared trainer: rollouts -> rewards -> on-device group advantages -> clipped policy updates.
+
+Per step: B prompts from the deterministic sampler, each repeated G times (groups contiguous); completions sampled by
+the current policy; host/jnp rewards validated by ``rewards.combine_rewards`` (NaN is an error unless allowed);
+advantages by ``grpo.group_advantages``; then ``policy_epochs`` updates on the same rollout batch. With more than one
+epoch the sampling policy's log-probs are stored as ``old_logp`` before the first update; with one epoch
+``old_logp = stop_gradient(logp)`` (ratio 1, as TRL). With ``beta > 0`` the reference log-probs come from the same
+weights with the LoRA adapters disabled (``models.lora.lora_disabled``; no second copy of the weights).
+
+Rollout buffer layout: [prompt left-padded to P | completion T], see ``rollout``.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from jaxdrive.train import grpo
+from jaxdrive.train.data import EpochSampler
+from jaxdrive.train.forward import target_logprobs
+from jaxdrive.train.rewards import Reward, combine_rewards
+from jaxdrive.train.rollout import sample_completions
+
+
+def completion_logprobs(model, inputs, prompt_len: int, completion_len: int, temperature: float):
+    """[N, T] log-probs of the completion slots [P, P + T) of the rollout buffer."""
+    return target_logprobs(model, inputs, temperature=temperature)[:, prompt_len - 1 : prompt_len - 1 + completion_len]
+
+
+def grpo_loss_fn(cfg: ml_collections.ConfigDict, prompt_len: int, completion_len: int):
+    """Trainer loss function over a rollout batch {inputs, completion_mask, advantages[, old_logp, ref_logp]}."""
+
+    def loss_fn(model, batch, key):
+        del key
+        logp = completion_logprobs(model, batch["inputs"], prompt_len, completion_len, cfg.temperature)
+        old = batch.get("old_logp")
+        return grpo.policy_loss_terms(
+            logp, jax.lax.stop_gradient(logp) if old is None else old, batch["advantages"], batch["completion_mask"],
+            ref_logp=batch.get("ref_logp"), eps_low=cfg.eps_low, eps_high=cfg.eps_high,
+            dual_clip=cfg.get("dual_clip"), beta=cfg.beta, kl=cfg.kl, agg=cfg.agg, max_len=cfg.get("max_len"),
+        )
+
+    return loss_fn
+
+
+def grpo_summary(sums: dict) -> dict:
+    return dict(grpo.token_metrics(sums), tokens=sums["tokens"])
+
+
+def left_pad(prompts: Sequence[np.ndarray], length: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """[N, length] ids and mask of prompts left-padded to ``length``."""
+    ids = np.full((len(prompts), length), pad_id, np.int32)
+    mask = np.zeros((len(prompts), length), np.int32)
+    for i, p in enumerate(prompts):
+        if len(p) > length:
+            raise ValueError(f"prompt_len: prompt {i} has {len(p)} tokens, more than prompt_len={length}")
+        ids[i, length - len(p):] = p
+        mask[i, length - len(p):] = 1
+    return ids, mask
+
+
+class Rollouts:
+    """The GRPO ``batch_fn``: samples, scores and packs one step's rollout batch.
+
+    Args:
+      examples: dataset rows with ``prompt`` ids, optional ``pixel_values`` [P, D] / ``image_grid_thw`` [I, 3], and
+        whatever the rewards read (e.g. ``answer_text``).
+      rewards: reward functions (``rewards.Reward``).
+      decode: completion ids [T] (+ mask) -> text for host rewards.
+      cfg: the ``grpo`` config block (group_size, prompts_per_step, prompt_len, completion_len, temperature,
+        advantage convention / scale / eps, eps_low/high, dual_clip, beta, kl, agg, policy_epochs, allow_missing_rewards,
+        eos_id, pad_id, seed).
+    """
+
+    def __init__(self, examples: list[dict], rewards: Sequence[Reward], decode, cfg: ml_collections.ConfigDict):
+        self.examples, self.rewards, self.decode, self.cfg = examples, list(rewards), decode, cfg
+        self.sampler = EpochSampler(len(examples), cfg.prompts_per_step, seed=cfg.seed)
+        adv = grpo.resolve_advantage_convention(cfg.advantage) if cfg.get("advantage") else {}
+        self.adv_kwargs = dict(adv, **{k: cfg[k] for k in ("scale", "eps") if cfg.get(k) is not None})
+        self._sample = self._logp = self._ref = None
+
+    # jitted helpers, built on first use from the trainer's graphdef
+    def _compile(self, trainer):
+        cfg, P, T = self.cfg, self.cfg.prompt_len, self.cfg.completion_len
+        g = trainer.graphdef
+
+        @jax.jit
+        def sample(params, rest, inputs, key):
+            return sample_completions(nnx.merge(g, params, rest), inputs, P, T, key, temperature=cfg.temperature,
+                                      eos_id=cfg.eos_id)
+
+        @functools.partial(jax.jit, static_argnames="reference")
+        def logp(params, rest, inputs, reference=False):
+            model = nnx.merge(g, params, rest)
+            if reference:
+                from jaxdrive.models.lora import lora_disabled
+
+                with lora_disabled(model):
+                    return completion_logprobs(model, inputs, P, T, cfg.temperature)
+            return completion_logprobs(model, inputs, P, T, cfg.temperature)
+
+        self._sample, self._logp = sample, logp
+
+    def rollout_inputs(self, model, rows: list[dict], completions: np.ndarray | None, completion_mask=None):
+        """Host-prepared model inputs of the buffer [prompt | completion] for N rows (images repeated per row)."""
+        cfg = self.cfg
+        ids, mask = left_pad([r["prompt"] for r in rows], cfg.prompt_len, cfg.pad_id)
+        n, t = len(rows), cfg.completion_len
+        comp = np.full((n, t), cfg.pad_id, np.int32) if completions is None else np.asarray(completions, np.int32)
+        cmask = np.ones((n, t), np.int32) if completion_mask is None else np.asarray(completion_mask, np.int32)
+        pv = grid = None
+        if "pixel_values" in rows[0]:
+            pv = np.concatenate([r["pixel_values"] for r in rows])
+            grid = np.concatenate([r["image_grid_thw"] for r in rows])
+        return model.prepare_inputs(np.concatenate([ids, comp], 1), np.concatenate([mask, cmask], 1), pv, grid,
+                                    bucket=max(1, 0 if pv is None else pv.shape[0]))
+
+    def generate(self, trainer, rows: list[dict], key: jax.Array):
+        """(tokens, mask, sampler logp) for ``rows`` under the trainer's current policy."""
+        if self._sample is None:
+            self._compile(trainer)
+        inputs = trainer.shard_batch(self.rollout_inputs(trainer.model(), rows, None))
+        return jax.device_get(self._sample(trainer.params, trainer.rest, inputs, key))
+
+    def __call__(self, trainer, step: int, key: jax.Array):
+        cfg, G = self.cfg, self.cfg.group_size
+        prompts = [self.examples[i] for i in self.sampler.indices(step - 1)]
+        rows = [p for p in prompts for _ in range(G)]
+        tokens, cmask, _ = self.generate(trainer, rows, key)
+        texts = [self.decode(t, m) for t, m in zip(tokens, cmask)]
+        total, valid, parts = combine_rewards(self.rewards, texts, rows, tokens=tokens, mask=cmask,
+                                              allow_missing=cfg.get("allow_missing_rewards", False))
+        adv = grpo.group_advantages(jnp.asarray(total), G, valid=jnp.asarray(valid), **self.adv_kwargs)
+        inputs = trainer.shard_batch(self.rollout_inputs(trainer.model(), rows, tokens, cmask))
+        batch = {"inputs": inputs, "completion_mask": cmask.astype(np.float32), "advantages": adv}
+        if cfg.policy_epochs > 1:
+            batch["old_logp"] = self._logp(trainer.params, trainer.rest, inputs)
+        if cfg.beta != 0.0:
+            batch["ref_logp"] = self._logp(trainer.params, trainer.rest, inputs, reference=True)
+        r = total[valid]
+        metrics = {"reward_mean": float(r.mean()) if r.size else float("nan"),
+                   "reward_std": float(r.std()) if r.size else float("nan"),
+                   "zero_std_frac": float(grpo.zero_std_fraction(jnp.asarray(total), G)),
+                   "completion_len": float(cmask.sum(1).mean())}
+        metrics.update({f"reward/{k}": float(np.nanmean(v)) for k, v in parts.items()})
+        return batch, metrics
+
+
+def greedy_reward(rollouts: Rollouts, trainer, examples: list[dict]) -> dict:
+    """Mean reward of greedy (temperature -> 0) answers on ``examples``: an evaluation hook."""
+    cfg = rollouts.cfg
+    g = trainer.graphdef
+    if not hasattr(rollouts, "_greedy"):
+        rollouts._greedy = jax.jit(lambda p, r, i: sample_completions(nnx.merge(g, p, r), i, cfg.prompt_len,
+                                                                      cfg.completion_len, jax.random.key(0),
+                                                                      eos_id=cfg.eos_id, greedy=True))
+    inputs = trainer.shard_batch(rollouts.rollout_inputs(trainer.model(), examples, None))
+    tokens, cmask, _ = jax.device_get(rollouts._greedy(trainer.params, trainer.rest, inputs))
+    texts = [rollouts.decode(t, m) for t, m in zip(tokens, cmask)]
+    total, _, _ = combine_rewards(rollouts.rewards, texts, examples, tokens=tokens, mask=cmask)
+    return {"reward_mean": float(total.mean())}

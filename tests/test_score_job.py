@@ -1,0 +1,161 @@
+"""`jaxdrive score`: interface contract, NAVSIM parity through the CLI, device-count invariance, kill + resume, bad inputs."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pandas as pd
+import pytest
+
+from jaxdrive.cli import EXIT_PARTIAL, EXIT_USAGE, main
+from jaxdrive.scoring.outputs import MANIFEST, read_results
+from jaxdrive.scoring.runner import ScoreOptions, score_source
+from jaxdrive.scoring.sources import SceneDirSource, SyntheticSource
+
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "epdms"
+REPO = Path(__file__).resolve().parents[1]
+COLUMNS = ["scene_id", "proposal", "nc", "dac", "ddc", "tlc", "ep", "ttc", "lk", "hc", "ec", "pdm_score", "epdms"]
+DISCRETE = ["nc", "dac", "ddc", "tlc", "ttc", "lk", "hc", "ec"]
+EXPECTED_KEYS = {"nc": "no_at_fault_collisions", "dac": "drivable_area_compliance", "ddc": "driving_direction_compliance",
+                 "tlc": "traffic_light_compliance", "ep": "ego_progress", "ttc": "time_to_collision_within_bound",
+                 "lk": "lane_keeping", "hc": "history_comfort", "ec": "two_frame_extended_comfort",
+                 "pdm_score": "pdm_score", "epdms": "epdms"}
+
+
+def _sorted(df: pd.DataFrame) -> pd.DataFrame:
+    return df.sort_values(["scene_id", "proposal"]).reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def fixture_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fixture_run")
+    rc = main(["score", "--scenes", str(FIXTURES), "--out", str(out), "--batch-size", "8", "--shard-size", "16",
+               "--no-progress"])
+    assert rc == 0
+    return out, _sorted(read_results(out))
+
+
+def test_cli_contract_and_navsim_parity(fixture_run):
+    out, df = fixture_run
+    assert set(COLUMNS) <= set(df.columns)
+    assert (out / "summary.png").stat().st_size > 10_000
+    files = sorted(FIXTURES.glob("*.json"))
+    assert df["scene_id"].nunique() == len(files)
+    mismatches = []
+    for f in files:
+        sc = json.loads(f.read_text())
+        rows = df[df.scene_id == sc["id"]].sort_values("proposal")
+        assert list(rows.proposal) == list(range(len(sc["proposals"])))
+        for (_, row), want in zip(rows.iterrows(), sc["expected"]["proposals"]):
+            for col, key in EXPECTED_KEYS.items():
+                w = want.get(key)
+                if w is None:
+                    continue
+                tol = 0 if col in DISCRETE else 1e-4
+                if not abs(row[col] - w) <= tol:
+                    mismatches.append((sc["id"], int(row.proposal), col, row[col], w))
+    assert not mismatches, f"{len(mismatches)} mismatches, first: {mismatches[:5]}"
+
+
+def test_one_device_equals_eight_devices(tmp_path):
+    assert len(jax.devices()) >= 8
+    src = SceneDirSource(FIXTURES)
+    one = score_source(src, tmp_path / "d1", ScoreOptions(batch_size=8, num_devices=1), progress=False)
+    eight = score_source(src, tmp_path / "d8", ScoreOptions(batch_size=8, num_devices=8), progress=False)
+    a, b = _sorted(read_results(tmp_path / "d1")), _sorted(read_results(tmp_path / "d8"))
+    assert one.proposals == eight.proposals == len(a)
+    pd.testing.assert_frame_equal(a[DISCRETE + ["scene_id", "proposal"]], b[DISCRETE + ["scene_id", "proposal"]])
+    np.testing.assert_allclose(a[["ep", "pdm_score", "epdms"]].to_numpy(), b[["ep", "pdm_score", "epdms"]].to_numpy(),
+                               rtol=0, atol=1e-6)
+
+
+def _score_cmd(out, extra=()):
+    return [sys.executable, "-m", "jaxdrive.cli", "score", "--count", "48", "--proposals", "8", "--seed", "3",
+            "--batch-size", "4", "--shard-size", "4", "--out", str(out), "--no-progress", *extra]
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_gives_identical_rows(tmp_path):
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    full = tmp_path / "full"
+    subprocess.run(_score_cmd(full), check=True, env=env, cwd=REPO, capture_output=True)
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(_score_cmd(killed), env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    done = 0
+    while time.time() < deadline and proc.poll() is None:
+        manifest = killed / MANIFEST
+        if manifest.exists():
+            try:
+                done = len(json.loads(manifest.read_text())["completed"])
+            except (json.JSONDecodeError, KeyError):
+                done = 0
+            if done >= 3:
+                break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run finished before it could be killed; make it longer"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    partial = json.loads((killed / MANIFEST).read_text())["completed"]
+    assert 3 <= len(partial) < 12
+    r = subprocess.run(_score_cmd(killed, ["--resume"]), env=env, cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "shards resumed" in r.stdout
+    a, b = _sorted(read_results(full)), _sorted(read_results(killed))
+    assert len(a) == 48 * 8 and not a.duplicated(["scene_id", "proposal"]).any()
+    pd.testing.assert_frame_equal(a, b)
+
+
+def test_bad_scene_file_is_named_and_rest_is_kept(tmp_path, capsys):
+    scenes = tmp_path / "scenes"
+    scenes.mkdir()
+    for f in sorted(FIXTURES.glob("scene_000*.json"))[:4]:
+        shutil.copy(f, scenes / f.name)
+    (scenes / "scene_0002.json").write_text('{"format": "epdms-scene/1", "id": "broken"}')
+    out = tmp_path / "out"
+    rc = main(["score", "--scenes", str(scenes), "--out", str(out), "--no-progress", "--batch-size", "2"])
+    assert rc == EXIT_PARTIAL
+    err = capsys.readouterr().err
+    assert "scene_0002.json" in err and "'ego'" in err
+    df = read_results(out)
+    assert sorted(df.scene_id.unique()) == ["scene_0000", "scene_0001", "scene_0003"]
+    logged = [json.loads(line) for line in (out / "errors.jsonl").read_text().splitlines()]
+    assert [Path(e["name"]).name for e in logged] == ["scene_0002.json"]
+
+
+def test_unwritable_output_dir(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    rc = main(["score", "--count", "2", "--out", str(blocker / "sub"), "--no-progress"])
+    assert rc == EXIT_USAGE
+    assert "not writable" in capsys.readouterr().err
+
+
+def test_resume_with_other_inputs_is_refused(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["score", "--count", "2", "--proposals", "4", "--out", str(out), "--no-progress"]) == 0
+    rc = main(["score", "--count", "3", "--proposals", "4", "--out", str(out), "--no-progress", "--resume"])
+    assert rc == EXIT_USAGE
+    assert "differs in: source" in capsys.readouterr().err
+    rc = main(["score", "--count", "2", "--proposals", "4", "--out", str(out), "--no-progress"])
+    assert rc == EXIT_USAGE
+    assert "--resume" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--batch-size", "0"], "--batch-size"),
+    (["--count", "0"], "--count"),
+    (["--devices", "99"], "--devices"),
+    (["--ep-mode", "reference"], "--reference-progress"),
+])
+def test_bad_options(tmp_path, capsys, args, needle):
+    rc = main(["score", "--out", str(tmp_path / "o"), "--no-progress", *args])
+    assert rc == EXIT_USAGE
+    assert needle in capsys.readouterr().err
