@@ -157,3 +157,56 @@ def test_save_load_roundtrip_and_errors(tmp_path):
     with pytest.raises(ValueError, match="layers.0.v_proj"):
         load_lora(other, str(tmp_path))
     assert os.path.getsize(tmp_path / "adapter_model.safetensors") < 4096  # adapters only, no base weights
+
+
+def test_lora_and_chunked_logprobs_on_the_qwen_model():
+    """Integration with jaxdrive's QwenModel (tiny Qwen3 text config): zero-B identity, adapter-only training with the
+    chunked log-prob loss, reference policy = adapters disabled, merged == unmerged, chunked == full log-probs."""
+    models = pytest.importorskip("jaxdrive.models")
+    testing = pytest.importorskip("jaxdrive.models.testing")
+    from jaxdrive.models.logprobs import token_logprobs
+
+    model = models.QwenModel(models.parse_config(testing.tiny_hf_config("qwen3").to_dict()), rngs=nnx.Rngs(0))
+    rng = np.random.RandomState(0)
+    ids = rng.randint(0, model.cfg.text.vocab_size, (2, 10))
+    mask = np.ones_like(ids)
+    mask[1, :3] = 0
+    inputs = model.prepare_inputs(ids, mask)
+    targets = jnp.asarray(np.roll(ids, -1, axis=1))
+
+    @nnx.jit
+    def forward(model, inputs):
+        hidden = model.forward_hidden(inputs)[0]
+        return model.logits(hidden), token_logprobs(hidden, model.lm_head_weight(), targets, vocab_chunk=300)
+
+    def full_logprobs(logits):
+        return jnp.take_along_axis(jax.nn.log_softmax(logits, -1), targets[..., None], -1)[..., 0]
+
+    base_logits, base_lp = forward(model, inputs)
+    np.testing.assert_allclose(base_lp, full_logprobs(base_logits), atol=1e-5)
+
+    names = apply_lora(model, r".*(q_proj|k_proj|v_proj|o_proj)", rank=4, alpha=8.0, rngs=nnx.Rngs(1))
+    assert len(names) == 4 * len(model.language_model.layers)
+    np.testing.assert_array_equal(forward(model, inputs)[0], base_logits)
+
+    opt = nnx.Optimizer(model, optax.adam(1e-2), wrt=LoRAParam)
+    weight = jnp.asarray(mask, jnp.float32)
+
+    @nnx.jit
+    def step(model, opt, inputs):
+        def loss_fn(m):
+            lp = token_logprobs(m.forward_hidden(inputs)[0], m.lm_head_weight(), targets, vocab_chunk=300)
+            return -(lp * weight).sum() / weight.sum()
+        loss, grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, LoRAParam))(model)
+        opt.update(model, grads)
+        return loss
+
+    losses = [float(step(model, opt, inputs)) for _ in range(3)]
+    assert losses[-1] < losses[0]
+    adapted, adapted_lp = forward(model, inputs)
+    assert float(jnp.abs(adapted - base_logits).max()) > 1e-2
+    np.testing.assert_allclose(adapted_lp, full_logprobs(adapted), atol=1e-5)
+    with lora_disabled(model):
+        np.testing.assert_allclose(forward(model, inputs)[0], base_logits, atol=1e-5)
+    merge_lora(model)
+    np.testing.assert_allclose(forward(model, inputs)[0], adapted, atol=1e-5)

@@ -19,7 +19,7 @@ from jaxdrive.data.synthetic_actors import Actors
 from jaxdrive.data.synthetic_motion import (FRONT_LENGTH, Longitudinal, Paths, history_profile, offset_paths, rollout,
                                             sample_paths, smoothstep, states_from_motion)
 from jaxdrive.data.synthetic_roads import DS, RoadMap
-from jaxdrive.scene import NUM_STEPS
+from jaxdrive.scene import DT as DT_STEP, NUM_STEPS, StateIndex
 
 FAMILIES = ("follow", "stop", "brake_hard", "lane_change", "nudge", "drift", "leave_road", "wrong_way", "swerve",
             "accel_hard", "speed_into_lead", "turn_other", "enter_carpark", "random")
@@ -70,7 +70,8 @@ class Motion:
 
 def choose_motion(rng: np.random.Generator, road: RoadMap, prof) -> Motion:
     if road.layout == "intersection":
-        v_ref = rng.uniform(8.0, 14.0)
+        turning = "route:straight" not in road.tags
+        v_ref = rng.uniform(5.0, 8.0) if turning else rng.uniform(8.0, 14.0)
         v0 = v_ref * rng.uniform(0.4, 1.0)
         gap = road.stop_u - FRONT_LENGTH
         if road.route_light[0] in "RY" and gap > 0:
@@ -108,10 +109,14 @@ def candidates(rng: np.random.Generator, road: RoadMap, m: Motion, actors: Actor
     pdm.sort(key=lambda s: s.name != "follow_nominal")
     sp = []
     lc_len = max(15.0, v0 * rng.uniform(2.5, 4.0))
-    step = lambda amp, start=2.0, length=lc_len: ((amp, start, length, math.inf, 1.0),)  # noqa: E731
+    def ramp_for(amp: float, length: float) -> float:  # long enough that |d''| <= 0.07 1/m
+        return max(length, math.sqrt(5.78 * abs(amp) / 0.07))
+
+    def step(amp: float, start: float = 2.0, length: float = lc_len) -> tuple:
+        return ((amp, start, ramp_for(amp, length), math.inf, 1.0),)
     sp.append(Spec("stop_comfort", "stop", v_ref, use_lead=True))  # + a virtual obstacle, see ``realise``
     sp.append(Spec("brake_hard", "brake_hard", v_ref, a_cmd=-rng.uniform(6.0, 8.0), jerk=25.0))
-    sp.append(Spec("accel_hard", "accel_hard", v_ref * 1.5 + 5.0, a_max=rng.uniform(3.0, 4.0), jerk=8.0))
+    sp.append(Spec("accel_hard", "accel_hard", v_ref * 1.3 + 3.0, a_max=rng.uniform(3.0, 4.0), jerk=8.0))
     for off in road.same_dir:
         side = "left" if off > 0 else "right"
         sp.append(Spec(f"lane_change_{side}_same_dir", "lane_change", v_ref * rng.uniform(0.8, 1.0), offset=step(off)))
@@ -125,7 +130,7 @@ def candidates(rng: np.random.Generator, road: RoadMap, m: Motion, actors: Actor
     nudge_u = actors.blocker_u if actors.blocker_u is not None else rng.uniform(12.0, 30.0)
     side = -actors.blocker_side
     amp = rng.uniform(1.2, 2.2)
-    nudge_in = max(8.0, v0 * 1.2)
+    nudge_in = ramp_for(amp, max(8.0, v0 * 1.2))
     sp.append(Spec("nudge_left" if side > 0 else "nudge_right", "nudge", v_ref * rng.uniform(0.5, 0.9),
                    offset=((side * amp, max(nudge_u - nudge_in - 4.0, 1.0), nudge_in, 10.0, nudge_in),)))
     edge_side = str(rng.choice(["right", "left"], p=[0.7, 0.3]))
@@ -133,7 +138,7 @@ def candidates(rng: np.random.Generator, road: RoadMap, m: Motion, actors: Actor
     sp.append(Spec(f"leave_road_{edge_side}", "leave_road", v_ref * rng.uniform(0.6, 1.0),
                    offset=step(edge, 2.0, max(15.0, v0 * 2.5))))
     sw = rng.uniform(1.5, 2.5) * rng.choice([-1.0, 1.0])
-    sw_len = max(8.0, v0 * rng.uniform(0.8, 1.2))
+    sw_len = ramp_for(2.0 * sw, max(8.0, v0 * rng.uniform(0.8, 1.2)))  # two bumps share the |d''| budget
     sp.append(Spec("swerve", "swerve", v_ref * rng.uniform(0.7, 1.0),
                    offset=((sw, 3.0, sw_len, 0.0, sw_len), (-sw, 3.0 + 2 * sw_len, sw_len, 0.0, sw_len))))
     drift = rng.uniform(1.0, 1.8) * rng.choice([-1.0, 1.0])
@@ -142,7 +147,7 @@ def candidates(rng: np.random.Generator, road: RoadMap, m: Motion, actors: Actor
     if actors.lead is not None:
         sp.append(Spec("speed_into_lead", "speed_into_lead", max(v0, v_ref) * 1.05, a_max=2.0))
     for key in road.others:
-        sp.append(Spec(f"{key}_off_route", "turn_other", v_ref * rng.uniform(0.6, 0.9), path=key))
+        sp.append(Spec(f"{key}_off_route", "turn_other", rng.uniform(4.0, 7.0), path=key))
     if road.layout == "intersection":
         sp.append(Spec("proceed_through_junction", "follow", v_ref, use_lead=True))
         if road.stop_u - FRONT_LENGTH > 1.0:
@@ -153,21 +158,21 @@ def candidates(rng: np.random.Generator, road: RoadMap, m: Motion, actors: Actor
         sp.append(Spec("enter_carpark", "enter_carpark", v_ref * 0.5,
                        offset=step(off, max(u_a + 0.3 * (u_b - u_a) - length, 2.0), length)))
     for k in range(2):
-        bumps = tuple((rng.uniform(-1.5, 1.5), rng.uniform(2.0, 30.0), rng.uniform(10.0, 25.0), rng.uniform(0, 20),
-                       rng.uniform(10.0, 25.0)) for _ in range(2))
+        bumps = tuple((rng.uniform(-1.5, 1.5), rng.uniform(2.0, 30.0), rng.uniform(13.0, 25.0), rng.uniform(0, 20),
+                       rng.uniform(13.0, 25.0)) for _ in range(2))
         sp.append(Spec("random_smooth" + ("" if k == 0 else f"_{k + 1}"), "random", v_ref * rng.uniform(0.3, 1.1),
                        offset=bumps, a_max=rng.uniform(0.8, 2.5)))
     return pdm, sp
 
 
 def _feasible(spec: Spec, kappa_max: dict[str, float]) -> bool:
-    """Offsets must not fold the path over itself: bounds |kappa| max|d| < 0.5 and max|d''| < 0.3 1/m."""
+    """Offsets must not fold or kink the path: bounds |kappa| max|d| < 0.5 and max|d''| < 0.1 1/m."""
     if not spec.offset:
         return True
     d_max = sum(abs(b[0]) for b in spec.offset)
     d2_max = sum(5.78 * abs(b[0]) / (b[2] if math.isinf(b[3]) else min(b[2], b[4])) ** 2  # max smoothstep'' 5.77
                  for b in spec.offset)
-    return kappa_max[spec.path] * d_max < 0.5 and d2_max < 0.3
+    return kappa_max[spec.path] * d_max < 0.5 and d2_max < 0.1
 
 
 def select(rng: np.random.Generator, road: RoadMap, pdm: list[Spec], special: list[Spec], k: int,
@@ -261,7 +266,8 @@ def realise(rng: np.random.Generator, road: RoadMap, m: Motion, actors: Actors, 
         full = paths[key]
         # only the stretch the rows can reach (offsets are 0 behind the ego, so arc lengths there are unchanged)
         lo = road.ego_index - 2
-        hi = min(full.sigma.shape[1], road.ego_index + int(np.max(sig[idx]) / DS) + 8)
+        reach = full.sigma[0, road.ego_index] + 1.5 * float(np.max(sig[idx])) + 10.0  # offset paths can be shorter
+        hi = min(full.sigma.shape[1], int(np.searchsorted(full.sigma[0], reach)) + 4)
         base = Paths(full.xy[:, lo:hi], full.heading[:, lo:hi], full.kappa[:, lo:hi],
                      full.sigma[:, lo:hi] - full.sigma[0, lo])
         u = base.sigma[0] - base.sigma[0, 2]
@@ -276,7 +282,10 @@ def realise(rng: np.random.Generator, road: RoadMap, m: Motion, actors: Actors, 
     route = paths["route"]
     x, y, h, k = sample_paths(route, route.sigma[0, road.ego_index] + hs[None])
     hist = states_from_motion(x, y, h, k, hv[None], ha[None])[0]
-    future[:, 0] = hist[-1]
+    future[:, 0] = hist[-1]  # identical "now" for every row; refresh the backward differences that read it
+    for rate, angle in ((StateIndex.STEERING_RATE, StateIndex.STEERING_ANGLE),
+                        (StateIndex.ANGULAR_ACCELERATION, StateIndex.ANGULAR_VELOCITY)):
+        future[:, 1, rate] = (future[:, 1, angle] - future[:, 0, angle]) / DT_STEP
 
     k_specs = len(specs)
     states = future[:k_specs]

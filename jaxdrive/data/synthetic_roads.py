@@ -132,7 +132,7 @@ def build_linear(rng: np.random.Generator, prof) -> RoadMap:
     depth = rng.uniform(12.0, 22.0) if has_carpark else 0.0
 
     s_ego = rng.uniform(60.0, 75.0)
-    length = s_ego + 190.0
+    length = s_ego + 230.0
     s = np.arange(0.0, length + 0.5 * DS, DS)
     kind = rng.choice(["straight", "arc", "s_curve"], p=prof.road_kinds)
     half_m = 0.5 * median
@@ -212,7 +212,7 @@ def _unit(angle: float) -> np.ndarray:
 
 
 def _right_of(heading: float) -> np.ndarray:
-    return np.array([math.sin(heading), -math.cos(heading)])
+    return np.round(np.array([math.sin(heading), -math.cos(heading)]), 12)  # exact for the right-angle arms
 
 
 def _quintic(p0, h0, p1, h1, n: int) -> np.ndarray:
@@ -285,8 +285,8 @@ class Junction:
         lens = [ego_back, rng.uniform(50, 70), 170.0, rng.uniform(50, 70)]
         counts = [(nf, no), (ncn, ncs), (no, nf), (ncs, ncn)]  # (in, out) lanes per arm
         mouths = [ncs * w + r, nf * w + r, ncn * w + r, no * w + r]
-        self.arms = [_Arm(a, a != missing, _unit(math.pi + a * math.pi / 2), mouths[a], lens[a], *counts[a])
-                     for a in range(4)]
+        out_dirs = [np.array(d, np.float64) for d in ((-1, 0), (0, -1), (1, 0), (0, 1))]  # exact: shared vertices
+        self.arms = [_Arm(a, a != missing, out_dirs[a], mouths[a], lens[a], *counts[a]) for a in range(4)]
 
     def lane_point(self, a: int, inbound: bool, i: int, dist: float) -> np.ndarray:
         return self.arms[a].lateral(inbound, (i + 0.5) * self.w, dist)

@@ -154,9 +154,10 @@ def layer_parity(model, hf_model, input_ids, attention_mask=None, pixel_values=N
     last entry is compared after the final norm, as transformers reports it).
     """
     import torch
+    from flax import nnx
 
     inputs = model.prepare_inputs(input_ids, attention_mask, pixel_values, image_grid_thw)
-    final, _, ours = model.forward_hidden(inputs, return_layers=True)
+    final, _, ours = nnx.jit(lambda m, x: m.forward_hidden(x, return_layers=True))(model, inputs)
     ours = [np.asarray(h) for h in ours]
     ours[-1] = np.asarray(final)
     kw: dict[str, Any] = dict(input_ids=torch.as_tensor(np.asarray(input_ids), dtype=torch.long), output_hidden_states=True)

@@ -77,8 +77,8 @@ class PatchEmbed(nnx.Module):
 
     def __init__(self, patch_dim: int, embed_dim: int, *, bias: bool, dtype=jnp.float32, param_dtype=jnp.float32,
                  rngs: nnx.Rngs):
-        self.proj = Dense(patch_dim, embed_dim, ("vision_patch", "vision_embed"), bias=bias, dtype=dtype, param_dtype=param_dtype,
-                          rngs=rngs)
+        self.proj = Dense(patch_dim, embed_dim, ("vision_patch", "vision_embed"), bias=bias, dtype=dtype,
+                          param_dtype=param_dtype, rngs=rngs)
 
     def __call__(self, pixel_values: Float[Array, "n patch_dim"]) -> Float[Array, "n embed"]:
         return self.proj(pixel_values)
@@ -260,6 +260,8 @@ def resolve_pad_to(n: int, pad_to: int | None, merge_unit: int) -> int:
 
 def pad_rows(x: np.ndarray, length: int, fill) -> np.ndarray:
     """x padded along axis 0 to `length` rows with `fill`."""
+    if length < x.shape[0]:
+        raise ValueError(f"padding: cannot pad {x.shape[0]} rows to a shorter length {length}")
     if x.shape[0] == length:
         return x
     pad = np.full((length - x.shape[0],) + x.shape[1:], fill, dtype=x.dtype)

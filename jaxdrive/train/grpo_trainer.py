@@ -7,7 +7,9 @@ epoch the sampling policy's log-probs are stored as ``old_logp`` before the firs
 ``old_logp = stop_gradient(logp)`` (ratio 1, as TRL). With ``beta > 0`` the reference log-probs come from the same
 weights with the LoRA adapters disabled (``models.lora.lora_disabled``; no second copy of the weights).
 
-Rollout buffer layout: [prompt left-padded to P | completion T], see ``rollout``.
+Completions come from the KV-cache generator (``models.generate.generate_from_inputs``), whose log-prob definition
+is the trainer's. The teacher-forced buffer is [prompt left-padded to P | completion T] with the image slots given
+explicitly (``image_mask``), so a sampled image-pad token id in a completion is plain text.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from jaxdrive.train import grpo
 from jaxdrive.train.data import EpochSampler
 from jaxdrive.train.forward import target_logprobs
 from jaxdrive.train.rewards import Reward, combine_rewards
-from jaxdrive.train.rollout import sample_completions
+from jaxdrive.models.generate import SamplingConfig, generate_from_inputs
 
 
 def completion_logprobs(model, inputs, prompt_len: int, completion_len: int, temperature: float):
@@ -82,17 +84,23 @@ class Rollouts:
         self.sampler = EpochSampler(len(examples), cfg.prompts_per_step, seed=cfg.seed)
         adv = grpo.resolve_advantage_convention(cfg.advantage) if cfg.get("advantage") else {}
         self.adv_kwargs = dict(adv, **{k: cfg[k] for k in ("scale", "eps") if cfg.get(k) is not None})
-        self._sample = self._logp = self._ref = None
+        self._sample = self._logp = self._greedy = None
 
     # jitted helpers, built on first use from the trainer's graphdef
     def _compile(self, trainer):
         cfg, P, T = self.cfg, self.cfg.prompt_len, self.cfg.completion_len
         g = trainer.graphdef
+        base = dict(max_new_tokens=T, temperature=cfg.temperature, stop_token_ids=(cfg.eos_id,),
+                    pad_token_id=cfg.pad_id)
+        sampling, greedy = SamplingConfig(**base), SamplingConfig(**dict(base, greedy=True))
 
         @jax.jit
         def sample(params, rest, inputs, key):
-            return sample_completions(nnx.merge(g, params, rest), inputs, P, T, key, temperature=cfg.temperature,
-                                      eos_id=cfg.eos_id)
+            return generate_from_inputs(nnx.merge(g, params, rest), inputs, key, sampling)
+
+        @jax.jit
+        def argmax(params, rest, inputs):
+            return generate_from_inputs(nnx.merge(g, params, rest), inputs, None, greedy)
 
         @functools.partial(jax.jit, static_argnames="reference")
         def logp(params, rest, inputs, reference=False):
@@ -104,34 +112,41 @@ class Rollouts:
                     return completion_logprobs(model, inputs, P, T, cfg.temperature)
             return completion_logprobs(model, inputs, P, T, cfg.temperature)
 
-        self._sample, self._logp = sample, logp
+        self._sample, self._logp, self._greedy = sample, logp, argmax
 
-    def rollout_inputs(self, model, rows: list[dict], completions: np.ndarray | None, completion_mask=None):
-        """Host-prepared model inputs of the buffer [prompt | completion] for N rows (images repeated per row)."""
+    def rollout_inputs(self, model, rows: list[dict], completions: np.ndarray | None = None, completion_mask=None):
+        """Host-prepared model inputs for N rows (images repeated per row): the left-padded prompts alone
+        (``completions`` None, for generation) or the buffer [prompt | completion] (teacher forcing)."""
         cfg = self.cfg
         ids, mask = left_pad([r["prompt"] for r in rows], cfg.prompt_len, cfg.pad_id)
-        n, t = len(rows), cfg.completion_len
-        comp = np.full((n, t), cfg.pad_id, np.int32) if completions is None else np.asarray(completions, np.int32)
-        cmask = np.ones((n, t), np.int32) if completion_mask is None else np.asarray(completion_mask, np.int32)
         pv = grid = None
         if "pixel_values" in rows[0]:
             pv = np.concatenate([r["pixel_values"] for r in rows])
             grid = np.concatenate([r["image_grid_thw"] for r in rows])
-        return model.prepare_inputs(np.concatenate([ids, comp], 1), np.concatenate([mask, cmask], 1), pv, grid,
+        img = (ids == model.cfg.image_token_id) & (mask > 0)
+        if completions is not None:
+            comp = np.asarray(completions, np.int32)
+            ids = np.concatenate([ids, comp], 1)
+            mask = np.concatenate([mask, np.asarray(completion_mask, np.int32)], 1)
+            img = np.concatenate([img, np.zeros(comp.shape, bool)], 1)
+        return model.prepare_inputs(ids, mask, pv, grid, image_mask=img if pv is not None else None,
                                     bucket=max(1, 0 if pv is None else pv.shape[0]))
 
-    def generate(self, trainer, rows: list[dict], key: jax.Array):
-        """(tokens, mask, sampler logp) for ``rows`` under the trainer's current policy."""
+    def generate(self, trainer, rows: list[dict], key: jax.Array | None):
+        """(tokens [N, T], mask [N, T] float) for ``rows`` under the trainer's current policy (greedy if no key)."""
         if self._sample is None:
             self._compile(trainer)
-        inputs = trainer.shard_batch(self.rollout_inputs(trainer.model(), rows, None))
-        return jax.device_get(self._sample(trainer.params, trainer.rest, inputs, key))
+        inputs = trainer.shard_batch(self.rollout_inputs(trainer.model(), rows))
+        out = (self._greedy(trainer.params, trainer.rest, inputs) if key is None
+               else self._sample(trainer.params, trainer.rest, inputs, key))
+        out = jax.device_get(out)
+        return np.asarray(out.tokens), np.asarray(out.mask, np.float32)
 
     def __call__(self, trainer, step: int, key: jax.Array):
         cfg, G = self.cfg, self.cfg.group_size
         prompts = [self.examples[i] for i in self.sampler.indices(step - 1)]
         rows = [p for p in prompts for _ in range(G)]
-        tokens, cmask, _ = self.generate(trainer, rows, key)
+        tokens, cmask = self.generate(trainer, rows, key)
         texts = [self.decode(t, m) for t, m in zip(tokens, cmask)]
         total, valid, parts = combine_rewards(self.rewards, texts, rows, tokens=tokens, mask=cmask,
                                               allow_missing=cfg.get("allow_missing_rewards", False))
@@ -150,17 +165,9 @@ class Rollouts:
         metrics.update({f"reward/{k}": float(np.nanmean(v)) for k, v in parts.items()})
         return batch, metrics
 
-
-def greedy_reward(rollouts: Rollouts, trainer, examples: list[dict]) -> dict:
-    """Mean reward of greedy (temperature -> 0) answers on ``examples``: an evaluation hook."""
-    cfg = rollouts.cfg
-    g = trainer.graphdef
-    if not hasattr(rollouts, "_greedy"):
-        rollouts._greedy = jax.jit(lambda p, r, i: sample_completions(nnx.merge(g, p, r), i, cfg.prompt_len,
-                                                                      cfg.completion_len, jax.random.key(0),
-                                                                      eos_id=cfg.eos_id, greedy=True))
-    inputs = trainer.shard_batch(rollouts.rollout_inputs(trainer.model(), examples, None))
-    tokens, cmask, _ = jax.device_get(rollouts._greedy(trainer.params, trainer.rest, inputs))
-    texts = [rollouts.decode(t, m) for t, m in zip(tokens, cmask)]
-    total, _, _ = combine_rewards(rollouts.rewards, texts, examples, tokens=tokens, mask=cmask)
-    return {"reward_mean": float(total.mean())}
+    def evaluate(self, trainer, examples: list[dict]) -> dict:
+        """Mean reward of greedy answers on ``examples`` (an evaluation hook; one answer per example)."""
+        tokens, cmask = self.generate(trainer, examples, None)
+        texts = [self.decode(t, m) for t, m in zip(tokens, cmask)]
+        total, _, _ = combine_rewards(self.rewards, texts, examples, tokens=tokens, mask=cmask)
+        return {"reward_mean": float(total.mean())}

@@ -83,3 +83,36 @@ def bright_examples(n: int, seed: int = 0, shift: float = 1.0) -> list[dict]:
         pixels = rng.standard_normal((IMAGE_PATCHES, PATCH_DIM)) + (shift if bright else -shift)
         out.append(_example(_prompt(), [TOKENS["yes" if bright else "no"], TOKENS["eos"]], pixels))
     return [out[i] for i in rng.permutation(n)]
+
+
+def shuffle_answers(examples: list[dict], seed: int = 0) -> list[dict]:
+    """The same examples with answers drawn at random from the answer set: teaches the answer format, not the task."""
+    rng = np.random.default_rng(seed)
+    answers = [e["answer"] for e in examples]
+    return [dict(e, answer=answers[j], answer_text=decode(answers[j])) for e, j in
+            zip(examples, rng.integers(0, len(answers), len(answers)))]
+
+
+def warm_vs_zero_configs(grpo_steps: int, sft_steps: int = 40, workdir: str = ""):
+    """(format-SFT config, GRPO config) of the SFT-warm-start vs zero-shot GRPO comparison on the bright task.
+
+    The warm start is SFT on the bright prompts with *shuffled* answers: it teaches the answer format ("yes"/"no"
+    then eos) at chance accuracy, so any accuracy gain after it is GRPO's."""
+    import importlib.util
+    import os
+
+    def load(name):
+        path = os.path.join(os.path.dirname(__file__), "..", "..", "configs", f"{name}.py")
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod.get_config()
+
+    s = load("sft_tiny")
+    s.steps, s.batch_size, s.progress, s.log_every = sft_steps, 16, False, 10
+    s.data.kind, s.data.num_examples, s.data.shuffle_labels, s.data.max_len = "tiny_bright", 64, True, 8
+    s.optim.lr, s.checkpoint.enabled = 1e-2, False
+    g = load("grpo_tiny")
+    g.steps, g.progress, g.workdir = grpo_steps, False, workdir
+    g.checkpoint.enabled = False
+    return s, g

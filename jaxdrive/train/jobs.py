@@ -1,0 +1,128 @@
+"""SFT and GRPO jobs assembled from an ml_collections config (``configs/sft_tiny.py``, ``configs/grpo_tiny.py``):
+model (tiny random preset or a pretrained directory), fine-tuning mode (full / LoRA, frozen vision tower), dataset,
+optimizer, checkpointing, metrics, and the trainer run."""
+from __future__ import annotations
+
+import os
+
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from jaxdrive.train import data, optim, sft
+from jaxdrive.train.checkpoint import Checkpointer
+from jaxdrive.train.grpo_trainer import Rollouts, grpo_loss_fn, grpo_summary
+from jaxdrive.train.metrics import MetricsLogger
+from jaxdrive.train.rewards import exact_match_reward
+from jaxdrive.train.trainer import Trainer
+
+
+def build_model(cfg: ml_collections.ConfigDict):
+    """``model.kind``: "tiny" (random tiny Qwen2.5-VL, ``model.seed``) or "pretrained" (``model.path``)."""
+    if cfg.kind == "tiny":
+        from jaxdrive.train.testing import tiny_vlm
+
+        return tiny_vlm(cfg.seed)
+    if cfg.kind == "pretrained":
+        from jaxdrive.models.weights import from_pretrained
+
+        return from_pretrained(cfg.path, dtype=getattr(jnp, cfg.get("dtype", "bfloat16")))
+    raise ValueError(f"model.kind: expected 'tiny' or 'pretrained', got {cfg.kind!r}")
+
+
+def prepare_finetuning(model, cfg: ml_collections.ConfigDict):
+    """Applies LoRA when ``finetune.mode == "lora"``; returns the trainable-variable filter."""
+    if cfg.mode == "lora":
+        from jaxdrive.models.lora import apply_lora
+
+        apply_lora(model, cfg.lora_targets, rank=cfg.lora_rank, alpha=cfg.lora_alpha, rngs=nnx.Rngs(cfg.get("seed", 0)))
+    return optim.trainable_filter(cfg.mode, cfg.get("freeze_vision", False))
+
+
+def build_examples(cfg: ml_collections.ConfigDict) -> list[dict]:
+    """``data.kind``: "tiny_memorise" or "tiny_bright" (see ``jaxdrive.train.testing``); ``data.shuffle_labels``
+    replaces the answers by random ones (a format-only SFT set)."""
+    from jaxdrive.train import testing
+
+    if cfg.kind == "tiny_memorise":
+        return testing.memorise_examples(cfg.num_examples, cfg.get("answer_len", 3), cfg.seed)
+    if cfg.kind == "tiny_bright":
+        exs = testing.bright_examples(cfg.num_examples, cfg.seed)
+        if cfg.get("shuffle_labels", False):
+            exs = testing.shuffle_answers(exs, cfg.seed + 1)
+        return exs
+    raise ValueError(f"data.kind: expected 'tiny_memorise' or 'tiny_bright', got {cfg.kind!r}")
+
+
+def _infra(cfg: ml_collections.ConfigDict):
+    workdir = cfg.get("workdir")
+    logger = MetricsLogger(workdir, stdout=cfg.get("log_stdout", True)) if workdir else None
+    ckpt = None
+    if workdir and cfg.checkpoint.get("enabled", True):
+        ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), keep=cfg.checkpoint.keep,
+                            best_metric=cfg.checkpoint.get("best_metric"), best_mode=cfg.checkpoint.get("best_mode", "max"),
+                            async_save=cfg.checkpoint.get("async_save", True))
+    mesh = None
+    if cfg.get("mesh") and cfg.mesh.get("enabled", False):
+        from jaxdrive.parallel import make_mesh
+
+        mesh = make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor)
+    return logger, ckpt, mesh
+
+
+def run_sft(cfg: ml_collections.ConfigDict, model=None):
+    """Runs (or resumes) an SFT job; returns (trainer, records)."""
+    model = build_model(cfg.model) if model is None else model
+    trainable = prepare_finetuning(model, cfg.finetune)
+    examples = build_examples(cfg.data)
+    arrays = data.stack_examples([
+        sft.sft_example(e["prompt"], e["answer"], cfg.data.max_len, cfg.data.get("pad_id", 0),
+                        **{k: e[k] for k in ("pixel_values", "image_grid_thw") if k in e}) for e in examples])
+    sampler = data.EpochSampler(len(examples), cfg.batch_size, seed=cfg.seed)
+    logger, ckpt, mesh = _infra(cfg)
+    trainer = Trainer(model, loss_fn=sft.sft_loss_fn, tx=optim.make_optimizer(cfg.optim, cfg.steps), trainable=trainable,
+                      mesh=mesh, checkpointer=ckpt, save_every=cfg.checkpoint.get("every", 0), logger=logger,
+                      log_every=cfg.get("log_every", 1), seed=cfg.seed, progress=cfg.get("progress", True))
+    trainer.restore()
+    k = cfg.get("micro_batches", 1)
+
+    def batch_fn(tr, step, key):
+        rows = data.take(arrays, sampler.indices(step - 1))
+        if k == 1:
+            return sft.sft_batch(tr.model(), rows), {}
+        return [sft.sft_batch(tr.model(), data.take(rows, idx)) for idx in np.array_split(np.arange(cfg.batch_size), k)], {}
+
+    records = trainer.run(cfg.steps, batch_fn, position_fn=sampler.position, stop_after=cfg.get("stop_after"))
+    if logger:
+        logger.close()
+    return trainer, records
+
+
+def run_grpo(cfg: ml_collections.ConfigDict, model=None):
+    """Runs (or resumes) a GRPO job; returns (trainer, records). ``model`` overrides ``cfg.model`` (a warm start)."""
+    model = build_model(cfg.model) if model is None else model
+    trainable = prepare_finetuning(model, cfg.finetune)
+    if cfg.grpo.beta != 0.0 and cfg.finetune.mode != "lora":
+        raise ValueError("grpo.beta: the KL reference is the base model with LoRA disabled; set finetune.mode='lora' "
+                         "or beta=0")
+    examples = build_examples(cfg.data)
+    from jaxdrive.train.testing import decode
+
+    g = cfg.grpo
+    rollouts = Rollouts(examples, [exact_match_reward("answer_text")], decode, g)
+    logger, ckpt, mesh = _infra(cfg)
+    trainer = Trainer(model, loss_fn=grpo_loss_fn(g, g.prompt_len, g.completion_len),
+                      tx=optim.make_optimizer(cfg.optim, cfg.steps * g.policy_epochs), trainable=trainable,
+                      summary=grpo_summary, mesh=mesh, checkpointer=ckpt, save_every=cfg.checkpoint.get("every", 0),
+                      logger=logger, log_every=cfg.get("log_every", 1), seed=cfg.seed,
+                      progress=cfg.get("progress", True))
+    trainer.restore()
+    eval_examples = build_examples(cfg.eval_data) if cfg.get("eval_data") else None
+    eval_fns = {"greedy": (cfg.eval_every, lambda tr, step: rollouts.evaluate(tr, eval_examples))} if eval_examples else {}
+    records = trainer.run(cfg.steps, rollouts, updates_per_batch=g.policy_epochs, eval_fns=eval_fns,
+                          position_fn=rollouts.sampler.position, best_metric_source="greedy" if eval_fns else None,
+                          stop_after=cfg.get("stop_after"))
+    if logger:
+        logger.close()
+    return trainer, records

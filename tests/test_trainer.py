@@ -1,0 +1,128 @@
+"""The shared trainer: exact resume from an orbax checkpoint, sharded == single-device step, micro-batching ==
+whole batch, deterministic data order, metrics files, optimizer schedule."""
+import importlib.util
+import json
+import os
+
+import jax
+import ml_collections
+import numpy as np
+import pytest
+
+from jaxdrive.train import data, jobs, optim, sft
+from jaxdrive.train.checkpoint import Checkpointer
+from jaxdrive.train.metrics import read_jsonl
+from jaxdrive.train.testing import memorise_examples, tiny_vlm
+from jaxdrive.train.trainer import Trainer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_config(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "configs", f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.get_config()
+
+
+def sft_cfg(workdir, steps=6):
+    c = load_config("sft_tiny")
+    c.steps, c.batch_size, c.workdir, c.progress, c.log_every = steps, 4, workdir, False, 1
+    c.log_stdout = False
+    c.data.num_examples = 8  # 2 batches per epoch: the resumed run crosses an epoch boundary
+    c.checkpoint.every, c.checkpoint.keep = 2, 2
+    c.optim.warmup_steps = 2
+    return c
+
+
+def test_resume_reproduces_the_uninterrupted_run(tmp_path):
+    _, full = jobs.run_sft(sft_cfg(str(tmp_path / "full")))
+    killed_cfg = sft_cfg(str(tmp_path / "killed"))
+    killed_cfg.stop_after = 3  # "killed" after step 3 (its checkpoint written, async)
+    _, first = jobs.run_sft(killed_cfg)
+    assert [r["step"] for r in first] == [1, 2, 3]
+    trainer, rest = jobs.run_sft(sft_cfg(str(tmp_path / "killed")))  # a fresh process-equivalent resumes
+    assert [r["step"] for r in rest] == [4, 5, 6]
+    full_losses = [r["loss"] for r in full]
+    assert [r["loss"] for r in first] == full_losses[:3]
+    assert [r["loss"] for r in rest] == full_losses[3:]  # bitwise: same params, optimizer, data order and keys
+    assert len(set(full_losses)) == 6
+    ckpts = Checkpointer(str(tmp_path / "killed" / "checkpoints"))
+    assert ckpts.all_steps() == [4, 6]  # keep=2 of the saves at 2, 3 (the kill), 4, 6
+    _, meta = ckpts.restore({"params": trainer.params, "opt_state": trainer.opt_state})
+    assert meta["step"] == 6 and meta["data_position"] == {"epoch": 3, "batch_in_epoch": 0, "examples_seen": 24}
+    # metrics: JSONL written across the kill (steps 1-3 then 4-6) and TensorBoard event files
+    recs = read_jsonl(str(tmp_path / "killed" / "metrics.jsonl"))
+    assert [r["step"] for r in recs] == [1, 2, 3, 4, 5, 6]
+    assert {"train/loss", "train/grad_norm", "train/tokens_per_s"} <= set(recs[0])
+    assert any(f.startswith("events.out.tfevents") for f in os.listdir(tmp_path / "killed" / "tb"))
+
+
+def _one_step(mesh=None, micro=1):
+    model = tiny_vlm(seed=2)
+    exs = memorise_examples(8, seed=4)
+    arrays = data.stack_examples([sft.sft_example(e["prompt"], e["answer"], 10, pixel_values=e["pixel_values"],
+                                                  image_grid_thw=e["image_grid_thw"]) for e in exs])
+    tx = optim.make_optimizer(ml_collections.ConfigDict(dict(lr=1e-2, clip_norm=1.0)), 10)
+    tr = Trainer(model, loss_fn=sft.sft_loss_fn, tx=tx, mesh=mesh, progress=False)
+    batch = ([sft.sft_batch(model, arrays)] if micro == 1 else
+             [sft.sft_batch(model, data.take(arrays, idx)) for idx in np.array_split(np.arange(8), micro)])
+    metrics = tr.update([tr.shard_batch(b) for b in batch], tr.step_key(1))
+    return jax.device_get(tr.params), {k: float(v) for k, v in metrics.items()}
+
+
+def test_sharded_and_micro_batched_steps_equal_the_single_device_step():
+    assert len(jax.devices()) >= 8, "tests/conftest.py forces 8 host devices"
+    from jaxdrive.parallel import make_mesh
+
+    ref_params, ref_metrics = _one_step()
+    for params, metrics in (_one_step(mesh=make_mesh(data=2, fsdp=2, tensor=2)), _one_step(micro=2)):
+        np.testing.assert_allclose(metrics["loss"], ref_metrics["loss"], rtol=1e-5)
+        np.testing.assert_allclose(metrics["grad_norm"], ref_metrics["grad_norm"], rtol=1e-5)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=0),
+                     params, ref_params)
+
+
+def test_epoch_sampler_is_deterministic_and_covers_each_epoch():
+    s = data.EpochSampler(10, 3, seed=7)
+    assert s.steps_per_epoch == 3
+    epoch0 = np.concatenate([s.indices(k) for k in range(3)])
+    assert len(set(epoch0.tolist())) == 9  # no repeats within an epoch (one example dropped)
+    np.testing.assert_array_equal(s.indices(4), data.EpochSampler(10, 3, seed=7).indices(4))
+    assert not np.array_equal(s.indices(0), s.indices(3))  # a new permutation per epoch
+    with pytest.raises(ValueError, match="batch_size"):
+        data.EpochSampler(2, 3)
+
+
+def test_schedule_and_trainable_filters():
+    sched = optim.make_schedule(1.0, 100, warmup_steps=10, end_lr_ratio=0.1)
+    assert float(sched(0)) == 0.0 and float(sched(10)) == pytest.approx(1.0)
+    assert float(sched(55)) == pytest.approx(0.1 + 0.9 * 0.5, rel=1e-4) and float(sched(100)) == pytest.approx(0.1)
+    from flax import nnx
+
+    from jaxdrive.models.lora import apply_lora
+
+    model = tiny_vlm()
+    n_all = len(jax.tree.leaves(nnx.state(model, optim.trainable_filter("full"))))
+    n_frozen_vis = len(jax.tree.leaves(nnx.state(model, optim.trainable_filter("full", freeze_vision=True))))
+    n_vis = len(jax.tree.leaves(nnx.state(model.visual, nnx.Param)))
+    assert n_vis > 0 and n_frozen_vis == n_all - n_vis
+    apply_lora(model, r"language_model\..*q_proj", rank=2, alpha=4.0, rngs=nnx.Rngs(0))
+    assert len(jax.tree.leaves(nnx.state(model, optim.trainable_filter("lora")))) == 2 * 2  # A, B x 2 layers
+    with pytest.raises(ValueError, match="optim.mode"):
+        optim.trainable_filter("prefix")
+
+
+def test_best_checkpoint_is_kept_besides_the_latest(tmp_path):
+    ck = Checkpointer(str(tmp_path), keep=1, best_metric="acc")
+    state = {"w": np.arange(3.0)}
+    for step, acc in enumerate([0.2, 0.9, 0.1, 0.3], start=1):
+        ck.save(step, {"w": state["w"] + step}, {"step": step}, {"acc": acc})
+    ck.wait()
+    assert ck.all_steps() == [2, 4] and ck.best_step() == 2
+    restored, meta = ck.restore(state, step=2)
+    np.testing.assert_array_equal(restored["w"], state["w"] + 2)
+    with pytest.raises(ValueError, match="best_metric"):
+        ck.save(5, state, {}, {"loss": 1.0})
+    ck.close()
+    assert json.dumps(meta)
