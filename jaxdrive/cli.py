@@ -59,6 +59,10 @@ def _run_score(args) -> int:
                            simulate=args.simulate, num_devices=args.devices, gates=gates,
                            reference_progress=_load_json(args.reference_progress, "--reference-progress")
                            if args.reference_progress else None)
+    if not args.scenes:
+        from jaxdrive.data.synthetic import pad_spec
+
+        options.pad = pad_spec(args.proposals)
     out = args.out or Path("runs") / time.strftime("score-%Y%m%d-%H%M%S")
     try:
         stats = score_source(source, out, options, resume=args.resume, progress=not args.no_progress)
@@ -82,46 +86,44 @@ def _add_scenes(sub) -> None:
     g.add_argument("--proposals", type=int, default=16)
     g.add_argument("--out", type=Path, required=True)
     g.set_defaults(func=_run_generate)
-    v = ssub.add_parser("preview", help="write a bird's-eye-view PNG of a scene and its proposals")
-    v.add_argument("--scene", type=Path, help="a scene JSON file (default: a synthetic scene)")
-    v.add_argument("--seed", type=int, default=0, help="seed of the synthetic scene")
-    v.add_argument("--color-by", default="family",
-                   help="colour proposals by 'family' or by a sub-score (nc, dac, ddc, tlc, ep, ttc, lk, hc, ec, epdms)")
-    v.add_argument("--out", type=Path, default=Path("scene.png"))
+    from jaxdrive.viz import preview_parser
+
+    v = preview_parser(ssub.add_parser("preview", help="write a bird's-eye-view PNG of a scene and its proposals; "
+                                       "--color-by nc|dac|...|epdms colours by scores from the kernels"))
     v.set_defaults(func=_run_preview)
 
 
 def _run_generate(args) -> int:
     from jaxdrive.data.scene_json import write_scene
-    from jaxdrive.scoring.sources import SyntheticSource
+    from jaxdrive.data.synthetic import iter_scenes
 
-    src = SyntheticSource(args.count, args.seed, args.proposals)
     args.out.mkdir(parents=True, exist_ok=True)
-    for i in range(len(src)):
-        s = src.load(i)
+    for s in iter_scenes(args.count, args.seed, args.proposals):
         write_scene(s, args.out / f"{s.id}.json")
-    print(f"wrote {len(src)} scenes to {args.out}")
+    print(f"wrote {args.count} scenes to {args.out}")
     return 0
 
 
+SCORE_FIELDS = ("nc", "dac", "ddc", "tlc", "ep", "ttc", "lk", "hc", "ec", "pdm_score", "epdms")
+
+
 def _run_preview(args) -> int:
+    from jaxdrive.viz import preview_main, render_scene
+
+    if args.color_by not in SCORE_FIELDS:
+        return preview_main(args)
     from jaxdrive.data.scene_json import read_scene
-    from jaxdrive.scoring.sources import SyntheticSource
-    from jaxdrive.viz import render_scene
+    from jaxdrive.data.synthetic import generate_scene
+    from jaxdrive.rules.epdms import score
+    from jaxdrive.scene import batch_scenes
 
-    scene = read_scene(args.scene) if args.scene else SyntheticSource(1, args.seed).load(0)
-    values = None
-    if args.color_by != "family":
-        from jaxdrive.rules.epdms import score
-        from jaxdrive.scene import batch_scenes
-
-        sc, props, _ = batch_scenes([scene])
-        sub = score(sc, props)
-        if not hasattr(sub, args.color_by):
-            raise ValueError(f"--color-by: unknown field {args.color_by!r}")
-        values = np.asarray(getattr(sub, args.color_by))[0, : scene.num_proposals]
-    render_scene(scene, args.out, color_by=args.color_by, values=values, title=scene.id)
-    print(f"wrote {args.out}")
+    scene = (read_scene(args.scene) if args.scene
+             else generate_scene(args.seed, num_proposals=args.num_proposals, profile=args.profile))
+    sc, props, _ = batch_scenes([scene])
+    values = np.asarray(getattr(score(sc, props), args.color_by))[0, : scene.num_proposals]
+    out = render_scene(scene, args.out, color_by=args.color_by, values=values, title=f"{scene.id}: {args.color_by}",
+                       extent=args.extent)
+    print(f"wrote {out}")
     return 0
 
 

@@ -106,7 +106,7 @@ def render_scene(scene: HostScene, path: str | Path, color_by: str | None = None
         elif lane.on_route:
             ax.add_patch(MplPolygon(poly, closed=True, facecolor="#a9c8f0", alpha=0.35 if connector else 0.5,
                                     edgecolor="none", zorder=2))
-        ax.add_patch(MplPolygon(poly, closed=True, facecolor="none", edgecolor="#ffffff" if not connector else "#b0b0b0",
+        ax.add_patch(MplPolygon(poly, closed=True, facecolor="none", edgecolor="#b0b0b0" if connector else "#ffffff",
                                 lw=0.7, ls="--" if connector else "-", zorder=2))
     cl = tf(scene.centerline)
     ax.plot(cl[:, 0], cl[:, 1], color="#2e8b57", lw=1.0, ls=(0, (4, 3)), zorder=4)

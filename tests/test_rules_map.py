@@ -10,7 +10,11 @@
 Float tolerance: kernels run in float32 on ego-centred coordinates, the reference (like NAVSIM) in float64 on global
 ones. Discrete results must agree exactly; a disagreement is accepted only if the reference itself shows the decision
 within 1e-5 m of its boundary (a point that close to a polygon edge, a distance that close to 0.5 m, a DDC window that
-close to 2 m / 6 m). Raw progress must agree within 1e-4 m.
+close to 2 m / 6 m, a box that close to touching). Raw progress must agree within 1e-4 m, except where the centreline
+projection of the first or last centre is ambiguous in float32 (two segments equally near to 1e-6 relative: a centre
+metres off a straight-ish centreline, nearest point at a vertex); there the error may reach the arc spread of the tied
+segments (``_projection_ambiguity``; seen up to 4e-3 m for a centre 16 m off the centreline). The fixtures need none of
+these allowances.
 """
 
 from __future__ import annotations
@@ -192,9 +196,35 @@ def _compare(scene: HostScene, got: dict, ref: dict) -> list[tuple]:
                 continue
             if not _near_boundary(scene, k, name, ref):
                 diffs.append((scene.id, k, name, got[name][k], ref[name][k]))
-        if abs(got["raw_progress"][k] - ref["raw_progress"][k]) > PROGRESS_TOL_M:
+        err = abs(got["raw_progress"][k] - ref["raw_progress"][k])
+        if err > PROGRESS_TOL_M and err > _projection_ambiguity(scene, k) + PROGRESS_TOL_M:
             diffs.append((scene.id, k, "raw_progress", got["raw_progress"][k], ref["raw_progress"][k]))
     return diffs
+
+
+def _projection_ambiguity(scene: HostScene, k: int) -> float:
+    """How far (m of arc) float32 may move the centreline projection of proposal k's first and last centres.
+
+    The arc-length projection jumps where two centreline segments are equally near. In float32 the squared distances
+    of two segments can only be told apart to ~1e-7 relative (and ~1e-6 m absolute, from the rounding of coordinates
+    tens of metres from the origin), so a centre d metres from the centreline whose nearest point is within about
+    d * 3e-4 m of a vertex may be projected onto the neighbouring segment's end instead (an arc error of up to that
+    much). Returns the summed arc spread of the segments within 1e-6 * d + 1e-5 m of the nearest distance, at either
+    end (float64 computation); 0 when the projection is unambiguous.
+    """
+    pts = scene.centerline[:, :2]
+    a, d = pts[:-1], pts[1:] - pts[:-1]
+    length = np.hypot(d[:, 0], d[:, 1])
+    arc0 = np.concatenate([[0.0], np.cumsum(length)])[:-1]
+    spread = 0.0
+    for t in (0, -1):
+        c = ego_center_and_corners(scene.proposal_states[k, t])[0]
+        u = np.clip(np.sum((c - a) * d, -1) / np.maximum(length ** 2, 1e-300), 0, 1)
+        dist = np.hypot(*(c - (a + u[:, None] * d)).T)
+        tied = dist <= dist.min() * (1 + 1e-6) + BOUNDARY_TOL_M
+        arcs = (arc0 + u * length)[tied]
+        spread += arcs.max() - arcs.min()
+    return spread
 
 
 # ----------------------------------------------------------------------------------------------------------------------

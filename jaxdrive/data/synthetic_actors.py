@@ -13,7 +13,8 @@ import math
 
 import numpy as np
 
-from jaxdrive.data.synthetic_motion import FRONT_LENGTH, REAR_AXLE_TO_CENTER, Paths, offset_paths, sample_paths, smoothstep
+from jaxdrive.data.synthetic_motion import (FRONT_LENGTH, REAR_AXLE_TO_CENTER, Paths, offset_paths, sample_paths,
+                                            smoothstep)
 from jaxdrive.data.synthetic_roads import RoadMap
 from jaxdrive.scene import DT, NUM_STEPS, Agent, AgentType
 
@@ -108,7 +109,7 @@ def build_actors(road: RoadMap, rng: np.random.Generator, v0: float, prof) -> Ac
     return _road_actors(b, v0, prof)
 
 
-def _lead(b: _Builder, v0: float, gap: float, role: str, speed: float, accel=0.0, t_start=0.0) -> Lead | None:
+def _lead(b: _Builder, gap: float, role: str, speed: float, accel=0.0, t_start=0.0) -> Lead | None:
     road = b.road
     size = b.vehicle_size()
     centre_u = FRONT_LENGTH + gap + 0.5 * size[0]
@@ -127,13 +128,14 @@ def _road_actors(b: _Builder, v0: float, prof) -> Actors:
         role = str(rng.choice(["lead", "lead_brake", "lead_slow", "lead_stopped"], p=[0.35, 0.3, 0.2, 0.15]))
         gap = rng.uniform(6.0, 40.0)
         if role == "lead":
-            out.lead = _lead(b, v0, gap, role, v0 * rng.uniform(0.7, 1.1))
+            out.lead = _lead(b, gap, role, v0 * rng.uniform(0.7, 1.1))
         elif role == "lead_brake":
-            out.lead = _lead(b, v0, gap, role, v0 * rng.uniform(0.9, 1.1), -rng.uniform(3.0, 6.0), rng.uniform(0.2, 1.5))
+            out.lead = _lead(b, gap, role, v0 * rng.uniform(0.9, 1.1), -rng.uniform(3.0, 6.0),
+                             rng.uniform(0.2, 1.5))
         elif role == "lead_slow":
-            out.lead = _lead(b, v0, gap, role, rng.uniform(1.0, 5.0))
+            out.lead = _lead(b, gap, role, rng.uniform(1.0, 5.0))
         else:
-            out.lead = _lead(b, v0, gap + 5.0, role, 0.0)
+            out.lead = _lead(b, gap + 5.0, role, 0.0)
         if out.lead is not None:
             lead_gap = float(out.lead.rear_u[0])
     if rng.random() < prof.p_blocker:
@@ -254,7 +256,7 @@ def _junction_actors(b: _Builder, v0: float, prof) -> Actors:
                      "lead_waiting"):
                 out.lead = Lead(rear_u=centre_u + s - 0.5 * size[0], v=v)
         elif not red_now:
-            out.lead = _lead(b, v0, rng.uniform(6.0, 30.0), "lead", max(v0 * rng.uniform(0.8, 1.2), 4.0))
+            out.lead = _lead(b, rng.uniform(6.0, 30.0), "lead", max(v0 * rng.uniform(0.8, 1.2), 4.0))
     cross_green = road.route_light.translate(str.maketrans({"G": "R", "Y": "R", "R": "G"}))[0] == "G"
     others = [lp for lp in road.lane_paths if lp.direction in ("cross", "opposite")]
     rng.shuffle(others)

@@ -46,11 +46,9 @@ class Paths:
         """(R, U, 2) left unit normals."""
         return np.stack([-np.sin(self.heading), np.cos(self.heading)], axis=-1)
 
-    def row(self, r: int) -> "Paths":
-        return Paths(self.xy[r:r + 1], self.heading[r:r + 1], self.kappa[r:r + 1], self.sigma[r:r + 1])
 
-
-def integrate_curvature(kappa: np.ndarray, ds: float, start: tuple[float, float, float]) -> tuple[np.ndarray, np.ndarray]:
+def integrate_curvature(kappa: np.ndarray, ds: float,
+                        start: tuple[float, float, float]) -> tuple[np.ndarray, np.ndarray]:
     """A curve of curvature ``kappa`` (U,) sampled every ``ds`` m from pose ``start`` = (x, y, heading).
 
     Returns xy (U, 2) and heading (U,). Heading integrates kappa by the trapezoid rule, positions use mid-step headings.
@@ -118,7 +116,7 @@ def sample_paths(paths: Paths, sigma: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 
 def states_from_motion(x, y, heading, kappa, v, a) -> np.ndarray:
-    """NAVSIM rear-axle states (R, T, 11) from positions, tangent heading, path curvature, speed and acceleration (R, T).
+    """NAVSIM rear-axle states (R, T, 11) from positions, tangent heading, path curvature, speed, acceleration (R, T).
 
     Steering rate and yaw acceleration are backward differences (the first step copies the second).
     """

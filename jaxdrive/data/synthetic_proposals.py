@@ -18,7 +18,7 @@ import numpy as np
 from jaxdrive.data.synthetic_actors import Actors
 from jaxdrive.data.synthetic_motion import (FRONT_LENGTH, Longitudinal, Paths, history_profile, offset_paths, rollout,
                                             sample_paths, smoothstep, states_from_motion)
-from jaxdrive.data.synthetic_roads import DS, RoadMap
+from jaxdrive.data.synthetic_roads import RoadMap
 from jaxdrive.scene import DT as DT_STEP, NUM_STEPS, StateIndex
 
 FAMILIES = ("follow", "stop", "brake_hard", "lane_change", "nudge", "drift", "leave_road", "wrong_way", "swerve",

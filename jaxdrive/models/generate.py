@@ -93,9 +93,14 @@ def choose_tokens(
 
 
 def generate_from_inputs(
-    model: QwenModel, inputs: ModelInputs, key: jax.Array | None, config: SamplingConfig
+    model: QwenModel,
+    inputs: ModelInputs,
+    key: jax.Array | None,
+    config: SamplingConfig,
+    stop_ids: Int[Array, "K"] | None = None,
 ) -> GenerationOutput:
-    """Traceable body of :func:`generate` (prefill + decode loop)."""
+    """Traceable body of :func:`generate` (prefill + decode loop). ``stop_ids`` (int [K], -1 = unused) overrides
+    ``config.stop_token_ids`` so that changing the stop tokens does not recompile."""
     b, s = inputs.input_ids.shape
     t_max = config.max_new_tokens
     cache = model.language_model.init_cache(b, s + t_max)
@@ -104,7 +109,7 @@ def generate_from_inputs(
     last = s - 1 - jnp.argmax(inputs.attention_mask[:, ::-1], axis=1)
     logits = model.logits(hidden[jnp.arange(b), last][:, None])[:, 0]
     base_pos = inputs.attention_mask.sum(1).astype(jnp.int32) + inputs.rope_deltas
-    stop = jnp.asarray(config.stop_token_ids or (-1,), jnp.int32)
+    stop = jnp.asarray(config.stop_token_ids or (-1,), jnp.int32) if stop_ids is None else stop_ids
     key = jax.random.key(0) if key is None else key
 
     def cond(carry):
@@ -162,7 +167,10 @@ def generate(
     if key is None and not config.greedy:
         raise ValueError("generate: key is required for sampling (config.greedy is False)")
     inputs = model.prepare_inputs(input_ids, attention_mask, pixel_values, image_grid_thw)
-    return _generate_jit(model, inputs, key, config)
+    n_stop = len(config.stop_token_ids)
+    stop = np.full(max(8, -(-n_stop // 8) * 8), -1, np.int32)  # padded to a multiple of 8: one compile
+    stop[:n_stop] = config.stop_token_ids
+    return _generate_jit(model, inputs, key, dataclasses.replace(config, stop_token_ids=()), stop)
 
 
 def predecessor_index(mask: np.ndarray) -> np.ndarray:
