@@ -15,8 +15,10 @@ from jaxdrive.train import jobs
 from jaxdrive.train.testing import tiny_vlm, warm_vs_zero_configs
 
 
-def curves(steps: int, sft_steps: int, eval_every: int):
+def curves(steps: int, sft_steps: int, eval_every: int, lr: float | None):
     s, g = warm_vs_zero_configs(steps, sft_steps)
+    if lr:
+        g.optim.lr = lr
     g.eval_every, g.log_every = eval_every, 10**9
     t0 = time.perf_counter()
     sft_trainer, sft_records = jobs.run_sft(s)
@@ -24,8 +26,9 @@ def curves(steps: int, sft_steps: int, eval_every: int):
     out = {"sft_loss": [r["loss"] for r in sft_records], "sft_time_s": time.perf_counter() - t0}
     for name, model in runs.items():
         t0 = time.perf_counter()
-        _, records = jobs.run_grpo(g, model=model)
+        trainer, records = jobs.run_grpo(g, model=model)
         out[name] = records
+        out[f"{name}_eval"] = [r for r in trainer.history if "eval/greedy/reward_mean" in r]
         out[f"{name}_time_s"] = time.perf_counter() - t0
     return out
 
@@ -35,20 +38,21 @@ def main():
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--sft-steps", type=int, default=40)
     ap.add_argument("--eval-every", type=int, default=10)
+    ap.add_argument("--lr", type=float, default=None, help="GRPO learning rate (default: configs/grpo_tiny.py)")
     ap.add_argument("--out", default="runs/grpo_sft_vs_zero.jsonl")
     a = ap.parse_args()
-    res = curves(a.steps, a.sft_steps, a.eval_every)
+    res = curves(a.steps, a.sft_steps, a.eval_every, a.lr)
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     with open(a.out, "w") as f:
         for name in ("sft_warm", "zero_shot"):
-            for r in res[name]:
+            for r in res[name] + [r for r in res[f"{name}_eval"] if r["step"] == 0]:
                 f.write(json.dumps({"run": name, **r}) + "\n")
     print(f"format-SFT warm start: loss {res['sft_loss'][0]:.3f} -> {res['sft_loss'][-1]:.3f} "
           f"({len(res['sft_loss'])} steps, {res['sft_time_s']:.0f}s)")
     for name in ("sft_warm", "zero_shot"):
         rew = np.array([r["reward_mean"] for r in res[name]])
         k = max(1, len(rew) // 10)
-        ev = [(r["step"], r["eval/greedy/reward_mean"]) for r in res[name] if "eval/greedy/reward_mean" in r]
+        ev = [(r["step"], r["eval/greedy/reward_mean"]) for r in res[f"{name}_eval"]]
         print(f"{name:10s} train reward first {k} steps {rew[:k].mean():.3f} -> last {k} steps {rew[-k:].mean():.3f}; "
               f"zero-std groups {np.mean([r['zero_std_frac'] for r in res[name]]):.2f}; "
               f"greedy eval {ev[0][1]:.3f} -> {ev[-1][1]:.3f}; {res[f'{name}_time_s']:.0f}s")

@@ -152,11 +152,19 @@ def project_to_polyline(p: Float[Array, "2"], pts: Float[Array, "C 2"]) -> tuple
     d = b - a
     seg_len2 = jnp.sum(d * d, axis=-1)
     safe = jnp.where(seg_len2 > 0, seg_len2, 1.0)
-    t = jnp.clip(jnp.sum((p - a) * d, axis=-1) / safe, 0.0, 1.0)
-    t = jnp.where(seg_len2 > 0, t, 0.0)
+    t_raw = jnp.where(seg_len2 > 0, jnp.sum((p - a) * d, axis=-1) / safe, 0.0)
+    t = jnp.clip(t_raw, 0.0, 1.0)
     nearest = a + t[:, None] * d
     dist2 = jnp.sum((p - nearest) ** 2, axis=-1)
     i = jnp.argmin(dist2)
+    # Near-ties at a shared vertex: if the winner is clamped to its end (start) while the next (previous) segment has
+    # its perpendicular foot inside, that neighbour is at least as near in exact arithmetic; float rounding of the two
+    # almost equal distances must not pick the clamped one.
+    n = t.shape[0]
+    nxt, prv = jnp.minimum(i + 1, n - 1), jnp.maximum(i - 1, 0)
+    take_next = (t_raw[i] >= 1.0) & (i + 1 < n) & (t_raw[nxt] >= 0.0) & (t_raw[nxt] <= 1.0) & (seg_len2[nxt] > 0)
+    take_prev = (t_raw[i] <= 0.0) & (i > 0) & (t_raw[prv] >= 0.0) & (t_raw[prv] <= 1.0) & (seg_len2[prv] > 0)
+    i = jnp.where(take_next, nxt, jnp.where(take_prev, prv, i))
     seg_len = jnp.sqrt(seg_len2)
     arc = jnp.concatenate([jnp.zeros((1,), seg_len.dtype), jnp.cumsum(seg_len)])[i] + t[i] * seg_len[i]
     dist = jnp.sqrt(dist2[i])

@@ -44,17 +44,19 @@ def _x():
     return jax.random.normal(jax.random.key(1), (4, 8))
 
 
+@nnx.jit
+def _step(model, opt, x, y):
+    loss_fn = lambda m: jnp.mean((m(x) - y) ** 2)
+    loss, grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, LoRAParam))(model)
+    opt.update(model, grads)
+    return loss
+
+
 def _train(model, steps=3):
+    """A few Adam steps on adapters only (one compile shared by tests whose models have the same structure)."""
     opt = nnx.Optimizer(model, optax.adam(5e-2), wrt=LoRAParam)
     x, y = _x(), jax.random.normal(jax.random.key(2), (4, 3))
-
-    @nnx.jit
-    def step(model, opt):
-        loss, grads = nnx.value_and_grad(lambda m: jnp.mean((m(x) - y) ** 2), argnums=nnx.DiffState(0, LoRAParam))(model)
-        opt.update(model, grads)
-        return loss
-
-    return [float(step(model, opt)) for _ in range(steps)]
+    return [float(_step(model, opt, x, y)) for _ in range(steps)]
 
 
 def test_selection_paths_and_identity_at_init():
@@ -186,7 +188,7 @@ def test_lora_and_chunked_logprobs_on_the_qwen_model():
         return jnp.take_along_axis(jax.nn.log_softmax(logits, -1), targets[..., None], -1)[..., 0]
 
     names = apply_lora(model, r".*(q_proj|k_proj|v_proj|o_proj)", rank=4, alpha=8.0, rngs=nnx.Rngs(1))
-    assert names == [f"language_model.layers.0.self_attn.{p}_proj" for p in "kovq"]
+    assert names == [f"language_model.layers.0.self_attn.{p}_proj" for p in "koqv"]
     with lora_disabled(model):
         base_logits, base_lp = forward(model, inputs)
     init_logits, init_lp = forward(model, inputs)

@@ -52,6 +52,7 @@ BOUNDARY_TOL_M = 1e-5
 PROGRESS_TOL_M = 1e-4
 
 TRACES = {"count": 0}
+EXCUSED: dict[str, int] = {}  # disagreements explained by the documented float tolerance, per metric
 
 
 def _map_rules(scene, states):
@@ -140,10 +141,11 @@ def test_fixture_parity_with_navsim(fixture_scenes, fixture_results):
 
 
 def test_fixture_flags_and_steps_match_reference(fixture_scenes, fixture_results):
-    diffs = []
+    diffs, before = [], dict(EXCUSED)
     for scene, got in zip(fixture_scenes, fixture_results):
         diffs += _compare(scene, got, reference_rules(scene))
     assert not diffs, diffs[:5]
+    assert EXCUSED == before  # exact agreement: no float allowance needed on the fixtures
 
 
 def test_fixtures_exercise_every_outcome(fixture_scenes, fixture_results):
@@ -196,9 +198,14 @@ def _compare(scene: HostScene, got: dict, ref: dict) -> list[tuple]:
                 continue
             if not _near_boundary(scene, k, name, ref):
                 diffs.append((scene.id, k, name, got[name][k], ref[name][k]))
+            else:
+                EXCUSED[name] = EXCUSED.get(name, 0) + 1
         err = abs(got["raw_progress"][k] - ref["raw_progress"][k])
-        if err > PROGRESS_TOL_M and err > _projection_ambiguity(scene, k) + PROGRESS_TOL_M:
-            diffs.append((scene.id, k, "raw_progress", got["raw_progress"][k], ref["raw_progress"][k]))
+        if err > PROGRESS_TOL_M:
+            if err > _projection_ambiguity(scene, k) + PROGRESS_TOL_M:
+                diffs.append((scene.id, k, "raw_progress", got["raw_progress"][k], ref["raw_progress"][k]))
+            else:
+                EXCUSED["raw_progress"] = EXCUSED.get("raw_progress", 0) + 1
     return diffs
 
 
@@ -505,7 +512,8 @@ def test_property_kernels_match_reference(fixture_scenes):
                 for name in RULES:
                     outcomes[name].update(got[name].tolist())
     print(f"property test: {num_scenes} scenes, {compared['proposals']} proposals, {compared['steps']} steps, "
-          f"{len(diffs)} unexplained disagreements; buckets {[len(g) for g in groups.values()]}")
+          f"{len(diffs)} unexplained disagreements, explained by the float tolerance: {EXCUSED}; "
+          f"buckets {[len(g) for g in groups.values()]}")
     assert not diffs, diffs[:10]
     assert compared["proposals"] >= 2 * num_scenes
     assert outcomes["ddc"] == {0.0, 0.5, 1.0} and all(outcomes[n] == {0.0, 1.0} for n in ("dac", "tlc", "lk"))

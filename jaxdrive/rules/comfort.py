@@ -14,15 +14,13 @@ derivatives are taken of the unwrapped heading relative to its first sample (exa
 magnitudes small). Pass ``precision="float32"`` on devices without float64 support (TPUs); the result then agrees
 except for signals within ~1e-4 of a bound.
 
-Exact ties. Inputs quantised to a decimal grid (``epdms-scene/1`` files store 4 decimals) make exact ties with the
-bounds common: e.g. an interior yaw acceleration is (integer) x 1e-4 / 0.07 rad/s^2, which hits 1.93 exactly
-(public fixture scene_0039, proposal ``wrong_way``); NAVSIM's strict test then fails, while the same value computed
-from float32 inputs is 1.9299993 and passes. ``input_decimals=d`` restores NAVSIM's float64 inputs from the float32
-ones before filtering: proposal states are re-rounded (in float64) to d decimals (float32 keeps > 7 significant
-digits, enough for 4 decimals of any |value| < 1000: headings, accelerations, yaw rates); the interpolated history
-(0.1 s samples between 0.5 s knots, weights k/5) lies on the 2*10^-(d+1) grid, so its fields are re-rounded to d + 1
-decimals, its heading after unwrapping (the wrapped values leave the grid, the unwrapped ones do not). Use it only
-for inputs known to be on that grid; the default ``None`` uses the inputs as given.
+Exact ties. Inputs on a decimal grid (``epdms-scene/1`` files store 4 decimals) can tie with a bound exactly: an
+interior yaw acceleration is (integer) x 1e-4 / 0.07 rad/s^2, which equals 1.93 in public fixture scene_0039
+(proposal ``wrong_way``, sample 40; NAVSIM's strict test fails there). From float32 inputs the same value is
+1.9299993 and passes; the fixture's HC is still reproduced because that proposal fails other samples too. A tie is
+reproduced only from float64 inputs: with ``jax_enable_x64`` on and float64 states the kernels follow NAVSIM's
+float64 arithmetic (signals equal scipy's to the last rounded decimal; tested). Re-rounding float32 inputs to a
+presumed grid is not done: hand-made files use other grids, and wrapped history headings leave any grid.
 
 Both kernels are written for ONE scene (K proposals) and are batched with ``jax.vmap``.
 """
@@ -77,11 +75,6 @@ def _filters(length: int, yaw_accel_order: int) -> _Filters:
                     savgol_matrix(length, 5, 2, 1, d), savgol_matrix(length, 5, yaw_accel_order, 2, d))
 
 
-def _prepare(x: Float[Array, "*b"], dtype, input_decimals: int | None) -> Float[Array, "*b"]:
-    x = x.astype(dtype)
-    return x if input_decimals is None else jnp.round(x, input_decimals)
-
-
 @contextlib.contextmanager
 def _compute_dtype(precision: str):
     if precision == "float64":
@@ -100,18 +93,12 @@ def _apply(matrix: np.ndarray, x: Float[Array, "*b T"]) -> Float[Array, "*b T"]:
     return jnp.round(y, DECIMALS)
 
 
-def _unwrapped_heading(heading: Float[Array, "*b T"], head: int = 0, head_decimals: int | None = None
-                       ) -> Float[Array, "*b T"]:
-    """NAVSIM ``_phase_unwrap`` (psi_j - 2 pi cumsum(round(diff / 2 pi))), returned relative to the first sample.
-
-    With ``head_decimals``, the first ``head`` unwrapped samples are re-rounded to that grid (HC's history part).
-    """
+def _unwrapped_heading(heading: Float[Array, "*b T"]) -> Float[Array, "*b T"]:
+    """NAVSIM ``_phase_unwrap`` (psi_j - 2 pi cumsum(round(diff / 2 pi))), returned relative to the first sample."""
     two_pi = 2.0 * math.pi
     steps = jnp.round(jnp.diff(heading, axis=-1) / two_pi)
     adjust = jnp.concatenate([jnp.zeros_like(heading[..., :1]), jnp.cumsum(steps, axis=-1)], axis=-1)
     unwrapped = heading - two_pi * adjust
-    if head_decimals is not None:
-        unwrapped = unwrapped.at[..., :head].set(jnp.round(unwrapped[..., :head], head_decimals))
     return unwrapped - unwrapped[..., :1]
 
 
@@ -127,7 +114,7 @@ def _accel_magnitude(states: Float[Array, "*b T 11"]) -> Float[Array, "*b T"]:
 
 
 def history_comfort_signals(history_padded: Float[Array, "14 11"], states: Float[Array, "K 41 11"], *,
-                            precision: str = "float64", input_decimals: int | None = None) -> Float[Array, "K 6 55"]:
+                            precision: str = "float64") -> Float[Array, "K 6 55"]:
     """HC's six filtered, rounded signals per proposal over the 55 samples, in ``HC_CHECKS`` order, in the compute
     dtype (call under ``jax.enable_x64`` to receive float64): lon/lat acceleration (m/s^2), jerk magnitude and lon
     jerk (m/s^3), yaw acceleration (rad/s^2), yaw rate (rad/s).
@@ -136,17 +123,13 @@ def history_comfort_signals(history_padded: Float[Array, "14 11"], states: Float
       history_padded: NAVSIM's 14 interpolated history states (-1.5 .. -0.2 s), ``Scene.history_padded``.
       states: proposal rear-axle states at 0 .. 4 s.
       precision: "float64" (default; scoped x64, NAVSIM parity) or "float32".
-      input_decimals: re-round the inputs to this many decimals first (module docstring, "Exact ties"); None = off.
     """
     k = states.shape[0]
     hist = jnp.broadcast_to(history_padded[None], (k,) + history_padded.shape)
     f = _filters(hist.shape[1] + states.shape[1], yaw_accel_order=3)
     with _compute_dtype(precision) as dtype:
-        hist_decimals = None if input_decimals is None else input_decimals + 1
-        heading_raw = jnp.concatenate([hist[..., StateIndex.HEADING].astype(dtype),
-                                       _prepare(states[..., StateIndex.HEADING], dtype, input_decimals)], axis=1)
-        heading = _unwrapped_heading(heading_raw, hist.shape[1], hist_decimals)
-        seq = jnp.concatenate([_prepare(hist, dtype, hist_decimals), _prepare(states, dtype, input_decimals)], axis=1)
+        seq = jnp.concatenate([hist, states], axis=1).astype(dtype)
+        heading = _unwrapped_heading(seq[..., StateIndex.HEADING])
         lon = _apply(f.smooth, _lon_accel(seq))
         return jnp.stack([
             lon,
@@ -159,11 +142,11 @@ def history_comfort_signals(history_padded: Float[Array, "14 11"], states: Float
 
 
 def history_comfort_checks(history_padded: Float[Array, "14 11"], states: Float[Array, "K 41 11"], *,
-                           precision: str = "float64", input_decimals: int | None = None) -> Bool[Array, "K 6"]:
+                           precision: str = "float64") -> Bool[Array, "K 6"]:
     """The six HC bound checks per proposal, in ``HC_CHECKS`` order (True = strictly within bounds at all 55
     samples). Arguments as ``history_comfort_signals``."""
     with _compute_dtype(precision):
-        sig = history_comfort_signals(history_padded, states, precision=precision, input_decimals=input_decimals)
+        sig = history_comfort_signals(history_padded, states, precision=precision)
         lo = jnp.asarray([MIN_LON_ACCEL, -MAX_ABS_LAT_ACCEL, -MAX_ABS_MAG_JERK, -MAX_ABS_LON_JERK, -MAX_ABS_YAW_ACCEL,
                           -MAX_ABS_YAW_RATE], sig.dtype)[:, None]
         hi = jnp.asarray([MAX_LON_ACCEL, MAX_ABS_LAT_ACCEL, MAX_ABS_MAG_JERK, MAX_ABS_LON_JERK, MAX_ABS_YAW_ACCEL,
@@ -172,13 +155,13 @@ def history_comfort_checks(history_padded: Float[Array, "14 11"], states: Float[
 
 
 def history_comfort(history_padded: Float[Array, "14 11"], states: Float[Array, "K 41 11"], *,
-                    precision: str = "float64", input_decimals: int | None = None
+                    precision: str = "float64"
                     ) -> tuple[Float[Array, "K"], Bool[Array, "K 6"]]:
     """HC per proposal (1.0 iff all six checks hold) and the six checks (``HC_CHECKS`` order).
 
     The 14 history states and 41 proposal states are treated as 55 uniformly spaced samples (NAVSIM quirk).
     """
-    checks = history_comfort_checks(history_padded, states, precision=precision, input_decimals=input_decimals)
+    checks = history_comfort_checks(history_padded, states, precision=precision)
     return jnp.all(checks, axis=-1).astype(jnp.float32), checks
 
 
@@ -189,23 +172,23 @@ def _ec_features(seq: Float[Array, "*b T 11"], f: _Filters) -> tuple[Float[Array
 
 
 def extended_comfort_rms(states: Float[Array, "K 41 11"], previous: Float[Array, "K 41 11"], *,
-                         precision: str = "float64", input_decimals: int | None = None) -> Float[Array, "K 4"]:
+                         precision: str = "float64") -> Float[Array, "K 4"]:
     """RMS differences (acceleration m/s^2, jerk m/s^3, yaw rate rad/s, yaw acceleration rad/s^2) between the
     features of ``states[:, 0:36]`` and ``previous[:, 5:41]`` (both t0 .. t0 + 3.5 s), in the compute dtype."""
     f = _filters(EC_OVERLAP, yaw_accel_order=2)
     with _compute_dtype(precision) as dtype:
-        cur = _ec_features(_prepare(states[:, :EC_OVERLAP], dtype, input_decimals), f)
-        prev = _ec_features(_prepare(previous[:, EC_SHIFT:EC_SHIFT + EC_OVERLAP], dtype, input_decimals), f)
+        cur = _ec_features(states[:, :EC_OVERLAP].astype(dtype), f)
+        prev = _ec_features(previous[:, EC_SHIFT:EC_SHIFT + EC_OVERLAP].astype(dtype), f)
         rms = jnp.stack([jnp.sqrt(jnp.mean((a - b) ** 2, axis=-1)) for a, b in zip(cur, prev)], axis=-1)
     return rms
 
 
 def extended_comfort(states: Float[Array, "K 41 11"], previous: Float[Array, "K 41 11"], has_previous: Bool[Array, "K"],
-                     *, precision: str = "float64", input_decimals: int | None = None) -> Float[Array, "K"]:
+                     *, precision: str = "float64") -> Float[Array, "K"]:
     """EC per proposal: 1.0 iff every RMS difference is <= its threshold (0.7, 0.5, 0.1, 0.1); NaN where
     ``has_previous`` is False (no previous frame: the EC weight is then dropped by ``epdms.aggregate``)."""
     with _compute_dtype(precision):
-        rms = extended_comfort_rms(states, previous, precision=precision, input_decimals=input_decimals)
+        rms = extended_comfort_rms(states, previous, precision=precision)
         limits = jnp.asarray([EC_ACCEL, EC_JERK, EC_YAW_RATE, EC_YAW_ACCEL], rms.dtype)
         ok = jnp.all(rms <= limits, axis=-1)
     ec = ok.astype(jnp.float32)

@@ -166,6 +166,14 @@ class Trainer:
 
         eval_fns = eval_fns or {}
         records = []
+        if self.step == 0 and eval_fns:  # the starting point of every evaluation curve
+            start = {"step": 0}
+            for name, (_, fn) in eval_fns.items():
+                values = fn(self, 0)
+                if self.logger is not None:
+                    self.logger.log(0, values, prefix=f"eval/{name}")
+                start.update({f"eval/{name}/{k}": float(v) for k, v in values.items()})
+            self.history.append(start)
         bar = tqdm(total=total_steps, initial=self.step, disable=not self.progress, desc="train", leave=False)
         while self.step < total_steps:
             step = self.step + 1
