@@ -41,7 +41,7 @@ def test_nan_reward_in_the_loop_is_an_error():
 
     flaky = Reward("flaky", lambda comps, exs: [float("nan")] + [1.0] * (len(comps) - 1))
     rollouts = Rollouts(bright_examples(8), [flaky], decode, g.grpo)
-    tr = Trainer(model, loss_fn=grpo_loss_fn(g.grpo, g.grpo.prompt_len, g.grpo.completion_len),
+    tr = Trainer(model, loss_fn=grpo_loss_fn(g.grpo),
                  tx=optim.make_optimizer(g.optim, 1), progress=False)
     with pytest.raises(ValueError, match="reward 'flaky': NaN/missing value at row 0"):
         tr.run(1, rollouts)

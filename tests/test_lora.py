@@ -137,6 +137,25 @@ def test_dropout_uses_rngs_and_eval_is_deterministic():
     np.testing.assert_array_equal(model(_x()), model(_x()))
 
 
+def test_bf16_layer_keeps_f32_adapters_and_bf16_output():
+    model = Block(8, nnx.Rngs(0))
+    model.q_proj = nnx.Linear(8, 8, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16, rngs=nnx.Rngs(1))
+    apply_lora(model, r"q_proj", rank=2, alpha=2.0, rngs=nnx.Rngs(2))
+    assert model.q_proj.lora_a.dtype == jnp.float32 and model.q_proj.kernel.dtype == jnp.bfloat16
+    assert model.q_proj(_x()).dtype == jnp.bfloat16
+
+
+def test_adapters_follow_a_sharded_kernel():
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("tensor",))
+    model = _model()
+    q = model.layers[0].q_proj
+    q.kernel[...] = jax.device_put(q.kernel[...], jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, "tensor")))
+    apply_lora(model, TARGETS, rank=2, alpha=4.0, rngs=nnx.Rngs(3))
+    q = model.layers[0].q_proj
+    assert q.lora_a[...].sharding.spec == jax.sharding.PartitionSpec(None, None)
+    assert q.lora_b[...].sharding.spec == jax.sharding.PartitionSpec(None, "tensor")
+
+
 def test_save_load_roundtrip_and_errors(tmp_path):
     model = _model()
     apply_lora(model, TARGETS, rank=2, alpha=4.0, rngs=nnx.Rngs(3))
@@ -189,6 +208,10 @@ def test_lora_and_chunked_logprobs_on_the_qwen_model():
 
     names = apply_lora(model, r".*(q_proj|k_proj|v_proj|o_proj)", rank=4, alpha=8.0, rngs=nnx.Rngs(1))
     assert names == [f"language_model.layers.0.self_attn.{p}_proj" for p in "koqv"]
+    q = model.language_model.layers[0].self_attn.q_proj
+    axes = q.kernel.get_metadata()["out_sharding"]  # adapters inherit the kernel's logical axis names
+    assert q.lora_a.get_metadata()["out_sharding"] == (axes[0], None)
+    assert q.lora_b.get_metadata()["out_sharding"] == (None, axes[1])
     with lora_disabled(model):
         base_logits, base_lp = forward(model, inputs)
     init_logits, init_lp = forward(model, inputs)

@@ -64,15 +64,16 @@ class LoRALinear(nnx.Linear):
     ``deterministic=True``) was set; it draws from the ``dropout`` stream of the ``rngs`` given to ``apply_lora``.
     """
 
-    def __init__(self, base: nnx.Linear, *, rank: int, alpha: float, dropout: float, targets: str, rngs: nnx.Rngs):
+    def __init__(self, base: nnx.Linear, *, rank: int, alpha: float, dropout: float, targets: str, dtype,
+                 rngs: nnx.Rngs):
         for name, value in vars(base).items():  # share kernel/bias variables and copy the layer's config
             if not name.startswith("_"):
                 setattr(self, name, nnx.data(value) if value is None and name == "bias" else value)
         kernel = base.kernel
         d_in, d_out = kernel.shape
         key = rngs.params()
-        a = _lora_a_init(key, (d_in, rank), kernel.dtype)
-        b = jnp.zeros((rank, d_out), kernel.dtype)
+        a = _lora_a_init(key, (d_in, rank), dtype)
+        b = jnp.zeros((rank, d_out), dtype)
         sharding = getattr(kernel[...], "sharding", None)
         if isinstance(sharding, jax.sharding.NamedSharding) and len(sharding.spec) == 2:
             spec_in, spec_out = tuple(sharding.spec)
@@ -145,6 +146,7 @@ def apply_lora(
     rank: int,
     alpha: float,
     dropout: float = 0.0,
+    adapter_dtype=jnp.float32,
     rngs: nnx.Rngs,
 ) -> list[str]:
     """Adds LoRA adapters in place to every ``nnx.Linear`` whose dotted path ``re.fullmatch``-es ``targets``.
@@ -153,6 +155,8 @@ def apply_lora(
       model: any NNX module; it is modified in place.
       targets: regex over module paths, e.g. ``r".*(q_proj|k_proj|v_proj|o_proj)"``.
       rank: r >= 1. alpha: the update is scaled by ``alpha / r``. dropout: rate in [0, 1) on the LoRA input path.
+      adapter_dtype: storage dtype of A and B (float32 by default, also for bf16 models; the LoRA matmuls run in the
+        layer's compute dtype).
       rngs: ``params`` stream initialises A; ``dropout`` stream (needed when dropout > 0) drives dropout.
     Returns: the adapted module paths, sorted.
     """
@@ -169,7 +173,8 @@ def apply_lora(
         names = sorted(_path_str(p) for p, _ in linears)
         raise ValueError(f"apply_lora: targets {targets!r} matched no nnx.Linear; available paths: {names[:20]}")
     for path, node in chosen:
-        _set_child(model, path, LoRALinear(node, rank=rank, alpha=alpha, dropout=dropout, targets=targets, rngs=rngs))
+        _set_child(model, path, LoRALinear(node, rank=rank, alpha=alpha, dropout=dropout, targets=targets,
+                                              dtype=adapter_dtype, rngs=rngs))
     return sorted(_path_str(p) for p, _ in chosen)
 
 

@@ -11,6 +11,9 @@ boundary is outside). Invalid (padded) polygons never count. One scene per call;
 * ``center_in_intersection`` / ``rear_axle_in_intersection``: the centre / rear axle lies strictly inside an
   intersection polygon (DDC and LK use the centre, TTC the rear axle).
 
+``map`` is either the scene's map (polygon leaves [P, ...], shared by all proposals) or a per-proposal culled map from
+``jaxdrive.broadphase.cull_map`` (polygon leaves [K, P', ...]); ``per_proposal`` maps a kernel over the latter.
+
 ``first_step`` turns per-step violation flags into the first violating step (-1 if none), the convention of every
 rule kernel's second output.
 """
@@ -62,8 +65,25 @@ def _inside(points: Float[Array, "*n 2"], vertices: Float[Array, "P V 2"],
     return per_poly.reshape((vertices.shape[0],) + points.shape[:-1])
 
 
+PER_PROPOSAL_AXES = MapData(areas=0, area_kind=0, lanes=0, lane_kind=0, lane_on_route=0, lane_red=0,
+                            centerline=None, centerline_valid=None)
+
+
+def is_per_proposal(map: MapData) -> bool:
+    """Whether ``map`` carries a leading proposal axis on its polygon leaves (``jaxdrive.broadphase``)."""
+    return map.area_kind.ndim == 2
+
+
+def per_proposal(fn, map: MapData, states: Float[Array, "K T 11"]):
+    """``fn(map_k, states[k:k+1])`` for every proposal k of a per-proposal map, outputs' size-1 K axis dropped."""
+    out = jax.vmap(lambda m, s: fn(m, s[None]), in_axes=(PER_PROPOSAL_AXES, 0))(map, states)
+    return jax.tree.map(lambda x: x[:, 0], out)
+
+
 def ego_areas(map: MapData, states: Float[Array, "K T 11"]) -> EgoAreas:
-    """Area flags of K proposals over T steps in one scene (``map`` unbatched, ego-centred float32)."""
+    """Area flags of K proposals over T steps in one scene (``map`` unbatched or per-proposal, ego-centred float32)."""
+    if is_per_proposal(map):
+        return per_proposal(ego_areas, map, states)
     corners = ego_boxes(states)  # [K, T, 4, 2]
     centers = ego_centers(states)  # [K, T, 2]
     rear = states[..., :2]  # [K, T, 2]

@@ -11,12 +11,14 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.geometry import box_intersects_polygon
-from jaxdrive.rules.areas import EgoAreas, ego_boxes, first_step
+from jaxdrive.rules.areas import EgoAreas, ego_boxes, first_step, is_per_proposal, per_proposal
 from jaxdrive.scene import Scene
 
 
 def red_light_contacts(scene: Scene, states: Float[Array, "K T 11"]) -> Bool[Array, "K T"]:
-    """Whether the ego box at step t touches a red on-route connector at t."""
+    """Whether the ego box at step t touches a red on-route connector at t (map unbatched or per-proposal)."""
+    if is_per_proposal(scene.map):
+        return per_proposal(lambda m, s: red_light_contacts(scene.replace(map=m), s), scene.map, states)
     lanes = scene.map.lanes
     boxes = ego_boxes(states)  # [K, T, 4, 2]
     hit = jax.vmap(jax.vmap(jax.vmap(box_intersects_polygon, in_axes=(None, 0)), in_axes=(0, None)),

@@ -13,6 +13,7 @@ explicitly (``image_mask``), so a sampled image-pad token id in a completion is 
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Sequence
 
@@ -27,6 +28,7 @@ from jaxdrive.train.data import EpochSampler
 from jaxdrive.train.forward import target_logprobs
 from jaxdrive.train.rewards import Reward, combine_rewards
 from jaxdrive.models.generate import SamplingConfig, generate_from_inputs
+from jaxdrive.models.lora import lora_disabled
 
 
 def completion_logprobs(model, inputs, prompt_len: int, completion_len: int, temperature: float):
@@ -34,20 +36,53 @@ def completion_logprobs(model, inputs, prompt_len: int, completion_len: int, tem
     return target_logprobs(model, inputs, temperature=temperature)[:, prompt_len - 1 : prompt_len - 1 + completion_len]
 
 
-def grpo_loss_fn(cfg: ml_collections.ConfigDict, prompt_len: int, completion_len: int):
-    """Trainer loss function over a rollout batch {inputs, completion_mask, advantages[, old_logp, ref_logp]}."""
+@dataclasses.dataclass(frozen=True)
+class GRPOLoss:
+    """Trainer loss function over a rollout batch {inputs, completion_mask, advantages[, old_logp, ref_logp]}.
 
-    def loss_fn(model, batch, key):
+    A frozen (hashable) dataclass so that trainers with equal settings share the compiled update step."""
+
+    prompt_len: int
+    completion_len: int
+    temperature: float = 1.0
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    dual_clip: float | None = None
+    beta: float = 0.0
+    kl: str = "k3"
+    agg: str = "seq-mean-token-mean"
+    max_len: int | None = None
+
+    def __call__(self, model, batch, key):
         del key
-        logp = completion_logprobs(model, batch["inputs"], prompt_len, completion_len, cfg.temperature)
+        logp = completion_logprobs(model, batch["inputs"], self.prompt_len, self.completion_len, self.temperature)
         old = batch.get("old_logp")
         return grpo.policy_loss_terms(
             logp, jax.lax.stop_gradient(logp) if old is None else old, batch["advantages"], batch["completion_mask"],
-            ref_logp=batch.get("ref_logp"), eps_low=cfg.eps_low, eps_high=cfg.eps_high,
-            dual_clip=cfg.get("dual_clip"), beta=cfg.beta, kl=cfg.kl, agg=cfg.agg, max_len=cfg.get("max_len"),
+            ref_logp=batch.get("ref_logp"), eps_low=self.eps_low, eps_high=self.eps_high, dual_clip=self.dual_clip,
+            beta=self.beta, kl=self.kl, agg=self.agg, max_len=self.max_len,
         )
 
-    return loss_fn
+
+def grpo_loss_fn(cfg: ml_collections.ConfigDict) -> GRPOLoss:
+    """The ``GRPOLoss`` of a ``grpo`` config block."""
+    return GRPOLoss(cfg.prompt_len, cfg.completion_len, cfg.temperature, cfg.eps_low, cfg.eps_high,
+                    cfg.get("dual_clip"), cfg.beta, cfg.kl, cfg.agg, cfg.get("max_len"))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _generate(graphdef, sampling: SamplingConfig, params, rest, inputs, key):
+    return generate_from_inputs(nnx.merge(graphdef, params, rest), inputs, key, sampling)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
+def _completion_logp(graphdef, prompt_len, completion_len, temperature, reference, params, rest, inputs):
+    """Completion log-probs of the policy, or of the reference (the same weights with LoRA adapters disabled)."""
+    model = nnx.merge(graphdef, params, rest)
+    if reference:
+        with lora_disabled(model):
+            return completion_logprobs(model, inputs, prompt_len, completion_len, temperature)
+    return completion_logprobs(model, inputs, prompt_len, completion_len, temperature)
 
 
 def grpo_summary(sums: dict) -> dict:
@@ -84,35 +119,11 @@ class Rollouts:
         self.sampler = EpochSampler(len(examples), cfg.prompts_per_step, seed=cfg.seed)
         adv = grpo.resolve_advantage_convention(cfg.advantage) if cfg.get("advantage") else {}
         self.adv_kwargs = dict(adv, **{k: cfg[k] for k in ("scale", "eps") if cfg.get(k) is not None})
-        self._sample = self._logp = self._greedy = None
 
-    # jitted helpers, built on first use from the trainer's graphdef
-    def _compile(self, trainer):
-        cfg, P, T = self.cfg, self.cfg.prompt_len, self.cfg.completion_len
-        g = trainer.graphdef
-        base = dict(max_new_tokens=T, temperature=cfg.temperature, stop_token_ids=(cfg.eos_id,),
-                    pad_token_id=cfg.pad_id)
-        sampling, greedy = SamplingConfig(**base), SamplingConfig(**dict(base, greedy=True))
-
-        @jax.jit
-        def sample(params, rest, inputs, key):
-            return generate_from_inputs(nnx.merge(g, params, rest), inputs, key, sampling)
-
-        @jax.jit
-        def argmax(params, rest, inputs):
-            return generate_from_inputs(nnx.merge(g, params, rest), inputs, None, greedy)
-
-        @functools.partial(jax.jit, static_argnames="reference")
-        def logp(params, rest, inputs, reference=False):
-            model = nnx.merge(g, params, rest)
-            if reference:
-                from jaxdrive.models.lora import lora_disabled
-
-                with lora_disabled(model):
-                    return completion_logprobs(model, inputs, P, T, cfg.temperature)
-            return completion_logprobs(model, inputs, P, T, cfg.temperature)
-
-        self._sample, self._logp, self._greedy = sample, logp, argmax
+    def _sampling(self, greedy: bool) -> SamplingConfig:
+        cfg = self.cfg
+        return SamplingConfig(max_new_tokens=cfg.completion_len, temperature=cfg.temperature, greedy=greedy,
+                              stop_token_ids=(cfg.eos_id,), pad_token_id=cfg.pad_id)
 
     def rollout_inputs(self, model, rows: list[dict], completions: np.ndarray | None = None, completion_mask=None):
         """Host-prepared model inputs for N rows (images repeated per row): the left-padded prompts alone
@@ -134,13 +145,15 @@ class Rollouts:
 
     def generate(self, trainer, rows: list[dict], key: jax.Array | None):
         """(tokens [N, T], mask [N, T] float) for ``rows`` under the trainer's current policy (greedy if no key)."""
-        if self._sample is None:
-            self._compile(trainer)
         inputs = trainer.shard_batch(self.rollout_inputs(trainer.model(), rows))
-        out = (self._greedy(trainer.params, trainer.rest, inputs) if key is None
-               else self._sample(trainer.params, trainer.rest, inputs, key))
+        out = _generate(trainer.graphdef, self._sampling(key is None), trainer.params, trainer.rest, inputs, key)
         out = jax.device_get(out)
         return np.asarray(out.tokens), np.asarray(out.mask, np.float32)
+
+    def _completion_logp(self, trainer, inputs, reference: bool = False):
+        cfg = self.cfg
+        return _completion_logp(trainer.graphdef, cfg.prompt_len, cfg.completion_len, cfg.temperature, reference,
+                                trainer.params, trainer.rest, inputs)
 
     def __call__(self, trainer, step: int, key: jax.Array):
         cfg, G = self.cfg, self.cfg.group_size
@@ -154,9 +167,9 @@ class Rollouts:
         inputs = trainer.shard_batch(self.rollout_inputs(trainer.model(), rows, tokens, cmask))
         batch = {"inputs": inputs, "completion_mask": cmask.astype(np.float32), "advantages": adv}
         if cfg.policy_epochs > 1:
-            batch["old_logp"] = self._logp(trainer.params, trainer.rest, inputs)
+            batch["old_logp"] = self._completion_logp(trainer, inputs)
         if cfg.beta != 0.0:
-            batch["ref_logp"] = self._logp(trainer.params, trainer.rest, inputs, reference=True)
+            batch["ref_logp"] = self._completion_logp(trainer, inputs, reference=True)
         r = total[valid]
         metrics = {"reward_mean": float(r.mean()) if r.size else float("nan"),
                    "reward_std": float(r.std()) if r.size else float("nan"),

@@ -112,7 +112,7 @@ def run_grpo(cfg: ml_collections.ConfigDict, model=None):
     g = cfg.grpo
     rollouts = Rollouts(examples, [exact_match_reward("answer_text")], decode, g)
     logger, ckpt, mesh = _infra(cfg)
-    trainer = Trainer(model, loss_fn=grpo_loss_fn(g, g.prompt_len, g.completion_len),
+    trainer = Trainer(model, loss_fn=grpo_loss_fn(g),
                       tx=optim.make_optimizer(cfg.optim, cfg.steps * g.policy_epochs), trainable=trainable,
                       summary=grpo_summary, mesh=mesh, checkpointer=ckpt, save_every=cfg.checkpoint.get("every", 0),
                       logger=logger, log_every=cfg.get("log_every", 1), seed=cfg.seed,

@@ -20,6 +20,7 @@ step runs on one device or many.
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from typing import Any, Callable
 
@@ -46,6 +47,30 @@ def default_summary(sums: dict) -> dict:
     for k, v in sums.items():
         out[k] = v if k == "tokens" or tokens is None else jnp.where(tokens > 0, v / jnp.maximum(tokens, 1.0), 0.0)
     return out
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _grad_step(graphdef, loss_fn, params, rest, batch, key):
+    """(grads of the loss sum, loss sum, denominator, metric sums) of one micro-batch. Module-level and keyed by the
+    (hashable) graphdef and loss function, so trainers of the same model structure share one compilation."""
+
+    def f(p):
+        total, denom, sums = loss_fn(nnx.merge(graphdef, p, rest), batch, key)
+        return total, (denom, sums)
+
+    (total, (denom, sums)), g = jax.value_and_grad(f, has_aux=True)(params)
+    return g, total, denom, sums
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=(2, 3))
+def _apply_step(tx, summary, params, opt_state, grads, total, denom, sums):
+    """Divides the summed gradients by the summed denominators and applies the optimizer."""
+    scale = jnp.where(denom > 0, 1.0 / jnp.maximum(denom, 1e-8), 0.0)
+    grads = jax.tree.map(lambda x: x * scale.astype(x.dtype), grads)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    params = optax.apply_updates(params, updates)
+    metrics = dict(summary(sums), loss=total * scale, grad_norm=optax.global_norm(grads))
+    return params, opt_state, metrics
 
 
 class Trainer:
@@ -80,8 +105,6 @@ class Trainer:
         self.seed, self.step = seed, 0
         self.base_key = jax.random.key(seed)
         self.history: list[dict] = []
-        self._grad = jax.jit(self._grad_impl)
-        self._apply = jax.jit(self._apply_impl, donate_argnums=(0, 1))
 
     # ------------------------------------------------------------------ model access
     def model(self) -> nnx.Module:
@@ -96,22 +119,6 @@ class Trainer:
         return shard_batch(batch, self.mesh)
 
     # ------------------------------------------------------------------ one update
-    def _grad_impl(self, params, rest, batch, key):
-        def f(p):
-            total, denom, sums = self.loss_fn(nnx.merge(self.graphdef, p, rest), batch, key)
-            return total, (denom, sums)
-
-        (total, (denom, sums)), g = jax.value_and_grad(f, has_aux=True)(params)
-        return g, total, denom, sums
-
-    def _apply_impl(self, params, opt_state, grads, total, denom, sums):
-        scale = jnp.where(denom > 0, 1.0 / jnp.maximum(denom, 1e-8), 0.0)
-        grads = jax.tree.map(lambda x: x * scale.astype(x.dtype), grads)
-        updates, opt_state = self.tx.update(grads, opt_state, params)
-        params = optax.apply_updates(params, updates)
-        metrics = dict(self.summary(sums), loss=total * scale, grad_norm=optax.global_norm(grads))
-        return params, opt_state, metrics
-
     def update(self, micro_batches: list, key: jax.Array) -> dict:
         """One optimizer update from the summed gradients of ``micro_batches`` (on device); returns device metrics.
 
@@ -121,9 +128,9 @@ class Trainer:
         acc = None
         with ctx:
             for i, mb in enumerate(micro_batches):
-                out = self._grad(self.params, self.rest, mb, jax.random.fold_in(key, i))
+                out = _grad_step(self.graphdef, self.loss_fn, self.params, self.rest, mb, jax.random.fold_in(key, i))
                 acc = out if acc is None else jax.tree.map(jnp.add, acc, out)
-            self.params, self.opt_state, metrics = self._apply(self.params, self.opt_state, *acc)
+            self.params, self.opt_state, metrics = _apply_step(self.tx, self.summary, self.params, self.opt_state, *acc)
         return metrics
 
     # ------------------------------------------------------------------ checkpointing
