@@ -2,22 +2,19 @@
 
 Mid-size random model (text hidden 512, 8 layers; vision depth 4) and one 448x448 image; greedy decoding with a
 static KV cache (ours) vs ``generate`` with its dynamic cache (transformers). Prints tokens/s and ratios; times are
-the best of ``--repeats`` runs after a warm-up (compile) run. Decode time = generate time - prefill time.
+the best of ``--repeats`` runs after a warm-up (compile) run. Decode time = time to generate N tokens - time to
+generate 1 token (the prefill cancels), for N-1 decode steps.
 
-    python benchmarks/vlm_throughput.py --family qwen2_5_vl --batch 1 --new-tokens 64
+    python benchmarks/vlm_throughput.py --family qwen2_5_vl --batch 1 --new-tokens 64 [--single-thread]
 """
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 
 import numpy as np
-import torch
-
-from jaxdrive.models import from_pretrained
-from jaxdrive.models import testing as T
-from jaxdrive.models.generate import SamplingConfig, generate
 
 TEXT = dict(vocab_size=32768, hidden_size=512, intermediate_size=1376, num_hidden_layers=8, num_attention_heads=8,
             num_key_value_heads=2, eos_token_id=32767, pad_token_id=0)
@@ -50,7 +47,20 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--single-thread", action="store_true",
+                    help="one compute thread for both frameworks (steadier figures on a shared machine)")
     args = ap.parse_args()
+    if args.single_thread:  # must precede the first jax / torch import
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                                   + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+    import torch
+
+    from jaxdrive.models import from_pretrained
+    from jaxdrive.models import testing as T
+    from jaxdrive.models.generate import SamplingConfig, generate
+
+    if args.single_thread:
+        torch.set_num_threads(1)
 
     tmp = tempfile.mkdtemp()
     hf = T.save_tiny_model(args.family, tmp, text=dict(TEXT, **TEXT_EXTRA[args.family]), vision=VISION[args.family])
@@ -65,16 +75,21 @@ def main() -> None:
     tkw = dict(input_ids=torch.tensor(ids), attention_mask=torch.ones(ids.shape, dtype=torch.long),
                pixel_values=torch.tensor(pv), image_grid_thw=torch.tensor(grid), mm_token_type_ids=mm)
     n_prompt = ids.size
-    n_new = args.new_tokens * args.batch
-    config = SamplingConfig(max_new_tokens=args.new_tokens, greedy=True)
+    n_new = (args.new_tokens - 1) * args.batch
+
+    def ours_gen(n):
+        config = SamplingConfig(max_new_tokens=n, greedy=True)
+        return best(lambda: np.asarray(generate(model, ids, None, pv, grid, config=config).tokens), args.repeats)
+
+    def hf_gen(n):
+        return best(lambda: hf.generate(**tkw, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0),
+                    args.repeats)
 
     ours_prefill = best(lambda: np.asarray(model(ids, None, pv, grid)), args.repeats)
-    ours_gen = best(lambda: np.asarray(generate(model, ids, None, pv, grid, config=config).tokens), args.repeats)
+    ours_decode = max(ours_gen(args.new_tokens) - ours_gen(1), 1e-9)  # same prefill in both: it cancels
     with torch.no_grad():
         hf_prefill = best(lambda: hf(**tkw), args.repeats)
-        hf_gen = best(lambda: hf.generate(**tkw, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
-                                          do_sample=False, pad_token_id=0), args.repeats)
-    ours_decode, hf_decode = max(ours_gen - ours_prefill, 1e-9), max(hf_gen - hf_prefill, 1e-9)
+        hf_decode = max(hf_gen(args.new_tokens) - hf_gen(1), 1e-9)
 
     print(f"{args.family}: text hidden 512 x 8 layers, vision depth 4, one 448x448 image ({int(g1.prod()) // 4} "
           f"image tokens), prompt {ids.shape[1]} tokens, batch {args.batch}, {args.new_tokens} new tokens, "

@@ -27,7 +27,7 @@ def get_config() -> ml_collections.ConfigDict:
         eps_low=0.2, eps_high=0.2, dual_clip=ml_collections.FieldReference(None, field_type=float),
         beta=0.01, kl="k3", agg="seq-mean-token-mean", max_len=ml_collections.FieldReference(None, field_type=int),
         policy_epochs=2, allow_missing_rewards=False, eos_id=1, pad_id=0))
-    c.optim = ml_collections.ConfigDict(dict(lr=3e-3, warmup_steps=5, end_lr_ratio=0.1, b1=0.9, b2=0.999, eps=1e-8,
+    c.optim = ml_collections.ConfigDict(dict(lr=1e-2, warmup_steps=5, end_lr_ratio=0.1, b1=0.9, b2=0.999, eps=1e-8,
                                              weight_decay=0.0, clip_norm=1.0))
     c.checkpoint = ml_collections.ConfigDict(dict(enabled=True, every=25, keep=2, best_metric="reward_mean",
                                                   best_mode="max", async_save=True))

@@ -1,41 +1,102 @@
-"""Exact host-side broad phase: per-proposal culling of map polygons before the EPDMS kernels.
+"""Exact host-side broad phase: per-proposal packed edge lists of the map polygons a proposal can touch.
 
-Every map predicate of the rules (area flags for DAC / DDC / LK / NC / TTC, and TLC's box-polygon contact) tests
-ego points or the ego box *at the proposal's own states*: the four corners, the box centre and the rear axle, all
-inside the footprint. A polygon whose bounding box misses the bounding box of all 41 footprints of a proposal
-therefore cannot change any of its results: strict point-in-polygon needs the point inside the polygon's bbox, a
-closed box-polygon contact needs the bboxes to touch. ``cull_map`` keeps, per proposal, only the polygons whose bbox
-overlaps (with a margin) the proposal's swept bbox, padded to a small bucketed count, and trims the vertex padding to
-the longest kept ring (bucketed), so the kernels test a few polygons of a few dozen vertices instead of every padded
-polygon x 96 vertices.
+Every map predicate of the EPDMS rules tests ego geometry *at the proposal's own states*: strict point-in-polygon of
+the four corners, the box centre and the rear axle (area flags for DAC / DDC / LK / NC / TTC), and TLC's closed
+box-polygon contact. All of these lie inside the ego footprints, so a polygon whose bounding box misses the bounding
+box of a proposal's 41 footprints cannot change any of its results (a strict interior point lies in the polygon's
+bbox; a closed contact needs touching bboxes). ``pack_map`` keeps, per proposal, only the polygons whose bbox overlaps
+the proposal's swept bbox (plus ``MARGIN_M``) and packs their edges into one flat edge list with per-polygon
+offsets, so the kernels test the few dozen real edges near a proposal instead of every padded polygon x 96 padded
+vertices. TLC gets its own list with only the on-route lanes that are red at some step.
 
-Exactness: the kept polygons are copied bit for bit (same float32 vertices, same padding that repeats the first
-vertex, so dropped vertex slots were degenerate edges), only polygons that cannot be hit are dropped, and padded slots
-follow ``jaxdrive.scene``'s conventions (at ``FAR``, ``valid = False``). The swept bbox is computed in float64 from
-the float32 states with a margin (``MARGIN_M``) far above the float32 rounding of the device's corner computation.
-The centreline is trimmed to the longest real one of the batch plus one padded point (the first zero-length segment
-is kept, so ``project_to_polyline`` picks the same segment on ties).
+Exactness (results identical to the unculled map): kept edges are the padded ring's edges bit for bit
+(``start = v[j]``, ``end = v[(j + 1) % V]``); each padded polygon keeps one of its identical degenerate edges
+``v0 -> v0`` (the rest are copies of it, and a degenerate edge never changes a crossing count), so every per-edge
+predicate the ring kernels evaluate is evaluated on the same floats. The swept bbox is computed in float64 from the
+float32 states with a margin far above the float32 rounding of the device's corner computation. The centreline is
+trimmed to the longest real one of the batch plus one padded point (the first zero-length segment stays, so
+``project_to_polyline`` picks the same segment on ties).
 
-The culled ``MapData`` has polygon leaves with a proposal axis (``areas.vertices`` [B, K, A', V', 2], ``area_kind``
-[B, K, A'], ``lane_red`` [B, K, L', T], ...); ``jaxdrive.rules.areas.ego_areas`` and ``jaxdrive.rules.tlc`` accept
-both layouts. Shapes are bucketed (powers of two) so a run compiles only a few shapes.
+Agents are culled per scene the same way (``cull_agents``): NC and TTC only ever act on an agent whose box touches
+an ego box, or an ego box translated forward by speed x 0.9 s (TTC), so an agent whose box never comes near the
+swept bbox of any proposal, widened by that projection, is dropped; the survivors (order kept) are padded to a
+bucketed count with ``jaxdrive.scene``'s conventions (absent, at ``FAR``).
+
+Layout: ``PackedMap`` replaces ``Scene.map`` (``scene.replace(map=packed)``) and is accepted by
+``jaxdrive.rules.areas.ego_areas`` and ``jaxdrive.rules.tlc``; the centreline leaves keep ``MapData``'s names, so LK
+and progress read it unchanged. Sizes are bucketed and never shrink below a ``PackSpec`` (grow it like a ``PadSpec``
+to keep one compiled shape per run).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
+from flax import struct
+from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.geometry import EGO_LENGTH, EGO_REAR_AXLE_TO_CENTER, EGO_WIDTH
-from jaxdrive.scene import FAR, MapData, Polygons, Scene
+from jaxdrive.scene import FAR, Agents, AreaKind, Polygons, Scene
 
-MARGIN_M = 0.05  # added to the swept bbox; device rounding of corners is ~1e-5 m at ego-centred scales
+MARGIN_M = 0.05  # added to the swept bbox; device rounding of ego corners is ~1e-5 m at ego-centred scales
+EDGE_MULTIPLE = 64  # packed edge counts round up to this (edge work is the hot loop: no power-of-two waste)
+TTC_HORIZON_S = 0.9  # TTC translates the ego box by up to speed x 0.9 s
 EGO_RADIUS_M = math.hypot(0.5 * EGO_LENGTH, 0.5 * EGO_WIDTH)  # box centre to corner (covers corners and rear axle)
 
 
-def _bucket(n: int, minimum: int = 1) -> int:
-    p = minimum
+@struct.dataclass
+class PackedPolygons:
+    """Per proposal, the edges of M kept polygons packed contiguously (slot m owns edges offsets[m]:offsets[m+1]).
+
+    Padded edges sit at ``FAR`` with zero length; empty slots have ``valid = False`` and no edges.
+    """
+
+    start: Float[Array, "*b K E 2"]
+    end: Float[Array, "*b K E 2"]
+    offsets: Int[Array, "*b K M+1"]
+    first: Float[Array, "*b K M 2"]  # first ring vertex of each slot (TLC's polygon-vertex-in-box test)
+    valid: Bool[Array, "*b K M"]
+
+
+@struct.dataclass
+class PackedMap:
+    """A scene map culled and packed per proposal (stands in for ``MapData`` in ``Scene.map``)."""
+
+    areas: PackedPolygons  # every drivable polygon near the proposal
+    junction: Bool[Array, "*b K Ma"]  # the slot is an intersection polygon
+    lanes: PackedPolygons  # lanes and lane connectors near the proposal
+    lane_on_route: Bool[Array, "*b K Ml"]
+    red_lanes: PackedPolygons  # on-route lanes red at some step, near the proposal (TLC)
+    red: Bool[Array, "*b K Mr T"]  # light of the red-lane slot is red at step t
+    centerline: Float[Array, "*b C 2"]
+    centerline_valid: Bool[Array, "*b C"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PackSpec:
+    """Smallest packed sizes per proposal (slots, edges per polygon set) and per scene (agents, centreline points).
+
+    Larger needs round up (slots and agents to powers of two, edges to multiples of ``EDGE_MULTIPLE``).
+    """
+
+    area_slots: int = 8
+    area_edges: int = 128
+    lane_slots: int = 16
+    lane_edges: int = 512
+    red_slots: int = 2
+    red_edges: int = 64
+    centerline: int = 64  # points (real ones + at least one padded), rounded up to a multiple of 64
+    agents: int = 4
+
+    def grow(self, used: "PackSpec") -> "PackSpec":
+        return PackSpec(**{f.name: max(getattr(self, f.name), getattr(used, f.name))
+                           for f in dataclasses.fields(PackSpec)})
+
+
+def _bucket(n: int, minimum: int) -> int:
+    p = max(1, minimum)
     while p < n:
         p *= 2
     return p
@@ -44,8 +105,8 @@ def _bucket(n: int, minimum: int = 1) -> int:
 def swept_bboxes(states: np.ndarray, margin: float = MARGIN_M) -> np.ndarray:
     """[..., K, 4] (xmin, ymin, xmax, ymax) (m) bounding every ego footprint of each proposal over all steps.
 
-    ``states`` [..., K, T, 11] rear-axle states. Each footprint lies in the disc of radius ``EGO_RADIUS_M`` around
-    its box centre; the rear axle lies inside the footprint.
+    ``states`` [..., K, T, 11] rear-axle states. A footprint lies in the disc of radius ``EGO_RADIUS_M`` around its
+    box centre; the rear axle lies inside the footprint.
     """
     s = np.asarray(states, np.float64)
     h = s[..., 2]
@@ -68,11 +129,13 @@ def overlaps(swept: np.ndarray, boxes: np.ndarray, valid: np.ndarray) -> np.ndar
     return hit & np.asarray(valid)[:, None, :]
 
 
-def _select(keep: np.ndarray, count: int) -> np.ndarray:
-    """[B, K, count] indices of the kept polygons in their original order; -1 fills the unused slots."""
+def _select(keep: np.ndarray, minimum: int) -> np.ndarray:
+    """[B, K, M] indices of the kept polygons in their original order; -1 fills the unused slots."""
+    count = _bucket(int(keep.sum(-1).max(initial=0)), minimum)
+    if count > keep.shape[-1]:
+        keep = np.concatenate([keep, np.zeros(keep.shape[:-1] + (count - keep.shape[-1],), bool)], axis=-1)
     order = np.argsort(~keep, axis=-1, kind="stable")[..., :count]
-    taken = np.take_along_axis(keep, order, axis=-1)
-    return np.where(taken, order, -1)
+    return np.where(np.take_along_axis(keep, order, axis=-1), order, -1)
 
 
 def _gather(leaf: np.ndarray, idx: np.ndarray, fill) -> np.ndarray:
@@ -83,54 +146,96 @@ def _gather(leaf: np.ndarray, idx: np.ndarray, fill) -> np.ndarray:
     return np.where(mask, np.asarray(fill, leaf.dtype), out)
 
 
-def _cull_polygons(polys: Polygons, idx: np.ndarray, vertex_multiple: int) -> Polygons:
-    vv = np.asarray(polys.vertex_valid)
-    counts = vv.sum(-1)  # [B, P]
-    kept_counts = np.where(idx >= 0, np.take_along_axis(counts, np.maximum(idx, 0).reshape(idx.shape[0], -1),
-                                                        axis=1).reshape(idx.shape), 0)
-    nv = max(3, int(kept_counts.max(initial=0)))
-    nv = min(-(-nv // vertex_multiple) * vertex_multiple, vv.shape[-1])
-    verts = _gather(np.asarray(polys.vertices)[..., :nv, :], idx, FAR)
-    return Polygons(vertices=verts, vertex_valid=_gather(vv[..., :nv], idx, False),
-                    valid=_gather(np.asarray(polys.valid), idx, False))
+def _pack(polys: Polygons, idx: np.ndarray, min_edges: int) -> PackedPolygons:
+    """Edges of the polygons ``idx`` [B, K, M] (-1 = empty slot) packed per proposal."""
+    verts = np.asarray(polys.vertices)  # [B, P, V, 2] float32
+    nb, npoly, nv = verts.shape[:3]
+    real = np.asarray(polys.vertex_valid).sum(-1)
+    n_edges = np.minimum(real + 1, nv)  # real edges + one degenerate v0 -> v0 if the ring is padded
+    lengths = _gather(n_edges, idx, 0)  # [B, K, M]
+    ends = np.cumsum(lengths, axis=-1)
+    offsets = np.concatenate([np.zeros(idx.shape[:2] + (1,), ends.dtype), ends], axis=-1)
+    e = max(min_edges, -(-int(ends[..., -1].max(initial=0)) // EDGE_MULTIPLE) * EDGE_MULTIPLE)
+    pos = np.arange(e)
+    slot = (pos[None, None, :, None] >= ends[:, :, None, :]).sum(-1)  # [B, K, E]
+    used = pos[None, None, :] < ends[..., -1:]
+    slot_c = np.minimum(slot, idx.shape[-1] - 1)
+    poly = np.take_along_axis(np.maximum(idx, 0), slot_c, axis=-1)
+    j = pos[None, None, :] - np.take_along_axis(offsets, slot_c, axis=-1)
+    b = np.arange(nb)[:, None, None]
+    start = np.where(used[..., None], verts[b, poly, np.where(used, j, 0)], np.float32(FAR))
+    end = np.where(used[..., None], verts[b, poly, np.where(used, (j + 1) % nv, 0)], np.float32(FAR))
+    return PackedPolygons(start=start.astype(np.float32), end=end.astype(np.float32),
+                          offsets=offsets.astype(np.int32), first=_gather(verts[:, :, 0], idx, FAR).astype(np.float32),
+                          valid=idx >= 0)
 
 
-def cull_map(scene: Scene, states: np.ndarray, *, min_slots: int = 2, vertex_multiple: int = 8) -> MapData:
-    """Per-proposal culled map of a host batch (numpy leaves).
+def pack_map(scene: Scene, states: np.ndarray, spec: PackSpec = PackSpec()) -> tuple[PackedMap, PackSpec]:
+    """Per-proposal packed map of a padded host batch (numpy leaves) and the sizes used.
 
-    ``scene`` is a padded ``Scene[B]`` with numpy leaves (``jaxdrive.scene.batch_scenes``), ``states`` the proposals'
-    [B, K, T, 11] states. Returns a ``MapData`` whose polygon leaves carry a proposal axis (see the module docstring);
-    pass it as ``scene.replace(map=...)`` to ``jaxdrive.rules.epdms.score``. Every result is identical to the unculled
-    map's.
+    ``scene`` is a ``Scene[B]`` with numpy leaves (``jaxdrive.scene.batch_scenes``), ``states`` the proposals'
+    [B, K, T, 11] states. Every rule result computed on ``scene.replace(map=packed)`` equals the unculled one.
     """
     m = scene.map
     states = np.asarray(states)
     if states.ndim != 4:
-        raise ValueError(f"cull_map: states: expected shape (B, K, T, 11), got {states.shape}")
-    if np.asarray(m.area_kind).ndim != 2:
-        raise ValueError(f"cull_map: scene.map: expected an unculled batch map (area_kind [B, A]), "
-                         f"got area_kind of shape {np.asarray(m.area_kind).shape}")
+        raise ValueError(f"pack_map: states: expected shape (B, K, T, 11), got {states.shape}")
+    if not hasattr(m, "area_kind") or np.asarray(m.area_kind).ndim != 2:
+        raise ValueError(f"pack_map: scene.map: expected an unpacked batch MapData (area_kind [B, A]), got {type(m)}")
     swept = swept_bboxes(states)
     keep_a = overlaps(swept, polygon_bboxes(m.areas), m.areas.valid)
     keep_l = overlaps(swept, polygon_bboxes(m.lanes), m.lanes.valid)
-    ia = _select(keep_a, _bucket(int(keep_a.sum(-1).max(initial=0)), min_slots))
-    il = _select(keep_l, _bucket(int(keep_l.sum(-1).max(initial=0)), min_slots))
+    red_any = np.asarray(m.lane_on_route) & np.asarray(m.lane_red).any(-1)
+    ia = _select(keep_a, spec.area_slots)
+    il = _select(keep_l, spec.lane_slots)
+    ir = _select(keep_l & red_any[:, None, :], spec.red_slots)
+    areas, lanes, red_lanes = _pack(m.areas, ia, spec.area_edges), _pack(m.lanes, il, spec.lane_edges), \
+        _pack(m.lanes, ir, spec.red_edges)
 
     centerline = np.asarray(m.centerline)
     real = int(np.asarray(m.centerline_valid).sum(-1).max())
-    c = min(centerline.shape[-2], _bucket(real + 1, 8))
-    return MapData(
-        areas=_cull_polygons(m.areas, ia, vertex_multiple),
-        area_kind=_gather(np.asarray(m.area_kind), ia, 0),
-        lanes=_cull_polygons(m.lanes, il, vertex_multiple),
-        lane_kind=_gather(np.asarray(m.lane_kind), il, 0),
-        lane_on_route=_gather(np.asarray(m.lane_on_route), il, False),
-        lane_red=_gather(np.asarray(m.lane_red), il, False),
-        centerline=centerline[..., :c, :],
-        centerline_valid=np.asarray(m.centerline_valid)[..., :c],
-    )
+    c = min(centerline.shape[-2], max(spec.centerline, -(-(real + 1) // 64) * 64))
+    packed = PackedMap(
+        areas=areas, junction=_gather(np.asarray(m.area_kind), ia, 0) == AreaKind.INTERSECTION,
+        lanes=lanes, lane_on_route=_gather(np.asarray(m.lane_on_route), il, False),
+        red_lanes=red_lanes, red=_gather(np.asarray(m.lane_red), ir, False),
+        centerline=centerline[..., :c, :], centerline_valid=np.asarray(m.centerline_valid)[..., :c])
+    used = PackSpec(area_slots=ia.shape[-1], area_edges=areas.start.shape[-2], lane_slots=il.shape[-1],
+                    lane_edges=lanes.start.shape[-2], red_slots=ir.shape[-1], red_edges=red_lanes.start.shape[-2],
+                    centerline=c, agents=spec.agents)
+    return packed, used
 
 
-def cull_batch(scene: Scene, states: np.ndarray, **kwargs) -> Scene:
-    """``scene`` with its map replaced by ``cull_map(scene, states)`` (host numpy, before ``device_put``)."""
-    return scene.replace(map=cull_map(scene, states, **kwargs))
+def agent_bboxes(agents: Agents) -> np.ndarray:
+    """[B, N, 4] bbox (m) of each agent's boxes over its present steps (empty box far away if never present)."""
+    live = np.asarray(agents.present) & np.asarray(agents.valid)[..., None]  # [B, N, T]
+    c = np.asarray(agents.center, np.float64)
+    r = 0.5 * np.hypot(np.asarray(agents.length, np.float64), np.asarray(agents.width, np.float64))[..., None]
+    lo = np.where(live[..., None], c, np.inf).min(-2) - r
+    hi = np.where(live[..., None], c, -np.inf).max(-2) + r
+    return np.concatenate([lo, hi], axis=-1)
+
+
+def cull_agents(agents: Agents, states: np.ndarray, minimum: int = PackSpec.agents) -> Agents:
+    """Agents [B, N] reduced to those that can touch some proposal's ego box or TTC projection (see module doc)."""
+    s = np.asarray(states, np.float64)
+    speed = np.hypot(s[..., 3], s[..., 4]).max(-1)  # [B, K]
+    swept = swept_bboxes(s)
+    reach = (TTC_HORIZON_S * speed)[..., None] * np.array([-1.0, -1.0, 1.0, 1.0])
+    keep = overlaps(swept + reach, agent_bboxes(agents), agents.valid).any(1)  # [B, N]
+    idx = _select(keep[:, None, :], minimum)[:, 0]  # [B, N']
+    take = lambda leaf, fill: _gather(np.asarray(leaf), idx[:, None, :], fill)[:, 0]
+    return Agents(center=take(agents.center, FAR), heading=take(agents.heading, 0),
+                  velocity=take(agents.velocity, 0), length=take(agents.length, 1), width=take(agents.width, 1),
+                  type=take(agents.type, 0), present=take(agents.present, False), valid=take(agents.valid, False))
+
+
+def pack_batch(scene: Scene, states: np.ndarray, spec: PackSpec = PackSpec()) -> tuple[Scene, PackSpec]:
+    """``scene`` with its map packed (``pack_map``) and its agents culled (``cull_agents``), and the sizes used.
+
+    Host numpy, before ``device_put``. Pass ``spec = spec.grow(used)`` to the next batch to keep shapes stable.
+    """
+    packed, used = pack_map(scene, states, spec)
+    agents = cull_agents(scene.agents, states, spec.agents)
+    used = dataclasses.replace(used, agents=agents.valid.shape[-1])
+    return scene.replace(map=packed, agents=agents), used

@@ -6,29 +6,37 @@ import pytest
 
 from jaxdrive.train import jobs
 from jaxdrive.train.grpo_trainer import Rollouts
+from jaxdrive.train.metrics import read_jsonl
 from jaxdrive.train.rewards import Reward
 from jaxdrive.train.testing import bright_examples, decode, tiny_vlm, warm_vs_zero_configs
 
 
 @pytest.mark.slow
 def test_grpo_from_sft_warm_start_raises_reward_and_zero_shot_is_reported(tmp_path):
-    s, g = warm_vs_zero_configs(grpo_steps=40, sft_steps=40, workdir=str(tmp_path / "grpo"))
-    g.optim.lr, g.eval_every, g.log_stdout = 1e-2, 20, False
+    s, g = warm_vs_zero_configs(grpo_steps=30, sft_steps=40, workdir=str(tmp_path / "grpo"))
+    g.eval_every, g.log_stdout = 30, False
     sft_trainer, sft_records = jobs.run_sft(s)
     assert sft_records[-1]["loss"] < 0.45  # format learned: eos is certain, yes/no a coin flip (ln 2 / 2 = 0.35)
     trainer, records = jobs.run_grpo(g, model=sft_trainer.model())
-    reward = np.array([r["reward_mean"] for r in records])
-    first, last = reward[:10].mean(), reward[-10:].mean()
-    print(f"SFT-warm GRPO: sampled reward {first:.3f} -> {last:.3f}")
-    assert last > first + 0.1
+    greedy = {r["step"]: r["eval/greedy/reward_mean"] for r in trainer.history if "eval/greedy/reward_mean" in r}
+    sampled = np.array([r["reward_mean"] for r in records])
+    print(f"SFT-warm GRPO: greedy eval reward {greedy}, sampled reward first 10 steps {sampled[:10].mean():.3f} "
+          f"-> last 10 {sampled[-10:].mean():.3f}")
+    assert greedy[0] <= 0.6  # the format-only warm start answers at chance ...
+    assert greedy[30] >= 0.9  # ... GRPO makes the greedy answer right
     for key in ("loss", "kl", "clip_frac", "entropy", "zero_std_frac", "reward_std", "tokens_per_s"):
         assert np.isfinite(records[-1][key]), key
     assert max(r["kl"] for r in records) > 0.0  # the reference (adapters off) differs from the policy
-    zs_cfg = g.copy_and_resolve_references()
-    zs_cfg.steps, zs_cfg.workdir = 10, ""
-    _, zero = jobs.run_grpo(zs_cfg, model=tiny_vlm(g.model.seed))
-    zr = np.array([r["reward_mean"] for r in zero])
-    print(f"zero-shot GRPO: sampled reward {zr.mean():.3f}, zero-std groups {np.mean([r['zero_std_frac'] for r in zero]):.2f}")
+    assert max(r["clip_frac"] for r in records) > 0.0  # the second policy epoch moves ratios off 1
+    recs = read_jsonl(str(tmp_path / "grpo" / "metrics.jsonl"))
+    assert {"train/reward_mean", "train/zero_std_frac", "eval/greedy/reward_mean"} <= set().union(*recs)
+
+    zero_cfg = g.copy_and_resolve_references()
+    zero_cfg.steps, zero_cfg.workdir = 10, ""
+    _, zero = jobs.run_grpo(zero_cfg, model=tiny_vlm(g.model.seed))
+    zero_std = np.mean([r["zero_std_frac"] for r in zero])
+    print(f"zero-shot GRPO: sampled reward {np.mean([r['reward_mean'] for r in zero]):.3f}, zero-std groups {zero_std:.2f}")
+    assert zero_std > 0.8  # a random model almost never answers well-formed: no reward variance, no signal
 
 
 def test_nan_reward_in_the_loop_is_an_error():
@@ -42,6 +50,6 @@ def test_nan_reward_in_the_loop_is_an_error():
     flaky = Reward("flaky", lambda comps, exs: [float("nan")] + [1.0] * (len(comps) - 1))
     rollouts = Rollouts(bright_examples(8), [flaky], decode, g.grpo)
     tr = Trainer(model, loss_fn=grpo_loss_fn(g.grpo),
-                 tx=optim.make_optimizer(g.optim, 1), progress=False)
+                 tx=optim.make_optimizer(g.optim, 10), progress=False)
     with pytest.raises(ValueError, match="reward 'flaky': NaN/missing value at row 0"):
         tr.run(1, rollouts)

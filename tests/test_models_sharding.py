@@ -5,7 +5,14 @@ import pytest
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
-from jaxdrive.parallel import LOGICAL_AXIS_RULES, activation_sharding, logical_to_spec, make_mesh, named_sharding
+from jaxdrive.parallel import (
+    LOGICAL_AXIS_RULES,
+    activation_sharding,
+    logical_to_spec,
+    make_mesh,
+    named_sharding,
+    shard_model,
+)
 
 pytest.importorskip("torch")
 
@@ -48,8 +55,13 @@ def test_sharded_forward_matches_single_device(tmp_path):
     with activation_sharding(mesh, LOGICAL_AXIS_RULES):
         out = forward(sharded, sharded.prepare_inputs(ids, mask, pv, grid))
     assert len(out.sharding.device_set) == 8
-    single = np.asarray(from_pretrained(tmp_path)(ids, mask, pv, grid))
+    plain = from_pretrained(tmp_path)
+    single = np.asarray(plain(ids, mask, pv, grid))
     valid = mask.astype(bool)
     err = np.abs(np.asarray(out) - single)[valid].max()
     print(f"sharded (data=2, fsdp=2, tensor=2) vs single device: max |dlogit| {err:.2e}")
     assert err <= 1e-5
+    # shard_model places an already loaded model the same way from_pretrained(mesh=...) does
+    placed = {p: v.get_value().sharding for p, v in nnx.to_flat_state(nnx.state(shard_model(plain, mesh)))}
+    for p, v in nnx.to_flat_state(nnx.state(sharded)):
+        assert placed[p].is_equivalent_to(v.get_value().sharding, v.get_value().ndim), p

@@ -128,3 +128,21 @@ def test_best_checkpoint_is_kept_besides_the_latest(tmp_path):
         ck.save(5, state, {}, {"loss": 1.0})
     ck.close()
     assert json.dumps(meta)
+
+
+def test_cli_runs_a_config_with_overrides(tmp_path, capsys):
+    import argparse
+
+    from jaxdrive.train_cli import add_train_subcommands
+
+    parser = argparse.ArgumentParser(prog="jaxdrive")
+    add_train_subcommands(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["train", "sft", "--config", os.path.join(ROOT, "configs", "sft_tiny.py"), "steps=2",
+                              f"workdir='{tmp_path}'", "progress=False", "batch_size=4", "data.num_examples=8",
+                              "optim.warmup_steps=1", "optim.lr=1e-3", "log_every=1"])
+    assert args.func(args) == 0
+    assert "done: step 2" in capsys.readouterr().out
+    assert [r["step"] for r in read_jsonl(str(tmp_path / "metrics.jsonl"))] == [1, 2]
+    bad = parser.parse_args(["train", "grpo", "--config", os.path.join(ROOT, "configs", "grpo_tiny.py"), "grpo.bta=1"])
+    with pytest.raises(ValueError, match="no config field 'bta'"):
+        bad.func(bad)

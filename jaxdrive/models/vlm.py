@@ -176,7 +176,9 @@ class QwenModel(nnx.Module):
 
     # ------------------------------------------------------------------ traceable
     def lm_head_weight(self) -> Float[Array, "H V"]:
-        """The output projection ``[H, V]`` (the transposed embedding table when tied): ``logits = h @ W``."""
+        """The output projection ``[H, V]`` (the transposed embedding table when tied): ``logits = h @ W``.
+
+        This is the base weight: merge a LoRA adapter on ``lm_head`` before using it for log-probs."""
         if self.lm_head is None:
             return self.language_model.embed_tokens.embedding[...].T
         return self.lm_head.kernel[...]

@@ -54,7 +54,7 @@ def _t(x: np.ndarray) -> np.ndarray:
     return x.T
 
 
-def _prefixes(family: str, layout: str) -> tuple[str, str]:
+def _prefixes(layout: str) -> tuple[str, str]:
     """(text prefix, vision prefix) of a key layout."""
     if layout == "nested":
         return "model.language_model.", "model.visual."
@@ -98,7 +98,7 @@ def _text_specs(cfg: ModelConfig, prefix: str) -> list[TensorSpec]:
 
 def tensor_specs(model: QwenModel, layout: str) -> list[TensorSpec]:
     """Every parameter of ``model`` with its HF key in ``layout`` ('legacy' or 'nested')."""
-    text_prefix, vision_prefix = _prefixes(model.cfg.family, layout)
+    text_prefix, vision_prefix = _prefixes(layout)
     specs = _text_specs(model.cfg, text_prefix)
     if model.visual is not None:
         for v in model.visual.hf_tensor_table():
@@ -137,7 +137,7 @@ def load_weights(
     specs = tensor_specs(model, layout)
     if model.visual is not None:  # the vision prefix may differ from the text layout in hand-converted checkpoints
         found = _vision_prefix_present(keys)
-        want = _prefixes(model.cfg.family, layout)[1]
+        want = _prefixes(layout)[1]
         if found and found != want:
             specs = [dataclasses.replace(s, key=found + s.key[len(want):]) if s.path[0] == "visual" else s for s in specs]
     problems = []

@@ -11,8 +11,8 @@ boundary is outside). Invalid (padded) polygons never count. One scene per call;
 * ``center_in_intersection`` / ``rear_axle_in_intersection``: the centre / rear axle lies strictly inside an
   intersection polygon (DDC and LK use the centre, TTC the rear axle).
 
-``map`` is either the scene's map (polygon leaves [P, ...], shared by all proposals) or a per-proposal culled map from
-``jaxdrive.broadphase.cull_map`` (polygon leaves [K, P', ...]); ``per_proposal`` maps a kernel over the latter.
+``map`` is either the scene's ``MapData`` (polygons shared by all proposals) or the per-proposal packed edge lists of
+``jaxdrive.broadphase.pack_map`` (only the polygons a proposal can touch; identical flags, far less work).
 
 ``first_step`` turns per-step violation flags into the first violating step (-1 if none), the convention of every
 rule kernel's second output.
@@ -25,7 +25,9 @@ import jax.numpy as jnp
 from flax import struct
 from jaxtyping import Array, Bool, Float, Int
 
+from jaxdrive.broadphase import PackedMap
 from jaxdrive.geometry import ego_center, ego_corners, point_in_polygon
+from jaxdrive.packed_geometry import points_in_packed
 from jaxdrive.scene import AreaKind, MapData
 
 
@@ -65,45 +67,54 @@ def _inside(points: Float[Array, "*n 2"], vertices: Float[Array, "P V 2"],
     return per_poly.reshape((vertices.shape[0],) + points.shape[:-1])
 
 
-PER_PROPOSAL_AXES = MapData(areas=0, area_kind=0, lanes=0, lane_kind=0, lane_on_route=0, lane_red=0,
-                            centerline=None, centerline_valid=None)
+def _flags(lane_corner: Bool[Array, "L *k T 4"], area_corner: Bool[Array, "A *k T 4"],
+           route_center: Bool[Array, "L *k T"], junction_center: Bool[Array, "A *k T"],
+           junction_rear: Bool[Array, "A *k T"]) -> EgoAreas:
+    """Area flags from strict containment tables (invalid / irrelevant polygons already False)."""
+    lanes_touched = jnp.sum(jnp.any(lane_corner, axis=-1), axis=0)
+    one_lane_holds_all = jnp.any(jnp.all(lane_corner, axis=-1), axis=0)
+    return EgoAreas(multiple_lanes=(lanes_touched > 1) & ~one_lane_holds_all,
+                    non_drivable=~jnp.all(jnp.any(area_corner, axis=0), axis=-1),
+                    oncoming=~jnp.any(route_center, axis=0),
+                    center_in_intersection=jnp.any(junction_center, axis=0),
+                    rear_axle_in_intersection=jnp.any(junction_rear, axis=0))
 
 
-def is_per_proposal(map: MapData) -> bool:
-    """Whether ``map`` carries a leading proposal axis on its polygon leaves (``jaxdrive.broadphase``)."""
-    return map.area_kind.ndim == 2
+def _packed_areas(map: PackedMap, states: Float[Array, "T 11"]) -> EgoAreas:
+    """Area flags of one proposal from its packed map (``map`` leaves without the K axis)."""
+    t = states.shape[0]
+    corners = jax.vmap(ego_corners)(states).reshape(-1, 2)  # [T*4, 2]
+    centers = jax.vmap(ego_center)(states)
+    lanes, areas = map.lanes, map.areas
+    lane_in = points_in_packed(jnp.concatenate([corners, centers]), lanes.start, lanes.end, lanes.offsets, lanes.valid)
+    area_in = points_in_packed(jnp.concatenate([corners, centers, states[:, :2]]), areas.start, areas.end,
+                               areas.offsets, areas.valid)
+    n = 4 * t
+    lane_corner, area_corner = lane_in[:, :n].reshape(-1, t, 4), area_in[:, :n].reshape(-1, t, 4)
+    junction = map.junction[:, None]
+    return _flags(lane_corner, area_corner, lane_in[:, n:] & map.lane_on_route[:, None],
+                  area_in[:, n:n + t] & junction, area_in[:, n + t:] & junction)
 
 
-def per_proposal(fn, map: MapData, states: Float[Array, "K T 11"]):
-    """``fn(map_k, states[k:k+1])`` for every proposal k of a per-proposal map, outputs' size-1 K axis dropped."""
-    out = jax.vmap(lambda m, s: fn(m, s[None]), in_axes=(PER_PROPOSAL_AXES, 0))(map, states)
-    return jax.tree.map(lambda x: x[:, 0], out)
+def ego_areas(map: MapData | PackedMap, states: Float[Array, "K T 11"]) -> EgoAreas:
+    """Area flags of K proposals over T steps in one scene (ego-centred float32).
 
-
-def ego_areas(map: MapData, states: Float[Array, "K T 11"]) -> EgoAreas:
-    """Area flags of K proposals over T steps in one scene (``map`` unbatched or per-proposal, ego-centred float32)."""
-    if is_per_proposal(map):
-        return per_proposal(ego_areas, map, states)
+    ``map`` is the scene's ``MapData`` (unbatched) or its per-proposal ``PackedMap`` from ``jaxdrive.broadphase``
+    (leaves [K, ...]); both give identical flags.
+    """
+    if isinstance(map, PackedMap):
+        if map.junction.shape[0] != states.shape[0]:
+            raise ValueError(f"ego_areas: a PackedMap packed for {map.junction.shape[0]} proposals was given "
+                             f"states of {states.shape[0]}; pack the map for these states (jaxdrive.broadphase)")
+        axes = PackedMap(areas=0, junction=0, lanes=0, lane_on_route=0, red_lanes=0, red=0, centerline=None,
+                         centerline_valid=None)
+        return jax.vmap(_packed_areas, in_axes=(axes, 0))(map, states)
     corners = ego_boxes(states)  # [K, T, 4, 2]
     centers = ego_centers(states)  # [K, T, 2]
     rear = states[..., :2]  # [K, T, 2]
-
-    lanes = map.lanes
-    lane_corner = _inside(corners, lanes.vertices, lanes.valid)  # [L, K, T, 4]
-    lanes_touched = jnp.sum(jnp.any(lane_corner, axis=-1), axis=0)  # [K, T]
-    one_lane_holds_all = jnp.any(jnp.all(lane_corner, axis=-1), axis=0)
-    multiple_lanes = (lanes_touched > 1) & ~one_lane_holds_all
-
-    areas = map.areas
-    area_corner = _inside(corners, areas.vertices, areas.valid)  # [A, K, T, 4]
-    non_drivable = ~jnp.all(jnp.any(area_corner, axis=0), axis=-1)
-
+    lanes, areas = map.lanes, map.areas
     route_lanes = lanes.valid & map.lane_on_route
-    oncoming = ~jnp.any(_inside(centers, lanes.vertices, route_lanes), axis=0)
-
     junction = areas.valid & (map.area_kind == AreaKind.INTERSECTION)
-    center_in_intersection = jnp.any(_inside(centers, areas.vertices, junction), axis=0)
-    rear_axle_in_intersection = jnp.any(_inside(rear, areas.vertices, junction), axis=0)
-    return EgoAreas(multiple_lanes=multiple_lanes, non_drivable=non_drivable, oncoming=oncoming,
-                    center_in_intersection=center_in_intersection,
-                    rear_axle_in_intersection=rear_axle_in_intersection)
+    return _flags(_inside(corners, lanes.vertices, lanes.valid), _inside(corners, areas.vertices, areas.valid),
+                  _inside(centers, lanes.vertices, route_lanes), _inside(centers, areas.vertices, junction),
+                  _inside(rear, areas.vertices, junction))

@@ -141,17 +141,22 @@ def history_comfort_signals(history_padded: Float[Array, "14 11"], states: Float
         ], axis=1)
 
 
+def _within_bounds(sig: Float[Array, "K 6 T"]) -> Bool[Array, "K 6"]:
+    """Strict bound checks of the six signals (``HC_CHECKS`` order) at every sample."""
+    lo = jnp.asarray([MIN_LON_ACCEL, -MAX_ABS_LAT_ACCEL, -MAX_ABS_MAG_JERK, -MAX_ABS_LON_JERK, -MAX_ABS_YAW_ACCEL,
+                      -MAX_ABS_YAW_RATE], sig.dtype)[:, None]
+    hi = jnp.asarray([MAX_LON_ACCEL, MAX_ABS_LAT_ACCEL, MAX_ABS_MAG_JERK, MAX_ABS_LON_JERK, MAX_ABS_YAW_ACCEL,
+                      MAX_ABS_YAW_RATE], sig.dtype)[:, None]
+    return jnp.all((sig > lo) & (sig < hi), axis=-1)
+
+
 def history_comfort_checks(history_padded: Float[Array, "14 11"], states: Float[Array, "K 41 11"], *,
                            precision: str = "float64") -> Bool[Array, "K 6"]:
     """The six HC bound checks per proposal, in ``HC_CHECKS`` order (True = strictly within bounds at all 55
     samples). Arguments as ``history_comfort_signals``."""
     with _compute_dtype(precision):
         sig = history_comfort_signals(history_padded, states, precision=precision)
-        lo = jnp.asarray([MIN_LON_ACCEL, -MAX_ABS_LAT_ACCEL, -MAX_ABS_MAG_JERK, -MAX_ABS_LON_JERK, -MAX_ABS_YAW_ACCEL,
-                          -MAX_ABS_YAW_RATE], sig.dtype)[:, None]
-        hi = jnp.asarray([MAX_LON_ACCEL, MAX_ABS_LAT_ACCEL, MAX_ABS_MAG_JERK, MAX_ABS_LON_JERK, MAX_ABS_YAW_ACCEL,
-                          MAX_ABS_YAW_RATE], sig.dtype)[:, None]
-        return jnp.all((sig > lo) & (sig < hi), axis=-1)
+        return _within_bounds(sig)
 
 
 def history_comfort(history_padded: Float[Array, "14 11"], states: Float[Array, "K 41 11"], *,
@@ -193,3 +198,27 @@ def extended_comfort(states: Float[Array, "K 41 11"], previous: Float[Array, "K 
         ok = jnp.all(rms <= limits, axis=-1)
     ec = ok.astype(jnp.float32)
     return jnp.where(has_previous, ec, jnp.nan)
+
+
+def comfort_v1(states: Float[Array, "K 41 11"], *, precision: str = "float64") -> Float[Array, "K"]:
+    """PDMS v1.1 comfort C per proposal ({0, 1}, float32): the same six strict bounds on the 41 simulated states only
+    (no history), with v1.1's windows: lon/lat acceleration = rear-axle ax / ay smoothed with window T = 41 (no centre
+    shift); jerks = D_{41,2,1} of the window-8 smoothed acceleration; yaw signals as HC (windows 5)."""
+    t = states.shape[1]
+    d = _delta(t)
+    wide = savgol_matrix(t, t, 2, 0, 1.0)
+    f = _filters(t, yaw_accel_order=3)
+    jerk = savgol_matrix(t, t, 2, 1, d)
+    with _compute_dtype(precision) as dtype:
+        seq = states.astype(dtype)
+        heading = _unwrapped_heading(seq[..., StateIndex.HEADING])
+        sig = jnp.stack([
+            _apply(wide, seq[..., StateIndex.ACCELERATION_X]),
+            _apply(wide, seq[..., StateIndex.ACCELERATION_Y]),
+            _apply(jerk, _apply(f.smooth, _accel_magnitude(seq))),
+            _apply(jerk, _apply(f.smooth, seq[..., StateIndex.ACCELERATION_X])),
+            _apply(f.yaw_accel, heading),
+            _apply(f.yaw_rate, heading),
+        ], axis=1)
+        ok = jnp.all(_within_bounds(sig), axis=-1)
+    return ok.astype(jnp.float32)

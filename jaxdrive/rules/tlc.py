@@ -10,15 +10,26 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
+from jaxdrive.broadphase import PackedMap
 from jaxdrive.geometry import box_intersects_polygon
-from jaxdrive.rules.areas import EgoAreas, ego_boxes, first_step, is_per_proposal, per_proposal
+from jaxdrive.packed_geometry import boxes_touch_packed
+from jaxdrive.rules.areas import EgoAreas, ego_boxes, first_step
 from jaxdrive.scene import Scene
 
 
 def red_light_contacts(scene: Scene, states: Float[Array, "K T 11"]) -> Bool[Array, "K T"]:
-    """Whether the ego box at step t touches a red on-route connector at t (map unbatched or per-proposal)."""
-    if is_per_proposal(scene.map):
-        return per_proposal(lambda m, s: red_light_contacts(scene.replace(map=m), s), scene.map, states)
+    """Whether the ego box at step t touches a red on-route connector at t.
+
+    With a ``PackedMap`` (``jaxdrive.broadphase``) only the packed red on-route lanes near each proposal are tested.
+    """
+    if isinstance(scene.map, PackedMap):
+        red = scene.map.red_lanes
+
+        def one(boxes, start, end, offsets, first, valid, light):
+            hit = boxes_touch_packed(boxes, start, end, offsets, first, valid)  # [T, Mr]
+            return jnp.any(hit & light.T, axis=-1)
+
+        return jax.vmap(one)(ego_boxes(states), red.start, red.end, red.offsets, red.first, red.valid, scene.map.red)
     lanes = scene.map.lanes
     boxes = ego_boxes(states)  # [K, T, 4, 2]
     hit = jax.vmap(jax.vmap(jax.vmap(box_intersects_polygon, in_axes=(None, 0)), in_axes=(0, None)),

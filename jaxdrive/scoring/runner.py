@@ -120,7 +120,8 @@ def build_step(mesh: Mesh, options: ScoreOptions) -> Callable:
         if options.simulate:
             proposals = proposals.replace(states=resimulate(proposals.states))
         return score_fn(scene, proposals, ep_mode=options.ep_mode,
-                        reference_progress=reference if options.ep_mode == "reference" else None, gates=gates)
+                        reference_progress=reference if options.ep_mode == "reference" else None,
+                        gates=None if options.gates is None else gates[:, None, :])
 
     return jax.jit(step, in_shardings=(data, data, data, data), out_shardings=data)
 
@@ -192,7 +193,7 @@ class _Producer(threading.Thread):
 
     def __init__(self, source: SceneSource, run: RunDir, options: ScoreOptions, mesh: Mesh, out: queue.Queue):
         super().__init__(daemon=True)
-        self.source, self.run, self.options, self.mesh, self.out = source, run, options, mesh, out
+        self.source, self.rundir, self.options, self.mesh, self.out = source, run, options, mesh, out
         self.pad = options.pad
         self.failure: BaseException | None = None
         self.stop = threading.Event()
@@ -227,7 +228,7 @@ class _Producer(threading.Thread):
             n = len(self.source)
             size = self.options.shard_size
             for shard in range((n + size - 1) // size):
-                if self.run.is_done(shard):
+                if self.rundir.is_done(shard):
                     self.out.put(("skip", shard, min(size, n - shard * size)))
                     continue
                 start, stop = shard * size, min(n, (shard + 1) * size)

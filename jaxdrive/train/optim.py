@@ -2,6 +2,7 @@
 model variables are trained (full fine-tuning, LoRA adapters only, optionally with the vision tower frozen)."""
 from __future__ import annotations
 
+import functools
 from typing import Literal
 
 import ml_collections
@@ -26,12 +27,20 @@ def make_schedule(lr: float, total_steps: int, warmup_steps: int = 0, end_lr_rat
 
 def make_optimizer(cfg: ml_collections.ConfigDict, total_steps: int) -> optax.GradientTransformation:
     """AdamW from an ``optim`` config block: lr, warmup_steps, end_lr_ratio, b1, b2, eps, weight_decay, clip_norm
-    (global-norm clipping before the update; 0 or None disables it)."""
-    schedule = make_schedule(cfg.lr, total_steps, cfg.get("warmup_steps", 0), cfg.get("end_lr_ratio", 0.0))
-    adamw = optax.adamw(schedule, b1=cfg.get("b1", 0.9), b2=cfg.get("b2", 0.999), eps=cfg.get("eps", 1e-8),
-                        weight_decay=cfg.get("weight_decay", 0.0))
-    clip = cfg.get("clip_norm", 1.0)
-    return optax.chain(optax.clip_by_global_norm(clip), adamw) if clip else adamw
+    (global-norm clipping before the update; 0 or None disables it).
+
+    Equal settings return the same (cached) transformation object, so trainers built from equal configs share the
+    compiled update step (the transformation is a static argument of it)."""
+    return _adamw(float(cfg.lr), int(total_steps), int(cfg.get("warmup_steps", 0)), float(cfg.get("end_lr_ratio", 0.0)),
+                  float(cfg.get("b1", 0.9)), float(cfg.get("b2", 0.999)), float(cfg.get("eps", 1e-8)),
+                  float(cfg.get("weight_decay", 0.0)), float(cfg.get("clip_norm", 1.0) or 0.0))
+
+
+@functools.lru_cache(maxsize=64)
+def _adamw(lr, total_steps, warmup_steps, end_lr_ratio, b1, b2, eps, weight_decay, clip_norm):
+    adamw = optax.adamw(make_schedule(lr, total_steps, warmup_steps, end_lr_ratio), b1=b1, b2=b2, eps=eps,
+                        weight_decay=weight_decay)
+    return optax.chain(optax.clip_by_global_norm(clip_norm), adamw) if clip_norm else adamw
 
 
 def trainable_filter(mode: Literal["full", "lora"] = "full", freeze_vision: bool = False,

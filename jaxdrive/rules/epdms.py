@@ -1,0 +1,234 @@
+"""EPDMS aggregation: sub-scores of every kernel, EP normalisation, EPDMS / PDMS, DriveJudge gates, human filter.
+
+``spec/epdms.md`` §3.5 (EP), §4 (aggregation), §5 (PDMS v1.1); DriveJudge Eq. 14 (gated score).
+
+* ``compute_metrics(scene, proposals)``: every sub-metric of ONE scene's K proposals (EP still raw progress).
+* ``normalize_progress``: EP from raw progress by one of three normalisers, named by ``mode``:
+  - ``"scene"``: NAVSIM's: D = max over the valid proposals of the scene of raw x M (M = NC*DAC*DDC*TLC); the fixtures
+    were scored this way (all proposals of a scene together);
+  - ``"batch"``: D = the same max over every valid proposal of the batch;
+  - ``"reference"``: each proposal is coupled with a fixed per-scene reference progress R (e.g. PDM-Closed's raw progress
+    x its multipliers, as in the official evaluation, which scores [PDM-Closed, agent]): D = max(R, raw x M).
+  Then EP = clip(raw / D, 0, 1) if D > 5 m, else 1 (numerator unmasked). Invalid proposals never enter D.
+* ``aggregate``: EPDMS = M x (5 EP + 5 TTC + 2 LK + 2 HC + 2 EC) / 16, EC's value and weight dropped (-> /14) where EC
+  is NaN; the scorer's own ``pdm_score`` = M x (5 EP + 5 TTC + 2 LK + 2 HC) / 14; and PDMS v1.1 (see ``aggregate``).
+  With ``gates`` (bool [..., 9], order ``METRICS``), DriveJudge Eq. 14: a gated-off multiplier counts as 1, a gated-off
+  weighted metric leaves the weighted average (numerator and denominator).
+* ``human_filter``: NAVSIM's human penalty filter (§4.2).
+* ``score``: the jittable one-call entry point over a batch.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+from jaxtyping import Array, Bool, Float, Int
+
+from jaxdrive.rules.areas import ego_areas
+from jaxdrive.rules.comfort import comfort_v1, extended_comfort, history_comfort
+from jaxdrive.rules.dac import drivable_area_compliance
+from jaxdrive.rules.ddc import driving_direction_compliance
+from jaxdrive.rules.lk import lane_keeping
+from jaxdrive.rules.nc import no_at_fault_collisions
+from jaxdrive.rules.progress import raw_progress
+from jaxdrive.rules.tlc import traffic_light_compliance
+from jaxdrive.rules.ttc import time_to_collision
+from jaxdrive.scene import Proposals, Scene
+
+METRICS = ("nc", "dac", "ddc", "tlc", "ep", "ttc", "lk", "hc", "ec")  # gate order
+MULTIPLIERS = ("nc", "dac", "ddc", "tlc")
+WEIGHTS = {"ep": 5.0, "ttc": 5.0, "lk": 2.0, "hc": 2.0, "ec": 2.0}
+PROGRESS_THRESHOLD = 5.0  # m: D <= 5 m -> EP = 1 for every proposal (v2)
+HUMAN_FILTERED = ("nc", "dac", "ddc", "tlc", "ep", "ttc", "lk", "hc")
+EpMode = Literal["scene", "batch", "reference"]
+
+
+@struct.dataclass
+class SubScores:
+    """Per-proposal sub-scores (leading dims ``*b``: [K] for one scene, [B, K] for a batch).
+
+    Values (float32): nc, ddc in {0, 0.5, 1}; dac, tlc, ttc, lk, hc in {0, 1}; ep in [0, 1] (raw progress in m before
+    ``normalize_progress``); ec in {0, 1} or NaN without a previous frame; raw_progress (m); multiplier =
+    nc*dac*ddc*tlc; pdm_score (scorer's aggregate, no EC), epdms, pdms (v1.1) and comfort_v1 (v1.1's comfort C).
+    hc_checks: the six HC bound checks (``comfort.HC_CHECKS`` order). Steps (int32): first violating step, -1 if none
+    (ttc_step is the ego step t of the first TTC violation).
+    """
+
+    nc: Float[Array, "*b"]
+    dac: Float[Array, "*b"]
+    ddc: Float[Array, "*b"]
+    tlc: Float[Array, "*b"]
+    ep: Float[Array, "*b"]
+    ttc: Float[Array, "*b"]
+    lk: Float[Array, "*b"]
+    hc: Float[Array, "*b"]
+    ec: Float[Array, "*b"]
+    raw_progress: Float[Array, "*b"]
+    multiplier: Float[Array, "*b"]
+    pdm_score: Float[Array, "*b"]
+    epdms: Float[Array, "*b"]
+    pdms: Float[Array, "*b"]
+    comfort_v1: Float[Array, "*b"]
+    hc_checks: Bool[Array, "*b 6"]
+    nc_step: Int[Array, "*b"]
+    dac_step: Int[Array, "*b"]
+    ddc_step: Int[Array, "*b"]
+    tlc_step: Int[Array, "*b"]
+    ttc_step: Int[Array, "*b"]
+    lk_step: Int[Array, "*b"]
+
+
+def compute_metrics(scene: Scene, proposals: Proposals, *, comfort_precision: str = "float64") -> SubScores:
+    """All sub-metrics of one scene's K proposals (``scene`` and ``proposals`` unbatched).
+
+    ``ep`` holds the raw progress (m) until ``normalize_progress``; ``pdm_score``/``epdms``/``pdms`` are 0 until
+    ``aggregate``. ``comfort_precision`` is passed to the comfort kernels ("float64": scoped x64, NAVSIM parity).
+    """
+    states = proposals.states
+    areas = ego_areas(scene.map, states)
+    nc, nc_step = no_at_fault_collisions(scene, states, areas)
+    dac, dac_step = drivable_area_compliance(scene, states, areas)
+    ddc, ddc_step = driving_direction_compliance(scene, states, areas)
+    tlc, tlc_step = traffic_light_compliance(scene, states, areas)
+    ttc, ttc_step = time_to_collision(scene, states, areas)
+    lk, lk_step = lane_keeping(scene, states, areas)
+    raw = raw_progress(scene, states, areas)
+    hc, hc_checks = history_comfort(scene.history_padded, states, precision=comfort_precision)
+    ec = extended_comfort(states, proposals.previous, proposals.has_previous, precision=comfort_precision)
+    zero = jnp.zeros_like(nc)
+    return SubScores(nc=nc, dac=dac, ddc=ddc, tlc=tlc, ep=raw, ttc=ttc, lk=lk, hc=hc, ec=ec, raw_progress=raw,
+                     multiplier=nc * dac * ddc * tlc, pdm_score=zero, epdms=zero, pdms=zero,
+                     comfort_v1=comfort_v1(states, precision=comfort_precision), hc_checks=hc_checks,
+                     nc_step=nc_step, dac_step=dac_step, ddc_step=ddc_step, tlc_step=tlc_step, ttc_step=ttc_step,
+                     lk_step=lk_step)
+
+
+def progress_normaliser(raw: Float[Array, "B K"], multiplier: Float[Array, "B K"], valid: Bool[Array, "B K"],
+                        mode: EpMode = "scene", reference: Float[Array, "B"] | None = None) -> Float[Array, "B K"]:
+    """The EP denominator D per proposal (m) for ``mode`` (module docstring)."""
+    masked = jnp.where(valid, raw * multiplier, 0.0)
+    if mode == "scene":
+        d = jnp.max(masked, axis=-1, keepdims=True)
+    elif mode == "batch":
+        d = jnp.max(masked, keepdims=True)
+    elif mode == "reference":
+        if reference is None:
+            raise ValueError("normalize_progress: mode 'reference' needs reference (per-scene progress, m), got None")
+        d = jnp.maximum(jnp.asarray(reference, masked.dtype)[..., None], masked)
+    else:
+        raise ValueError(f"normalize_progress: mode expected 'scene', 'batch' or 'reference', got {mode!r}")
+    return jnp.broadcast_to(d, raw.shape)
+
+
+def normalize_progress(raw: Float[Array, "B K"], multiplier: Float[Array, "B K"], valid: Bool[Array, "B K"],
+                       mode: EpMode = "scene", reference: Float[Array, "B"] | None = None) -> Float[Array, "B K"]:
+    """EP = clip(raw / D, 0, 1) where D > 5 m, else 1 (v2 rule; numerator unmasked). D from ``progress_normaliser``."""
+    d = progress_normaliser(raw, multiplier, valid, mode, reference)
+    big = d > PROGRESS_THRESHOLD
+    return jnp.where(big, jnp.clip(raw / jnp.where(big, d, 1.0), 0.0, 1.0), 1.0).astype(jnp.float32)
+
+
+def _v1_progress(s: SubScores, valid: Bool[Array, "B K"]) -> Float[Array, "B K"]:
+    """PDMS v1.1 EP: raw*M1/D with M1 = NC*DAC and D = max over the scene's valid proposals of raw*M1, if D > 5 m;
+    else 1 where M1 != 0 and 0 otherwise (spec §5)."""
+    m1 = s.nc * s.dac
+    masked = s.raw_progress * m1
+    d = jnp.max(jnp.where(valid, masked, 0.0), axis=-1, keepdims=True)
+    big = d > PROGRESS_THRESHOLD
+    return jnp.where(big, masked / jnp.where(big, d, 1.0), jnp.where(m1 != 0, 1.0, 0.0))
+
+
+def gated_score(s: SubScores, gates: Bool[Array, "*b 9"] | None = None) -> Float[Array, "*b"]:
+    """DriveJudge Eq. 14 over (nc, dac, ddc, tlc) x weighted (ep 5, ttc 5, lk 2, hc 2, ec 2).
+
+    prod_m (g_m s_m + 1 - g_m) * sum_m g_m w_m s_m / sum_m g_m w_m. A NaN EC counts as gated off (NAVSIM's /14). If
+    every weighted metric is gated off, the weighted factor is 1 (the score is the gated product alone).
+    All gates on (``None``) gives EPDMS.
+    """
+    g = jnp.ones(s.nc.shape + (len(METRICS),), bool) if gates is None else jnp.broadcast_to(
+        jnp.asarray(gates, bool), s.nc.shape + (len(METRICS),))
+    gate = {m: g[..., i] for i, m in enumerate(METRICS)}
+    prod = jnp.ones_like(s.nc)
+    for m in MULTIPLIERS:
+        prod = prod * jnp.where(gate[m], getattr(s, m), 1.0)
+    num = jnp.zeros_like(s.nc)
+    den = jnp.zeros_like(s.nc)
+    for m, w in WEIGHTS.items():
+        value = getattr(s, m)
+        on = gate[m] & ~jnp.isnan(value)
+        num = num + jnp.where(on, w * jnp.nan_to_num(value), 0.0)
+        den = den + jnp.where(on, w, 0.0)
+    return (prod * jnp.where(den > 0, num / jnp.where(den > 0, den, 1.0), 1.0)).astype(jnp.float32)
+
+
+def aggregate(s: SubScores, valid: Bool[Array, "B K"], gates: Bool[Array, "B K 9"] | None = None) -> SubScores:
+    """Fill ``multiplier``, ``pdm_score``, ``epdms`` and ``pdms`` of normalised sub-scores [B, K].
+
+    * epdms: ``gated_score(s, gates)`` (EPDMS with NaN EC -> /14 when ``gates`` is None);
+    * pdm_score: the scorer's M x (5 EP + 5 TTC + 2 LK + 2 HC) / 14 (never gated);
+    * pdms (v1.1): NC*DAC x (5 EP_v1 + 5 TTC + 2 C) / 12 with v1.1's EP rule (``_v1_progress``) and comfort C
+      (``comfort_v1``). Approximations (documented in the spec's terms): TTC is v2's (ego t <= 31 over 41 frames; v1.1
+      walks t <= 40 over a 5 s observation) and NC has no red-light objects either way.
+    """
+    multiplier = s.nc * s.dac * s.ddc * s.tlc
+    weighted = (5.0 * s.ep + 5.0 * s.ttc + 2.0 * s.lk + 2.0 * s.hc) / 14.0
+    pdms = s.nc * s.dac * (5.0 * _v1_progress(s, valid) + 5.0 * s.ttc + 2.0 * s.comfort_v1) / 12.0
+    return s.replace(multiplier=multiplier, pdm_score=(multiplier * weighted).astype(jnp.float32),
+                     epdms=gated_score(s, gates), pdms=pdms.astype(jnp.float32))
+
+
+def human_filter(agent: SubScores, human: SubScores, apply: Bool[Array, "*b"] | bool = True) -> SubScores:
+    """NAVSIM's human penalty filter (spec §4.2): for NC, DAC, DDC, TLC, EP, TTC, LK, HC, where the human's value is
+    exactly 0 the agent's becomes 1 (0.5 does not trigger); the multiplier and EPDMS are recomputed; ``pdm_score`` is
+    not updated (NAVSIM leaves it stale); EC is never filtered. ``human`` broadcasts against ``agent`` (e.g. [B, 1]
+    against [B, K]); ``apply`` selects where the filter is on (original scenes with a logged human future).
+    """
+    apply = jnp.asarray(apply, bool)
+    updates = {}
+    for m in HUMAN_FILTERED:
+        a, h = getattr(agent, m), getattr(human, m)
+        updates[m] = jnp.where(apply & (h == 0.0), jnp.ones_like(a), a)
+    out = agent.replace(**updates)
+    multiplier = out.nc * out.dac * out.ddc * out.tlc
+    return out.replace(multiplier=multiplier, epdms=gated_score(out))
+
+
+def score(scene: Scene, proposals: Proposals, *, ep_mode: EpMode = "scene",
+          reference_progress: Float[Array, "B"] | None = None, gates: Bool[Array, "B K 9"] | None = None,
+          apply_human_filter: bool = False, comfort_precision: str = "float64") -> SubScores:
+    """Score a padded batch: ``Scene[B]``, ``Proposals[B, K]`` -> ``SubScores[B, K]`` (jittable; static options).
+
+    Args:
+      scene, proposals: a batch from ``jaxdrive.scene.batch_scenes`` (ego-centred float32).
+      ep_mode: EP normaliser, "scene" (NAVSIM / fixtures), "batch" or "reference" (module docstring).
+      reference_progress: [B] reference progress (m) for ep_mode="reference".
+      gates: optional bool [B, K, 9] (or broadcastable) in ``METRICS`` order for DriveJudge's gated ``epdms``.
+      apply_human_filter: score ``scene.human`` alone (one-proposal batch, no history: its EP and HC are 1) and apply
+        ``human_filter`` where ``scene.has_human``; ``epdms`` is then the filtered (ungated) score unless ``gates``.
+      comfort_precision: "float64" (default, scoped x64) or "float32" for devices without float64.
+
+    Padded proposals (``proposals.valid`` False) never enter the EP normaliser; their rows are not meaningful.
+    """
+    raw = jax.vmap(lambda sc, pr: compute_metrics(sc, pr, comfort_precision=comfort_precision))(scene, proposals)
+    ep = normalize_progress(raw.raw_progress, raw.multiplier, proposals.valid, ep_mode, reference_progress)
+    out = aggregate(raw.replace(ep=ep), proposals.valid)
+    if apply_human_filter:
+        out = human_filter(out, _human_scores(scene, comfort_precision), scene.has_human[:, None])
+    if gates is not None:
+        out = out.replace(epdms=gated_score(out, gates))
+    return out
+
+
+def _human_scores(scene: Scene, comfort_precision: str) -> SubScores:
+    """The logged human future scored alone per scene ([B, 1]): EP = 1 (normalised against itself), HC = 1."""
+    def one(sc: Scene) -> SubScores:
+        states = sc.human[None]
+        human = Proposals(states=states, previous=jnp.zeros_like(states), has_previous=jnp.zeros((1,), bool),
+                          valid=jnp.ones((1,), bool))
+        return compute_metrics(sc, human, comfort_precision=comfort_precision)
+
+    s = jax.vmap(one)(scene)
+    return s.replace(ep=jnp.ones_like(s.ep), hc=jnp.ones_like(s.hc))
