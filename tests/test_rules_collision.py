@@ -173,7 +173,7 @@ def _perturbed(base: HostScene, rng: np.random.Generator) -> HostScene:
         h = path[idx, 2]
         u = np.stack([np.cos(h), np.sin(h)], axis=1)
         n = np.stack([-u[:, 1], u[:, 0]], axis=1)
-        centre = path[idx, :2] + 1.461 * u + rng.normal(0, 3.0) * u + rng.normal(0, 1.8) * n
+        centre = path[idx, :2] + 1.461 * u + rng.normal(0, 6.0) * u + rng.normal(0, 3.5) * n
         heading = h + rng.choice([0.0, math.pi, rng.normal(0, 0.4), rng.uniform(-math.pi, math.pi)])
         heading = (heading + math.pi) % (2 * math.pi) - math.pi
         speed = rng.choice([0.0, rng.uniform(0, 0.06), rng.uniform(0, 15)])
