@@ -159,3 +159,30 @@ def test_bad_options(tmp_path, capsys, args, needle):
     rc = main(["score", "--out", str(tmp_path / "o"), "--no-progress", *args])
     assert rc == EXIT_USAGE
     assert needle in capsys.readouterr().err
+
+
+def test_simulate_option_scores_navsim_tracked_states(tmp_path):
+    """--simulate == scoring the states that jaxdrive.sim.simulate_trajectories makes of the 8 submitted poses."""
+    import dataclasses
+
+    from jaxdrive.sim import simulate_trajectories
+
+    src = SyntheticSource(2, seed=5, num_proposals=4)
+    score_source(src, tmp_path / "sim", ScoreOptions(batch_size=2, simulate=True), progress=False)
+    got = _sorted(read_results(tmp_path / "sim"))
+
+    class Presimulated(SyntheticSource):
+        def load(self, i):
+            s = super().load(i)
+            init = s.proposal_states[:, 0]
+            pts = s.proposal_states[:, 5::5, :3]
+            c, sn = np.cos(init[:, 2])[:, None], np.sin(init[:, 2])[:, None]
+            dx, dy = pts[..., 0] - init[:, None, 0], pts[..., 1] - init[:, None, 1]
+            local = np.stack([c * dx + sn * dy, -sn * dx + c * dy,
+                              np.angle(np.exp(1j * (pts[..., 2] - init[:, None, 2])))], -1)
+            return dataclasses.replace(s, proposal_states=simulate_trajectories(init, local))
+
+    score_source(Presimulated(2, seed=5, num_proposals=4), tmp_path / "pre", ScoreOptions(batch_size=2), progress=False)
+    want = _sorted(read_results(tmp_path / "pre"))
+    pd.testing.assert_frame_equal(got[DISCRETE], want[DISCRETE])
+    np.testing.assert_allclose(got["raw_progress"], want["raw_progress"], atol=1e-3)

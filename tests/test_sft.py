@@ -8,29 +8,26 @@ from flax import nnx
 
 from jaxdrive.train import data, optim, sft
 from jaxdrive.train.testing import TOKENS, memorise_examples, tiny_vlm
-from jaxdrive.train.trainer import Trainer
+from jaxdrive.train.trainer import Trainer, grad_step
 
 
 def _loss_and_grad_fn(model):
-    """A jitted (loss, grads w.r.t. all params) of the SFT loss, compiled once per batch shape."""
+    """(mean loss, grads w.r.t. all params) through the trainer's jitted gradient step (shared compilation)."""
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
 
-    @jax.jit
-    def loss_and_grad(params, rest, batch):
-        def f(p):
-            total, denom, _ = sft.sft_loss_fn(nnx.merge(graphdef, p, rest), batch)
-            return total / denom
+    def loss_and_grad(arrays):
+        grads, total, denom, _ = grad_step(graphdef, sft.sft_loss_fn, params, rest, sft.sft_batch(model, arrays),
+                                           jax.random.key(0))
+        return total / denom, grads
 
-        return jax.value_and_grad(f)(params)
-
-    return lambda arrays: loss_and_grad(params, rest, sft.sft_batch(model, arrays))
+    return loss_and_grad
 
 
 def test_loss_is_masked_shifted_cross_entropy_and_mask_is_honoured():
     model = tiny_vlm(seed=1)
-    exs = memorise_examples(2, answer_len=3, seed=3)
-    trailing = [11, 12, 13]  # an observation after the answer: attended to, but masked out of the loss
-    rows = [sft.sft_example(np.concatenate([e["prompt"]]), np.concatenate([e["answer"], trailing]), 14,
+    exs = memorise_examples(8, answer_len=2, seed=3)
+    trailing = [11, 12]  # an observation after the answer: attended to, but masked out of the loss
+    rows = [sft.sft_example(e["prompt"], np.concatenate([e["answer"], trailing]), 10,
                             pixel_values=e["pixel_values"], image_grid_thw=e["image_grid_thw"]) for e in exs]
     for r, e in zip(rows, exs):
         r["loss_mask"][len(e["prompt"]) + len(e["answer"]):] = 0.0
@@ -38,6 +35,7 @@ def test_loss_is_masked_shifted_cross_entropy_and_mask_is_honoured():
 
     # the value: -mean log softmax(logits[s])[ids[s+1]] over positions whose *target* is in the loss mask
     loss_and_grad = _loss_and_grad_fn(model)
+    assert (arrays["attention_mask"][:, -2:] == 1).all() and (arrays["loss_mask"][:, -2:] == 0).all()
     loss, grads = loss_and_grad(arrays)
     pv = arrays["pixel_values"].reshape(-1, arrays["pixel_values"].shape[-1])
     logits = np.asarray(model(arrays["input_ids"], arrays["attention_mask"], pv, arrays["image_grid_thw"].reshape(-1, 3)))
@@ -46,12 +44,12 @@ def test_loss_is_masked_shifted_cross_entropy_and_mask_is_honoured():
     b, s = np.nonzero(m[:, 1:])
     want = -np.mean(np.asarray(logp)[b, s, ids[b, s + 1]])
     np.testing.assert_allclose(float(loss), want, rtol=1e-5)
-    assert m.sum() == 2 * 4  # 3 answer tokens + eos per example
+    assert m.sum() == 8 * 3  # 2 answer tokens + eos per example
 
     # changing the masked trailing tokens changes neither loss nor gradient (they are not targets, and the causal
     # model's predictions of the answer do not see them) ...
     changed = dict(arrays, input_ids=arrays["input_ids"].copy())
-    changed["input_ids"][:, -5:-2] = [[20, 30, 40], [41, 42, 43]]
+    changed["input_ids"][:, -2:] = np.arange(16).reshape(8, 2) + 20
     loss2, grads2 = loss_and_grad(changed)
     assert float(loss2) == float(loss)
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), grads, grads2)

@@ -1,6 +1,6 @@
 """The shared trainer: exact resume from an orbax checkpoint, sharded == single-device step, micro-batching ==
 whole batch, deterministic data order, metrics files, optimizer schedule."""
-import importlib.util
+import importlib
 import json
 import os
 
@@ -19,17 +19,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def load_config(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "configs", f"{name}.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.get_config()
+    return importlib.import_module(f"configs.{name}").get_config()
 
 
 def sft_cfg(workdir, steps=6):
     c = load_config("sft_tiny")
-    c.steps, c.batch_size, c.workdir, c.progress, c.log_every = steps, 4, workdir, False, 1
+    c.steps, c.batch_size, c.workdir, c.progress, c.log_every = steps, 8, workdir, False, 1
     c.log_stdout = False
-    c.data.num_examples = 8  # 2 batches per epoch: the resumed run crosses an epoch boundary
+    c.data.num_examples = 16  # 2 batches per epoch: the resumed run crosses an epoch boundary
     c.checkpoint.every, c.checkpoint.keep = 2, 2
     c.optim.warmup_steps = 2
     return c
@@ -50,7 +47,7 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
     ckpts = Checkpointer(str(tmp_path / "killed" / "checkpoints"))
     assert ckpts.all_steps() == [4, 6]  # keep=2 of the saves at 2, 3 (the kill), 4, 6
     _, meta = ckpts.restore({"params": trainer.params, "opt_state": trainer.opt_state})
-    assert meta["step"] == 6 and meta["data_position"] == {"epoch": 3, "batch_in_epoch": 0, "examples_seen": 24}
+    assert meta["step"] == 6 and meta["data_position"] == {"epoch": 3, "batch_in_epoch": 0, "examples_seen": 48}
     # metrics: JSONL written across the kill (steps 1-3 then 4-6) and TensorBoard event files
     recs = read_jsonl(str(tmp_path / "killed" / "metrics.jsonl"))
     assert [r["step"] for r in recs] == [1, 2, 3, 4, 5, 6]

@@ -19,10 +19,13 @@ interior yaw acceleration is (integer) x 1e-4 / 0.07 rad/s^2, which equals 1.93 
 (proposal ``wrong_way``, sample 40; NAVSIM's strict test fails there). From float32 inputs the same value is
 1.9299993 and passes; the fixture's HC is still reproduced because that proposal fails other samples too. A tie is
 reproduced only from float64 inputs: with ``jax_enable_x64`` on and float64 states the kernels follow NAVSIM's
-float64 arithmetic (signals equal scipy's to the last rounded decimal; tested). Re-rounding float32 inputs to a
-presumed grid is not done: hand-made files use other grids, and wrapped history headings leave any grid.
+float64 arithmetic: signals equal scipy's to 1e-12, except at exact 8-decimal rounding midpoints (frequent for the
+window-8 smoothing of 4-decimal data, whose weights have power-of-two denominators), where the summation order picks
+the rounding direction: +-1e-8 (tested). Re-rounding float32 inputs to a presumed grid is not done: hand-made files
+use other grids, and wrapped history headings leave any grid.
 
-Both kernels are written for ONE scene (K proposals) and are batched with ``jax.vmap``.
+``comfort_v1`` is PDMS v1.1's comfort C (41 states, its own windows). All kernels are written for ONE scene
+(K proposals) and are batched with ``jax.vmap``.
 """
 
 from __future__ import annotations

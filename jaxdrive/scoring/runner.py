@@ -1,7 +1,8 @@
 """Streaming, sharded, resumable batch scoring (the engine behind ``jaxdrive score``).
 
 Data flow: a ``SceneSource`` is cut into shards of ``shard_size`` scenes; a background thread reads/generates the scenes
-of each batch, pads them to one fixed ``PadSpec`` (so one compile serves the run), pads the batch to a multiple of the
+of each batch, pads them to one fixed ``PadSpec`` (so one compile serves the run), culls map polygons and agents that
+no proposal can touch (``jaxdrive.broadphase``, exact), pads the batch to a multiple of the
 device count and ``device_put``s it sharded over the mesh's ``data`` axis, while the main thread runs the jitted scorer
 on the previous batch. Results come back to the host per batch and are written per shard (see ``outputs.py``).
 """
@@ -19,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from jaxdrive.broadphase import PackSpec, pack_batch
 from jaxdrive.rules.epdms import SubScores, score as score_fn
 from jaxdrive.scene import HostScene, PadSpec, batch_scenes
 from jaxdrive.scoring.outputs import RunDir
@@ -117,8 +119,6 @@ def build_step(mesh: Mesh, options: ScoreOptions) -> Callable:
     data = NamedSharding(mesh, PartitionSpec("data"))
 
     def step(scene, proposals, gates, reference):
-        if options.simulate:
-            proposals = proposals.replace(states=resimulate(proposals.states))
         return score_fn(scene, proposals, ep_mode=options.ep_mode,
                         reference_progress=reference if options.ep_mode == "reference" else None,
                         gates=None if options.gates is None else gates[:, None, :])
@@ -143,6 +143,9 @@ def resimulate(states: jnp.ndarray) -> jnp.ndarray:
                        jnp.arctan2(jnp.sin(pts[..., 2] - init[..., None, 2]), jnp.cos(pts[..., 2] - init[..., None, 2]))],
                       axis=-1)
     return simulate_local(init, local)
+
+
+_resimulate_jit = jax.jit(resimulate)
 
 
 def _columns(sub: SubScores, ids: Sequence[str], names: Sequence[Sequence[str]], counts: Sequence[int]) -> dict:
@@ -195,6 +198,7 @@ class _Producer(threading.Thread):
         super().__init__(daemon=True)
         self.source, self.rundir, self.options, self.mesh, self.out = source, run, options, mesh, out
         self.pad = options.pad
+        self.pack = PackSpec()  # sizes of the per-proposal culled map; only grows, so the run settles on one shape
         self.failure: BaseException | None = None
         self.stop = threading.Event()
 
@@ -213,6 +217,10 @@ class _Producer(threading.Thread):
         self._fit(scenes)
         scene, props, _ = batch_scenes(padded, self.pad, validate=False)
         props = props.replace(valid=props.valid & (np.arange(b) < len(scenes))[:, None])
+        if self.options.simulate:  # before culling: the broad phase must see the states that are scored
+            props = props.replace(states=np.asarray(_resimulate_jit(props.states)))
+        scene, used = pack_batch(scene, props.states, self.pack)  # exact host-side broad phase
+        self.pack = self.pack.grow(used)
         gates = np.ones((b, 9), bool) if self.options.gates is None else np.tile(self.options.gates, (b, 1))
         ref = np.zeros((b,), np.float32)
         if self.options.reference_progress:

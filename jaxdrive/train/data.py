@@ -42,4 +42,5 @@ class EpochSampler:
 
 
 def take(arrays: dict[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:
+    """Rows ``idx`` of every stacked array."""
     return {k: v[idx] for k, v in arrays.items()}

@@ -9,8 +9,6 @@ padded patches and vision metadata); traceable ``forward_hidden(inputs)[0] -> hi
 """
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -53,8 +51,3 @@ def shard_batch(batch, mesh: Mesh | None):
         return jax.device_put(x, NamedSharding(mesh, spec))
 
     return jax.tree_util.tree_map_with_path(put, batch)
-
-
-def replace_inputs(inputs, **fields):
-    """A copy of a ``ModelInputs`` dataclass with some fields replaced."""
-    return dataclasses.replace(inputs, **fields)

@@ -98,15 +98,10 @@ def warm_vs_zero_configs(grpo_steps: int, sft_steps: int = 40, workdir: str = ""
 
     The warm start is SFT on the bright prompts with *shuffled* answers: it teaches the answer format ("yes"/"no"
     then eos) at chance accuracy, so any accuracy gain after it is GRPO's."""
-    import importlib.util
-    import os
+    import importlib
 
     def load(name):
-        path = os.path.join(os.path.dirname(__file__), "..", "..", "configs", f"{name}.py")
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod.get_config()
+        return importlib.import_module(f"configs.{name}").get_config()
 
     s = load("sft_tiny")
     s.steps, s.batch_size, s.progress, s.log_every = sft_steps, 16, False, 10

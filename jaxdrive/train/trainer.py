@@ -50,7 +50,7 @@ def default_summary(sums: dict) -> dict:
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
-def _grad_step(graphdef, loss_fn, params, rest, batch, key):
+def grad_step(graphdef, loss_fn, params, rest, batch, key):
     """(grads of the loss sum, loss sum, denominator, metric sums) of one micro-batch. Module-level and keyed by the
     (hashable) graphdef and loss function, so trainers of the same model structure share one compilation."""
 
@@ -128,7 +128,7 @@ class Trainer:
         acc = None
         with ctx:
             for i, mb in enumerate(micro_batches):
-                out = _grad_step(self.graphdef, self.loss_fn, self.params, self.rest, mb, jax.random.fold_in(key, i))
+                out = grad_step(self.graphdef, self.loss_fn, self.params, self.rest, mb, jax.random.fold_in(key, i))
                 acc = out if acc is None else jax.tree.map(jnp.add, acc, out)
             self.params, self.opt_state, metrics = _apply_step(self.tx, self.summary, self.params, self.opt_state, *acc)
         return metrics
