@@ -132,12 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_score(sub)
     _add_scenes(sub)
-    try:
-        from jaxdrive.train_cli import add_train_subcommands
-    except ImportError:
-        add_train_subcommands = None
-    if add_train_subcommands is not None:
-        add_train_subcommands(sub)
+    from jaxdrive.train_cli import add_train_subcommands
+
+    add_train_subcommands(sub)
     return parser
 
 
