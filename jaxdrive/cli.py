@@ -19,7 +19,7 @@ def _add_score(sub) -> None:
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     src = p.add_argument_group("inputs")
     src.add_argument("--scenes", type=Path, help="directory of epdms-scene/1 JSON files (default: synthetic scenes)")
-    src.add_argument("--count", type=int, default=2048, help="number of synthetic scenes")
+    src.add_argument("--count", type=int, default=1024, help="number of synthetic scenes")
     src.add_argument("--seed", type=int, default=0, help="seed of the synthetic scenes")
     src.add_argument("--proposals", type=int, default=16, help="proposals per synthetic scene")
     p.add_argument("--out", type=Path, help="output directory (default: runs/score-<time>)")
