@@ -1,26 +1,13 @@
-"""NAVSIM's 11-field ego state layout (`StateIndex`), at the rear axle; x, y, heading global."""
-X = 0
-Y = 1
-HEADING = 2
-VELOCITY_X = 3
-VELOCITY_Y = 4
-ACCELERATION_X = 5
-ACCELERATION_Y = 6
-STEERING_ANGLE = 7
-STEERING_RATE = 8
-ANGULAR_VELOCITY = 9
-ANGULAR_ACCELERATION = 10
+"""NAVSIM's 11-field ego state layout at the rear axle, as plain ints for indexing (one source: ``scene.StateIndex``)."""
+from jaxdrive.scene import STATE_FIELDS as FIELD_NAMES
+from jaxdrive.scene import StateIndex
 
-FIELD_NAMES = (
-    "x",
-    "y",
-    "heading",
-    "velocity_x",
-    "velocity_y",
-    "acceleration_x",
-    "acceleration_y",
-    "steering_angle",
-    "steering_rate",
-    "angular_velocity",
-    "angular_acceleration",
-)
+X = int(StateIndex.X)
+Y = int(StateIndex.Y)
+HEADING = int(StateIndex.HEADING)
+VELOCITY_X = int(StateIndex.VELOCITY_X)
+ACCELERATION_X = int(StateIndex.ACCELERATION_X)
+STEERING_ANGLE = int(StateIndex.STEERING_ANGLE)
+ANGULAR_VELOCITY = int(StateIndex.ANGULAR_VELOCITY)
+
+__all__ = ["FIELD_NAMES", "X", "Y", "HEADING", "VELOCITY_X", "ACCELERATION_X", "STEERING_ANGLE", "ANGULAR_VELOCITY"]
