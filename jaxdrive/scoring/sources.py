@@ -59,7 +59,10 @@ class SyntheticSource(SceneSource):
         return generate_scene(self.seed + i, num_proposals=self.num_proposals, validate=False)
 
     def describe(self) -> dict:
-        return {"kind": "synthetic", "count": self.count, "seed": self.seed, "num_proposals": self.num_proposals}
+        from jaxdrive.data.synthetic import GENERATOR_VERSION
+
+        return {"kind": "synthetic", "count": self.count, "seed": self.seed, "num_proposals": self.num_proposals,
+                "generator_version": GENERATOR_VERSION}
 
 
 class SceneDirSource(SceneSource):
