@@ -186,3 +186,12 @@ def test_simulate_option_scores_navsim_tracked_states(tmp_path):
     want = _sorted(read_results(tmp_path / "pre"))
     pd.testing.assert_frame_equal(got[DISCRETE], want[DISCRETE])
     np.testing.assert_allclose(got["raw_progress"], want["raw_progress"], atol=1e-3)
+
+
+def test_scenes_generate_and_preview_coloured_by_kernel_scores(tmp_path):
+    assert main(["scenes", "generate", "--count", "2", "--seed", "4", "--out", str(tmp_path / "gen")]) == 0
+    files = sorted((tmp_path / "gen").glob("*.json"))
+    assert len(files) == 2
+    png = tmp_path / "p.png"
+    assert main(["scenes", "preview", "--scene", str(files[0]), "--color-by", "epdms", "--out", str(png)]) == 0
+    assert png.stat().st_size > 10_000
