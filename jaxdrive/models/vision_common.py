@@ -433,3 +433,22 @@ def config_from_hf(cls, config):
             value = cfg[key]
             kwargs[f.name] = tuple(value) if isinstance(value, list) else value
     return cls(**kwargs)
+
+
+class HFTensorsMixin:
+    """HF weight I/O shared by the vision towers: a tower defines ``hf_tensor_table()`` and ``HF_NAME``."""
+
+    HF_NAME = "vision tower"
+
+    @classmethod
+    def from_hf_state(cls, config, tensors, *, dtype=jnp.float32, param_dtype=jnp.float32):
+        """Tower built without random init and loaded from HF tensors (prefix stripped)."""
+        return build_from_hf_state(cls, config, tensors, dtype=dtype, param_dtype=param_dtype)
+
+    def load_hf_state(self, tensors) -> None:
+        """Load HF tensors (keys with the `visual.` / `model.visual.` prefix stripped); errors name bad tensors."""
+        load_hf_tensors(self, self.hf_tensor_table(), tensors, self.HF_NAME)
+
+    def export_hf_state(self) -> dict[str, np.ndarray]:
+        """Parameters as HF-named numpy arrays (keys without prefix)."""
+        return export_hf_tensors(self, self.hf_tensor_table())

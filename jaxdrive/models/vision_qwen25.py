@@ -197,13 +197,15 @@ class Qwen25PatchMerger(nnx.Module):
         return self.fc2(vc.activation("gelu")(self.fc1(h)))
 
 
-class Qwen25VisionTower(nnx.Module):
+class Qwen25VisionTower(vc.HFTensorsMixin, nnx.Module):
     """Qwen2.5-VL vision encoder: pixel patches [N, C*T*P*P] -> merged embeddings [N / merge**2, out_hidden_size].
 
     config: HF vision config as a plain dict (config.json "vision_config") or an HF config object (its to_dict()
     is used). Computation runs in `dtype` (norms, rotary, softmax in float32); parameters are stored in
     `param_dtype` and carry logical axis names.
     """
+
+    HF_NAME = "Qwen2.5-VL vision"
 
     def __init__(self, config, *, dtype=jnp.float32, param_dtype=jnp.float32, rngs: nnx.Rngs):
         cfg = config if isinstance(config, Qwen25VisionConfig) else Qwen25VisionConfig.from_hf(config)
@@ -251,19 +253,6 @@ class Qwen25VisionTower(nnx.Module):
 
     def hf_tensor_table(self) -> list[vc.HFTensor]:
         return qwen25_hf_tensor_table(self.config)
-
-    @classmethod
-    def from_hf_state(cls, config, tensors, *, dtype=jnp.float32, param_dtype=jnp.float32):
-        """Tower built without random init and loaded from HF tensors (prefix stripped)."""
-        return vc.build_from_hf_state(cls, config, tensors, dtype=dtype, param_dtype=param_dtype)
-
-    def load_hf_state(self, tensors) -> None:
-        """Load HF tensors (keys with the `visual.` / `model.visual.` prefix stripped); errors name bad tensors."""
-        vc.load_hf_tensors(self, self.hf_tensor_table(), tensors, "Qwen2.5-VL vision")
-
-    def export_hf_state(self) -> dict[str, np.ndarray]:
-        """Parameters as HF-named numpy arrays (keys without prefix)."""
-        return vc.export_hf_tensors(self, self.hf_tensor_table())
 
 
 def qwen25_hf_tensor_table(cfg: Qwen25VisionConfig) -> list[vc.HFTensor]:

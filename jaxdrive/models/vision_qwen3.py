@@ -201,13 +201,15 @@ class Qwen3PatchMerger(nnx.Module):
         return self.linear_fc2(vc.activation("gelu")(self.linear_fc1(h)))
 
 
-class Qwen3VisionTower(nnx.Module):
+class Qwen3VisionTower(vc.HFTensorsMixin, nnx.Module):
     """Qwen3-VL vision encoder: patches [N, C*T*P*P] -> (merged [N / merge**2, out_hidden], DeepStack features).
 
     config: HF vision config as a plain dict (config.json "vision_config") or an HF config object (its to_dict()
     is used). Computation runs in `dtype` (norms, rotary, softmax in float32); parameters are stored in
     `param_dtype` and carry logical axis names.
     """
+
+    HF_NAME = "Qwen3-VL vision"
 
     def __init__(self, config, *, dtype=jnp.float32, param_dtype=jnp.float32, rngs: nnx.Rngs):
         cfg = config if isinstance(config, Qwen3VisionConfig) else Qwen3VisionConfig.from_hf(config)
@@ -262,19 +264,6 @@ class Qwen3VisionTower(nnx.Module):
 
     def hf_tensor_table(self) -> list[vc.HFTensor]:
         return qwen3_hf_tensor_table(self.config)
-
-    @classmethod
-    def from_hf_state(cls, config, tensors, *, dtype=jnp.float32, param_dtype=jnp.float32):
-        """Tower built without random init and loaded from HF tensors (prefix stripped)."""
-        return vc.build_from_hf_state(cls, config, tensors, dtype=dtype, param_dtype=param_dtype)
-
-    def load_hf_state(self, tensors) -> None:
-        """Load HF tensors (keys with the `model.visual.` / `visual.` prefix stripped); errors name bad tensors."""
-        vc.load_hf_tensors(self, self.hf_tensor_table(), tensors, "Qwen3-VL vision")
-
-    def export_hf_state(self) -> dict[str, np.ndarray]:
-        """Parameters as HF-named numpy arrays (keys without prefix)."""
-        return vc.export_hf_tensors(self, self.hf_tensor_table())
 
 
 def _merger_tensors(prefix: str, path: tuple, cfg: Qwen3VisionConfig, postshuffle: bool) -> list[vc.HFTensor]:
