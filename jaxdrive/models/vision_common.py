@@ -452,3 +452,24 @@ class HFTensorsMixin:
     def export_hf_state(self) -> dict[str, np.ndarray]:
         """Parameters as HF-named numpy arrays (keys without prefix)."""
         return export_hf_tensors(self, self.hf_tensor_table())
+
+
+class VisionConfigMixin:
+    """Derived sizes shared by the vision configs (frozen dataclasses with hidden_size, num_heads, in_channels,
+    temporal_patch_size, patch_size and spatial_merge_size)."""
+
+    @classmethod
+    def from_hf(cls, config):
+        return config_from_hf(cls, config)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def patch_dim(self) -> int:
+        return self.in_channels * self.temporal_patch_size * self.patch_size ** 2
+
+    @property
+    def merge_unit(self) -> int:
+        return self.spatial_merge_size ** 2

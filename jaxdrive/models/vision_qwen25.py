@@ -33,7 +33,7 @@ from jaxdrive.models import vision_common as vc
 
 
 @dataclass(frozen=True)
-class Qwen25VisionConfig:
+class Qwen25VisionConfig(vc.VisionConfigMixin):
     """Qwen2.5-VL vision hyper-parameters; defaults are transformers' `Qwen2_5_VLVisionConfig` defaults."""
 
     depth: int = 32
@@ -49,22 +49,6 @@ class Qwen25VisionConfig:
     out_hidden_size: int = 3584
     fullatt_block_indexes: tuple[int, ...] = (7, 15, 23, 31)
     rope_theta: float = 10000.0
-
-    @classmethod
-    def from_hf(cls, config) -> "Qwen25VisionConfig":
-        return vc.config_from_hf(cls, config)
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
-
-    @property
-    def patch_dim(self) -> int:
-        return self.in_channels * self.temporal_patch_size * self.patch_size ** 2
-
-    @property
-    def merge_unit(self) -> int:
-        return self.spatial_merge_size ** 2
 
     @property
     def window_units(self) -> int:

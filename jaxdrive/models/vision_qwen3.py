@@ -33,7 +33,7 @@ from jaxdrive.models import vision_common as vc
 
 
 @dataclass(frozen=True)
-class Qwen3VisionConfig:
+class Qwen3VisionConfig(vc.VisionConfigMixin):
     """Qwen3-VL vision hyper-parameters; defaults are transformers' `Qwen3VLVisionConfig` defaults."""
 
     depth: int = 27
@@ -49,22 +49,6 @@ class Qwen3VisionConfig:
     num_position_embeddings: int = 2304
     deepstack_visual_indexes: tuple[int, ...] = (8, 16, 24)
     rope_theta: float = 10000.0
-
-    @classmethod
-    def from_hf(cls, config) -> "Qwen3VisionConfig":
-        return vc.config_from_hf(cls, config)
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
-
-    @property
-    def patch_dim(self) -> int:
-        return self.in_channels * self.temporal_patch_size * self.patch_size ** 2
-
-    @property
-    def merge_unit(self) -> int:
-        return self.spatial_merge_size ** 2
 
     @property
     def grid_side(self) -> int:
