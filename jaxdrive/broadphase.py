@@ -15,7 +15,9 @@ Exactness (results identical to the unculled map): kept edges are the padded rin
 predicate the ring kernels evaluate is evaluated on the same floats. The swept bbox is computed in float64 from the
 float32 states with a margin far above the float32 rounding of the device's corner computation. The centreline is
 trimmed to the longest real one of the batch plus one padded point (the first zero-length segment stays, so
-``project_to_polyline`` picks the same segment on ties).
+``project_to_polyline`` picks the same segment on ties); progress projects onto the whole of it, while LK measures
+only the segments within 0.5 m of a proposal's swept bbox (``near_segments``): LK only asks whether the centre is
+more than 0.5 m away.
 
 Agents are culled per scene the same way (``cull_agents``): NC and TTC only ever act on an agent whose box touches
 an ego box, or an ego box translated forward by speed x 0.9 s (TTC), so an agent whose box never comes near the
@@ -44,6 +46,8 @@ MARGIN_M = 0.05  # added to the swept bbox; device rounding of ego corners is ~1
 EDGE_MULTIPLE = 64  # packed edge counts round up to this (edge work is the hot loop: no power-of-two waste)
 TTC_HORIZON_S = 0.9  # TTC translates the ego box by up to speed x 0.9 s
 EGO_RADIUS_M = math.hypot(0.5 * EGO_LENGTH, 0.5 * EGO_WIDTH)  # box centre to corner (covers corners and rear axle)
+CENTERLINE_REACH_M = 0.5  # LK only asks whether the centre is within 0.5 m of the centreline (``rules.lk``)
+SEGMENT_MULTIPLE = 32
 
 
 @struct.dataclass
@@ -72,6 +76,7 @@ class PackedMap:
     red: Bool[Array, "*b K Mr T"]  # light of the red-lane slot is red at step t
     centerline: Float[Array, "*b C 2"]
     centerline_valid: Bool[Array, "*b C"]
+    near_segments: Int[Array, "*b K S"]  # centreline segments (i -> i + 1) within LK's reach of the proposal; -1 pads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +94,7 @@ class PackSpec:
     red_edges: int = 64
     centerline: int = 64  # points (real ones + at least one padded), rounded up to a multiple of 64
     agents: int = 4
+    near_segments: int = 32  # centreline segments per proposal for LK, rounded up to a multiple of 32
 
     def grow(self, used: "PackSpec") -> "PackSpec":
         return PackSpec(**{f.name: max(getattr(self, f.name), getattr(used, f.name))
@@ -195,15 +201,34 @@ def pack_map(scene: Scene, states: np.ndarray, spec: PackSpec = PackSpec()) -> t
     centerline = np.asarray(m.centerline)
     real = int(np.asarray(m.centerline_valid).sum(-1).max())
     c = min(centerline.shape[-2], max(spec.centerline, -(-(real + 1) // 64) * 64))
+    centerline = centerline[..., :c, :]
+    near = near_segments(centerline, swept, spec.near_segments)
     packed = PackedMap(
         areas=areas, junction=_gather(np.asarray(m.area_kind), ia, 0) == AreaKind.INTERSECTION,
         lanes=lanes, lane_on_route=_gather(np.asarray(m.lane_on_route), il, False),
         red_lanes=red_lanes, red=_gather(np.asarray(m.lane_red), ir, False),
-        centerline=centerline[..., :c, :], centerline_valid=np.asarray(m.centerline_valid)[..., :c])
+        centerline=centerline, centerline_valid=np.asarray(m.centerline_valid)[..., :c], near_segments=near)
     used = PackSpec(area_slots=ia.shape[-1], area_edges=areas.start.shape[-2], lane_slots=il.shape[-1],
                     lane_edges=lanes.start.shape[-2], red_slots=ir.shape[-1], red_edges=red_lanes.start.shape[-2],
-                    centerline=c, agents=spec.agents)
+                    centerline=c, agents=spec.agents, near_segments=near.shape[-1])
     return packed, used
+
+
+def near_segments(centerline: np.ndarray, swept: np.ndarray, minimum: int = PackSpec.near_segments) -> np.ndarray:
+    """[B, K, S] indices i of the centreline segments (i -> i + 1) whose bbox comes within ``CENTERLINE_REACH_M`` of
+    each proposal's swept bbox, in order; -1 pads. S is the batch maximum rounded up to ``SEGMENT_MULTIPLE``.
+
+    ``centerline`` [B, C, 2], ``swept`` [B, K, 4] (``swept_bboxes``). Every segment (padded zero-length ones
+    included) within 0.5 m of a proposal's box centre is kept, so LK's "more than 0.5 m from the centreline" is
+    decided on the same minimum distance as over the whole polyline.
+    """
+    pts = np.asarray(centerline, np.float64)
+    lo, hi = np.minimum(pts[:, :-1], pts[:, 1:]), np.maximum(pts[:, :-1], pts[:, 1:])  # [B, C-1, 2]
+    boxes = np.concatenate([lo, hi], axis=-1)
+    reach = swept + np.array([-1.0, -1.0, 1.0, 1.0]) * (CENTERLINE_REACH_M + MARGIN_M)
+    keep = overlaps(reach, boxes, np.ones(boxes.shape[:2], bool))
+    count = max(minimum, -(-int(keep.sum(-1).max(initial=0)) // SEGMENT_MULTIPLE) * SEGMENT_MULTIPLE)
+    return _select(keep, count).astype(np.int32)
 
 
 def agent_bboxes(agents: Agents) -> np.ndarray:

@@ -113,6 +113,49 @@ def boxes_intersect(a: Float[Array, "4 2"], b: Float[Array, "4 2"]) -> Bool[Arra
     return ~jnp.any(separated)
 
 
+def boxes_intersect_xy(ax: Float[Array, "4 *b"], ay: Float[Array, "4 *b"], bx: Float[Array, "4 *b"],
+                       by: Float[Array, "4 *b"]) -> Bool[Array, "*b"]:
+    """``boxes_intersect`` on corner coordinates split by axis, corners leading: ax[i] is the x of box a's corner i.
+
+    The trailing dims broadcast (e.g. ego [4, K, 1, T] against objects [4, 1, N, T]), so the test vectorises over
+    the batch instead of over 4 x 2 corner blocks (several times faster on CPU). Same products and comparisons as
+    ``boxes_intersect``, so the same decisions (tested).
+    """
+    separated = None
+    for cx, cy, i in ((ax, ay, 0), (ax, ay, 1), (bx, by, 0), (bx, by, 1)):
+        nx, ny = -(cy[i + 1] - cy[i]), cx[i + 1] - cx[i]  # normal of the box edge i -> i + 1
+        pa = [ax[k] * nx + ay[k] * ny for k in range(4)]
+        pb = [bx[k] * nx + by[k] * ny for k in range(4)]
+        a_lo, a_hi = _min4(pa), _max4(pa)
+        b_lo, b_hi = _min4(pb), _max4(pb)
+        axis_separates = (a_hi < b_lo) | (b_hi < a_lo)
+        separated = axis_separates if separated is None else separated | axis_separates
+    return ~separated
+
+
+def _min4(v: list[Array]) -> Array:
+    return jnp.minimum(jnp.minimum(v[0], v[1]), jnp.minimum(v[2], v[3]))
+
+
+def _max4(v: list[Array]) -> Array:
+    return jnp.maximum(jnp.maximum(v[0], v[1]), jnp.maximum(v[2], v[3]))
+
+
+def segments_distance2(px: Float[Array, "*b"], py: Float[Array, "*b"], ax: Float[Array, "*b"], ay: Float[Array, "*b"],
+                       bx: Float[Array, "*b"], by: Float[Array, "*b"]) -> Float[Array, "*b"]:
+    """Squared distance (m^2) from point p to segment ab, elementwise over broadcast coordinates.
+
+    The same expressions as ``project_to_polyline`` (foot parameter clipped to [0, 1]; a zero-length segment is its
+    point).
+    """
+    dx, dy = bx - ax, by - ay
+    len2 = dx * dx + dy * dy
+    t = jnp.where(len2 > 0, ((px - ax) * dx + (py - ay) * dy) / jnp.where(len2 > 0, len2, 1.0), 0.0)
+    t = jnp.clip(t, 0.0, 1.0)
+    ex, ey = px - (ax + t * dx), py - (ay + t * dy)
+    return ex * ex + ey * ey
+
+
 def segment_intersects_box(p: Float[Array, "2"], q: Float[Array, "2"], box: Float[Array, "4 2"]) -> Bool[Array, ""]:
     """Closed intersection of segment pq with a (convex) box: an edge crossing or p inside the box."""
     import jax

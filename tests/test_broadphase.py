@@ -189,3 +189,20 @@ def test_bad_inputs_name_the_argument(fixture_scenes):
     packed, _ = pack_batch(batch, props.states)
     with pytest.raises(ValueError, match="scene.map"):
         pack_map(packed, props.states)
+
+
+def test_near_segments_keep_every_distance_lk_can_see(synthetic_scenes):
+    """Packed LK distances equal the whole polyline's (to rounding) wherever that is <= 0.5 m, and exceed 0.5 m elsewhere."""
+    from jaxdrive.rules.lk import DEVIATION_M, centerline_deviation
+
+    scenes = synthetic_scenes[:64]
+    scene, props, _ = batch_scenes(scenes, dataclasses.replace(PadSpec.fit(scenes), proposals=2), validate=False)
+    packed_scene, used = pack_batch(scene, props.states)
+    dev = jax.jit(jax.vmap(centerline_deviation))
+    dense, packed = np.asarray(dev(scene, props.states)), np.asarray(dev(packed_scene, props.states))
+    near = dense <= DEVIATION_M
+    assert near.sum() > 1000 and (~near).sum() > 100  # both sides of the threshold are exercised
+    # The same segments' minimum; XLA may round the two fusions differently (float32 at ego-centred scales).
+    np.testing.assert_allclose(packed[near], dense[near], rtol=0, atol=1e-5)
+    assert np.all(packed[dense > DEVIATION_M + 1e-5] > DEVIATION_M)
+    assert used.near_segments < np.asarray(scene.map.centerline).shape[-2] - 1  # it culls

@@ -107,7 +107,7 @@ def ego_areas(map: MapData | PackedMap, states: Float[Array, "K T 11"]) -> EgoAr
             raise ValueError(f"ego_areas: a PackedMap packed for {map.junction.shape[0]} proposals was given "
                              f"states of {states.shape[0]}; pack the map for these states (jaxdrive.broadphase)")
         axes = PackedMap(areas=0, junction=0, lanes=0, lane_on_route=0, red_lanes=0, red=0, centerline=None,
-                         centerline_valid=None)
+                         centerline_valid=None, near_segments=None)
         return jax.vmap(_packed_areas, in_axes=(axes, 0))(map, states)
     corners = ego_boxes(states)  # [K, T, 4, 2]
     centers = ego_centers(states)  # [K, T, 2]
