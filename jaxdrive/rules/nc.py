@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from jaxdrive.geometry import box_corners, boxes_intersect, segment_intersects_box
+from jaxdrive.geometry import box_corners, boxes_intersect_xy, segment_intersects_box
 from jaxdrive.rules.areas import EgoAreas, ego_boxes
 from jaxdrive.scene import AgentType, Agents, Scene, StateIndex
 
@@ -85,7 +85,8 @@ def no_at_fault_collisions(scene: Scene, states: Float[Array, "K T 11"],
     ego = ego_boxes(states)  # [K, T, 4, 2]
     obj = object_boxes(agents)  # [N, T, 4, 2]
     live = agents.present & agents.valid[:, None]  # [N, T]
-    touch = jax.vmap(jax.vmap(jax.vmap(boxes_intersect), in_axes=(None, 0)), in_axes=(0, None))(ego, obj)  # [K, N, T]
+    touch = boxes_intersect_xy(*[jnp.moveaxis(ego[..., i], -1, 0)[:, :, None] for i in range(2)],
+                               *[jnp.moveaxis(obj[..., i], -1, 0)[:, None] for i in range(2)])  # [K, N, T]
     contact = touch & live[None]
     t_first, any_contact = first_true(contact)  # [K, N]
 

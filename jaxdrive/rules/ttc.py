@@ -12,11 +12,10 @@ partners. One scene per call.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from jaxdrive.geometry import boxes_intersect
+from jaxdrive.geometry import boxes_intersect_xy
 from jaxdrive.rules.areas import EgoAreas, ego_boxes
 from jaxdrive.rules.nc import COS_AHEAD, COS_BEHIND, first_true, heading_cosine, object_boxes
 from jaxdrive.scene import DT, Scene, StateIndex
@@ -43,13 +42,15 @@ def time_to_collision(scene: Scene, states: Float[Array, "K T 11"],
     heading = states[:, :nt, StateIndex.HEADING]
     direction = jnp.stack([jnp.cos(heading), jnp.sin(heading)], axis=-1)  # [K, t, 2]
     shift = (speed[..., None, None] * DT * offsets[None, None, :, None]) * direction[:, :, None, :]  # [K, t, S, 2]
-    projected = ego[:, :, None] + shift[:, :, :, None, :]  # [K, t, S, 4, 2]
+    # Corner coordinates split by axis, corners leading, broadcast to [4, K, N, t, S] (``boxes_intersect_xy``).
+    projected = [jnp.moveaxis(ego[..., i], -1, 0)[:, :, None, :, None] + shift[None, :, None, :, :, i]
+                 for i in range(2)]  # [4, K, 1, t, S] each
 
     frames = jnp.arange(nt)[:, None] + offsets[None, :]  # [t, S] object frame t + s
     obj = object_boxes(agents)[:, frames]  # [N, t, S, 4, 2]
     live = (agents.present & agents.valid[:, None])[:, frames]  # [N, t, S]
-    hit = jax.vmap(jax.vmap(jax.vmap(jax.vmap(boxes_intersect)), in_axes=(None, 0)), in_axes=(0, None))(
-        projected, obj)  # [K, N, t, S]
+    objects = [jnp.moveaxis(obj[..., i], -1, 0)[:, None] for i in range(2)]  # [4, 1, N, t, S] each
+    hit = boxes_intersect_xy(*projected, *objects)  # [K, N, t, S]
     moving = (speed >= TTC_STOPPED_SPEED)[:, None, :, None]
     events = (hit & live[None] & moving).reshape(hit.shape[:2] + (-1,))  # [K, N, t*S] in (t, s) order
     e_first, any_event = first_true(events)
