@@ -5,9 +5,11 @@ the four corners, the box centre and the rear axle (area flags for DAC / DDC / L
 box-polygon contact. All of these lie inside the ego footprints, so a polygon whose bounding box misses the bounding
 box of a proposal's 41 footprints cannot change any of its results (a strict interior point lies in the polygon's
 bbox; a closed contact needs touching bboxes). ``pack_map`` keeps, per proposal, only the polygons whose bbox overlaps
-the proposal's swept bbox (plus ``MARGIN_M``) and packs their edges into one flat edge list with per-polygon
-offsets, so the kernels test the few dozen real edges near a proposal instead of every padded polygon x 96 padded
-vertices. TLC gets its own list with only the on-route lanes that are red at some step.
+the proposal's swept bbox (plus ``MARGIN_M``). For the area flags their edges are cut into tiles of 8 edges for the
+whole batch (``EdgeTiles``: every (scene, proposal, kept polygon)'s edges in consecutive tiles), so the kernels test
+each proposal's points against the few dozen real edges near it, and the padding is paid once per batch (not for
+every proposal up to the one with the most edges). TLC gets a per-proposal flat edge list (``PackedPolygons``) with only the on-route
+lanes that are red at some step.
 
 Exactness (results identical to the unculled map): kept edges are the padded ring's edges bit for bit
 (``start = v[j]``, ``end = v[(j + 1) % V]``); each padded polygon keeps one of its identical degenerate edges
@@ -48,6 +50,8 @@ TTC_HORIZON_S = 0.9  # TTC translates the ego box by up to speed x 0.9 s
 EGO_RADIUS_M = math.hypot(0.5 * EGO_LENGTH, 0.5 * EGO_WIDTH)  # box centre to corner (covers corners and rear axle)
 CENTERLINE_REACH_M = 0.5  # LK only asks whether the centre is within 0.5 m of the centreline (``rules.lk``)
 SEGMENT_MULTIPLE = 32
+TILE_EDGES = 8  # edges per tile of ``EdgeTiles`` (one polygon per tile; ~20-edge lanes waste ~1/6)
+TILE_MULTIPLE = 16  # a batch's tile count rounds up to this x B (B rows of NT / B tiles)
 
 
 @struct.dataclass
@@ -65,12 +69,33 @@ class PackedPolygons:
 
 
 @struct.dataclass
+class EdgeTiles:
+    """The edges of every (scene, proposal, kept polygon) of a batch, cut into tiles of ``TILE_EDGES`` edges.
+
+    A batch-level structure: tile i holds edges of slot ``slot[i]`` of proposal ``owner[i]`` (flat index
+    b * K + k) among that proposal's kept polygons (the slots of ``_select``); tiles are sorted by (owner, slot) and
+    a polygon's edges run over consecutive tiles in ring order. The tile axis is stored split as [B, NT / B] only so
+    the leaves batch like the rest of ``Scene`` (row b is *not* scene b's tiles; read it flattened, see
+    ``jaxdrive.rules.areas.batch_ego_areas``). The work is then the batch's real edge count (rounded per polygon to
+    whole tiles), not B x K x the proposal with the most edges. Unused edges sit at ``FAR`` with zero length (never a
+    crossing, never "on"); empty tiles are owned by the last proposal with ``slot = M`` (past every real slot, so
+    owner * (M + 1) + slot stays sorted).
+    """
+
+    start: Float[Array, "B NTb TILE 2"]
+    end: Float[Array, "B NTb TILE 2"]
+    owner: Int[Array, "B NTb"]
+    slot: Int[Array, "B NTb"]
+    valid: Bool[Array, "B K M"]  # the proposal's slot m holds a polygon
+
+
+@struct.dataclass
 class PackedMap:
     """A scene map culled and packed per proposal (stands in for ``MapData`` in ``Scene.map``)."""
 
-    areas: PackedPolygons  # every drivable polygon near the proposal
+    areas: EdgeTiles  # every drivable polygon near each proposal
     junction: Bool[Array, "*b K Ma"]  # the slot is an intersection polygon
-    lanes: PackedPolygons  # lanes and lane connectors near the proposal
+    lanes: EdgeTiles  # lanes and lane connectors near each proposal
     lane_on_route: Bool[Array, "*b K Ml"]
     red_lanes: PackedPolygons  # on-route lanes red at some step, near the proposal (TLC)
     red: Bool[Array, "*b K Mr T"]  # light of the red-lane slot is red at step t
@@ -83,13 +108,14 @@ class PackedMap:
 class PackSpec:
     """Smallest packed sizes per proposal (slots, edges per polygon set) and per scene (agents, centreline points).
 
-    Larger needs round up (slots and agents to powers of two, edges to multiples of ``EDGE_MULTIPLE``).
+    Larger needs round up (slots and agents to powers of two, edges to multiples of ``EDGE_MULTIPLE``, tiles to
+    multiples of ``TILE_MULTIPLE``).
     """
 
     area_slots: int = 8
-    area_edges: int = 128
+    area_tiles: int = 32  # per scene of the batch
     lane_slots: int = 16
-    lane_edges: int = 512
+    lane_tiles: int = 64  # per scene of the batch
     red_slots: int = 2
     red_edges: int = 64
     centerline: int = 64  # points (real ones + at least one padded), rounded up to a multiple of 64
@@ -176,6 +202,33 @@ def _pack(polys: Polygons, idx: np.ndarray, min_edges: int) -> PackedPolygons:
                           valid=idx >= 0)
 
 
+def _tile(polys: Polygons, idx: np.ndarray, min_tiles: int) -> EdgeTiles:
+    """Edges of the polygons ``idx`` [B, K, M] (-1 = empty slot) cut into the batch's tiles (``EdgeTiles``)."""
+    verts = np.asarray(polys.vertices)  # [B, P, V, 2] float32
+    nb, nv = verts.shape[0], verts.shape[2]
+    k, m = idx.shape[1:]
+    n_edges = np.minimum(np.asarray(polys.vertex_valid).sum(-1) + 1, nv)  # + one degenerate v0 -> v0 if padded
+    lengths = _gather(n_edges, idx, 0).reshape(-1)  # per (scene, proposal, slot), in that order
+    tiles = -(-lengths // TILE_EDGES)
+    ends = np.cumsum(tiles)
+    step = TILE_MULTIPLE * nb
+    nt = max(min_tiles * nb, -(-int(ends[-1]) // step) * step)
+    pos = np.arange(nt)
+    pair = np.minimum(np.searchsorted(ends, pos, side="right"), lengths.size - 1)  # [NT]
+    used = pos < ends[-1]
+    j = pos - (ends[pair] - tiles[pair])  # tile index within its polygon
+    e = j[:, None] * TILE_EDGES + np.arange(TILE_EDGES)  # [NT, TILE] edge index in the ring
+    live = used[:, None] & (e < lengths[pair][:, None])
+    scene, poly = pair // (k * m), np.maximum(idx, 0).reshape(-1)[pair]
+    at = lambda i: verts[scene[:, None], poly[:, None], np.where(live, i, 0)]
+    start = np.where(live[..., None], at(e), np.float32(FAR))
+    end = np.where(live[..., None], at((e + 1) % nv), np.float32(FAR))
+    split = lambda x: x.reshape((nb, nt // nb) + x.shape[1:])
+    return EdgeTiles(start=split(start.astype(np.float32)), end=split(end.astype(np.float32)),
+                     owner=split(np.where(used, pair // m, nb * k - 1).astype(np.int32)),
+                     slot=split(np.where(used, pair % m, m).astype(np.int32)), valid=idx >= 0)
+
+
 def pack_map(scene: Scene, states: np.ndarray, spec: PackSpec = PackSpec()) -> tuple[PackedMap, PackSpec]:
     """Per-proposal packed map of a padded host batch (numpy leaves) and the sizes used.
 
@@ -195,7 +248,7 @@ def pack_map(scene: Scene, states: np.ndarray, spec: PackSpec = PackSpec()) -> t
     ia = _select(keep_a, spec.area_slots)
     il = _select(keep_l, spec.lane_slots)
     ir = _select(keep_l & red_any[:, None, :], spec.red_slots)
-    areas, lanes, red_lanes = _pack(m.areas, ia, spec.area_edges), _pack(m.lanes, il, spec.lane_edges), \
+    areas, lanes, red_lanes = _tile(m.areas, ia, spec.area_tiles), _tile(m.lanes, il, spec.lane_tiles), \
         _pack(m.lanes, ir, spec.red_edges)
 
     centerline = np.asarray(m.centerline)
@@ -208,8 +261,8 @@ def pack_map(scene: Scene, states: np.ndarray, spec: PackSpec = PackSpec()) -> t
         lanes=lanes, lane_on_route=_gather(np.asarray(m.lane_on_route), il, False),
         red_lanes=red_lanes, red=_gather(np.asarray(m.lane_red), ir, False),
         centerline=centerline, centerline_valid=np.asarray(m.centerline_valid)[..., :c], near_segments=near)
-    used = PackSpec(area_slots=ia.shape[-1], area_edges=areas.start.shape[-2], lane_slots=il.shape[-1],
-                    lane_edges=lanes.start.shape[-2], red_slots=ir.shape[-1], red_edges=red_lanes.start.shape[-2],
+    used = PackSpec(area_slots=ia.shape[-1], area_tiles=areas.start.shape[1], lane_slots=il.shape[-1],
+                    lane_tiles=lanes.start.shape[1], red_slots=ir.shape[-1], red_edges=red_lanes.start.shape[-2],
                     centerline=c, agents=spec.agents, near_segments=near.shape[-1])
     return packed, used
 

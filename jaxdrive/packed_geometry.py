@@ -1,4 +1,4 @@
-"""Point-in-polygon and box-polygon contact on packed edge lists (``jaxdrive.broadphase.PackedPolygons``).
+"""Point-in-polygon and box-polygon contact on the broad phase's edge lists (``jaxdrive.broadphase``).
 
 The same per-edge predicates as ``jaxdrive.geometry.point_in_polygon`` and ``box_intersects_polygon`` (identical
 float expressions, so identical decisions), evaluated on one flat list of the edges of M polygons instead of M
@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
+from jaxdrive.broadphase import EdgeTiles
 from jaxdrive.geometry import _cross, point_in_box, segments_intersect
 
 ON_WEIGHT = 4096.0  # > any edge count per proposal; ON_WEIGHT * E stays far below 2**24
@@ -43,6 +44,31 @@ def points_in_packed(points: Float[Array, "N 2"], start: Float[Array, "E 2"], en
     counts = slot_sums(crossing.astype(jnp.float32) + ON_WEIGHT * on.astype(jnp.float32), offsets)  # [N, M]
     inside = (jnp.mod(counts, 2.0) == 1.0) & (counts < ON_WEIGHT)
     return (inside & valid).T
+
+
+def points_in_tiles(points: Float[Array, "K N 2"], tiles: EdgeTiles) -> Bool[Array, "K M N"]:
+    """Strict point-in-polygon of each proposal's points in each of its kept polygons, from one scene's ``EdgeTiles``.
+
+    Every tile tests its owner's N points against its 8 edges (the ``points_in_packed`` predicates, coordinates
+    split by axis so the test vectorises over points); the per-tile crossing / boundary counts are summed per
+    (proposal, slot) with a sorted segment sum.
+    """
+    k, n = points.shape[:2]
+    m = tiles.valid.shape[-1]
+    px = points[..., 0][tiles.owner][:, :, None]  # [NT, N, 1]
+    py = points[..., 1][tiles.owner][:, :, None]
+    ax, ay = tiles.start[:, None, :, 0], tiles.start[:, None, :, 1]  # [NT, 1, TILE]
+    bx, by = tiles.end[:, None, :, 0], tiles.end[:, None, :, 1]
+    c = (bx - ax) * (py - ay) - (by - ay) * (px - ax)  # _cross(b - a, p - a)
+    straddles = (ay > py) != (by > py)
+    crossing = straddles & (c * jnp.sign(by - ay) > 0)
+    within = ((jnp.minimum(ax, bx) <= px) & (px <= jnp.maximum(ax, bx)) & (jnp.minimum(ay, by) <= py)
+              & (py <= jnp.maximum(ay, by)))
+    on = (c == 0) & within
+    per_tile = jnp.sum(crossing.astype(jnp.int32) + int(ON_WEIGHT) * on.astype(jnp.int32), axis=-1)  # [NT, N]
+    counts = jax.ops.segment_sum(per_tile, tiles.owner * (m + 1) + tiles.slot, num_segments=k * (m + 1),
+                                 indices_are_sorted=True).reshape(k, m + 1, n)[:, :m]
+    return (counts % 2 == 1) & (counts < int(ON_WEIGHT)) & tiles.valid[..., None]
 
 
 def boxes_touch_packed(boxes: Float[Array, "T 4 2"], start: Float[Array, "E 2"], end: Float[Array, "E 2"],

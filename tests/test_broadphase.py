@@ -26,11 +26,11 @@ import shapely
 sys.path.insert(0, os.path.dirname(__file__))
 from reference_rules import ego_center_and_corners  # noqa: E402
 
-from jaxdrive.broadphase import (PackSpec, cull_agents, overlaps, pack_batch, pack_map,  # noqa: E402
+from jaxdrive.broadphase import (TILE_EDGES, PackSpec, cull_agents, overlaps, pack_batch, pack_map,  # noqa: E402
                                  polygon_bboxes, swept_bboxes)
 from jaxdrive.data.scene_json import read_scene  # noqa: E402
 from jaxdrive.data.synthetic import generate_scene  # noqa: E402
-from jaxdrive.rules.areas import ego_areas  # noqa: E402
+from jaxdrive.rules.areas import batch_ego_areas  # noqa: E402
 from jaxdrive.rules.dac import drivable_area_compliance  # noqa: E402
 from jaxdrive.rules.ddc import driving_direction_compliance  # noqa: E402
 from jaxdrive.rules.lk import lane_keeping  # noqa: E402
@@ -38,16 +38,15 @@ from jaxdrive.rules.nc import no_at_fault_collisions  # noqa: E402
 from jaxdrive.rules.progress import raw_progress  # noqa: E402
 from jaxdrive.rules.tlc import traffic_light_compliance  # noqa: E402
 from jaxdrive.rules.ttc import time_to_collision  # noqa: E402
-from jaxdrive.scene import PadSpec, batch_scenes  # noqa: E402
+from jaxdrive.scene import FAR, PadSpec, batch_scenes  # noqa: E402
 
 FIXTURES = "/work/shared/fixtures/epdms"
 FLAGS = ("multiple_lanes", "non_drivable", "oncoming", "center_in_intersection", "rear_axle_in_intersection")
 NUM_SYNTHETIC = 200
 
 
-def _rules(scene, states):
-    """Every kernel that reads the map or the agents."""
-    areas = ego_areas(scene.map, states)
+def _rules(scene, states, areas):
+    """Every kernel that reads the map or the agents (one scene; its area flags given)."""
     out = {name: getattr(areas, name) for name in FLAGS}
     for name, fn in (("dac", drivable_area_compliance), ("ddc", driving_direction_compliance),
                      ("tlc", traffic_light_compliance), ("lk", lane_keeping), ("nc", no_at_fault_collisions),
@@ -57,7 +56,7 @@ def _rules(scene, states):
     return out
 
 
-RULES = jax.jit(jax.vmap(_rules))
+RULES = jax.jit(lambda scene, states: jax.vmap(_rules)(scene, states, batch_ego_areas(scene.map, states)))
 
 
 @pytest.fixture(scope="module")
@@ -154,32 +153,37 @@ def test_dropped_polygons_and_agents_are_never_touched(fixture_scenes, synthetic
 
 
 def test_packed_edges_are_the_ring_edges(fixture_scenes):
-    scene = fixture_scenes[0]
-    batch, props, _ = batch_scenes([scene], PadSpec.fit([scene]), validate=False)
+    """Each (scene, proposal, kept lane)'s tiles hold exactly its ring's edges, in order, bit for bit."""
+    scenes = fixture_scenes[:6]
+    batch, props, _ = batch_scenes(scenes, PadSpec.fit(scenes), validate=False)
     packed, _ = pack_map(batch, props.states)
-    keep = overlaps(swept_bboxes(np.asarray(props.states)), polygon_bboxes(batch.map.lanes), batch.map.lanes.valid)[0]
-    verts = np.asarray(batch.map.lanes.vertices)[0]
-    nv = verts.shape[1]
-    for k in range(scene.num_proposals):
-        kept = np.flatnonzero(keep[k])
-        lanes = packed.lanes
-        assert lanes.valid[0, k].sum() == len(kept)
-        for m, p in enumerate(kept):
-            lo, hi = lanes.offsets[0, k, m], lanes.offsets[0, k, m + 1]
-            n = len(scene.lanes[p].polygon)
-            ring = verts[p]
-            want_start = ring[:min(n + 1, nv)]
-            want_end = ring[(np.arange(min(n + 1, nv)) + 1) % nv]
-            np.testing.assert_array_equal(lanes.start[0, k, lo:hi], want_start)
-            np.testing.assert_array_equal(lanes.end[0, k, lo:hi], want_end)
-            np.testing.assert_array_equal(lanes.first[0, k, m], ring[0])
+    keep = overlaps(swept_bboxes(np.asarray(props.states)), polygon_bboxes(batch.map.lanes), batch.map.lanes.valid)
+    verts = np.asarray(batch.map.lanes.vertices)
+    nv, k = verts.shape[2], props.states.shape[1]
+    tiles = packed.lanes
+    start, end = tiles.start.reshape(-1, TILE_EDGES, 2), tiles.end.reshape(-1, TILE_EDGES, 2)
+    owner, slot = tiles.owner.reshape(-1), tiles.slot.reshape(-1)
+    assert np.all(np.diff(owner * (tiles.valid.shape[-1] + 1) + slot) >= 0)  # sorted for the segment sum
+    for b, scene in enumerate(scenes):
+        for j in range(scene.num_proposals):
+            kept = np.flatnonzero(keep[b, j])
+            assert tiles.valid[b, j].sum() == len(kept)
+            for m, p in enumerate(kept):
+                mine = (owner == b * k + j) & (slot == m)
+                got_start, got_end = start[mine].reshape(-1, 2), end[mine].reshape(-1, 2)
+                n = min(len(scene.lanes[p].polygon) + 1, nv)
+                np.testing.assert_array_equal(got_start[:n], verts[b, p, :n])
+                np.testing.assert_array_equal(got_end[:n], verts[b, p, (np.arange(n) + 1) % nv])
+                # The rest of the polygon's last tile is zero-length padding at FAR.
+                assert np.all(got_start[n:] == FAR) and np.all(got_end[n:] == FAR)
+                assert len(got_start) == -(-n // TILE_EDGES) * TILE_EDGES
 
 
 def test_pack_spec_is_a_floor_and_grows():
-    spec = PackSpec(lane_slots=4, lane_edges=16)
-    big = PackSpec(lane_slots=32, lane_edges=8)
+    spec = PackSpec(lane_slots=4, lane_tiles=16)
+    big = PackSpec(lane_slots=32, lane_tiles=8)
     grown = spec.grow(big)
-    assert grown.lane_slots == 32 and grown.lane_edges == 16
+    assert grown.lane_slots == 32 and grown.lane_tiles == 16
 
 
 def test_bad_inputs_name_the_argument(fixture_scenes):
@@ -189,6 +193,12 @@ def test_bad_inputs_name_the_argument(fixture_scenes):
     packed, _ = pack_batch(batch, props.states)
     with pytest.raises(ValueError, match="scene.map"):
         pack_map(packed, props.states)
+    from jaxdrive.rules.areas import ego_areas
+
+    with pytest.raises(ValueError, match="batch_ego_areas"):
+        ego_areas(jax.tree_util.tree_map(lambda x: x[0], packed.map), props.states[0])
+    with pytest.raises(ValueError, match="pack the map for these states"):
+        batch_ego_areas(packed.map, np.concatenate([props.states, props.states], axis=1))
 
 
 def test_near_segments_keep_every_distance_lk_can_see(synthetic_scenes):

@@ -11,8 +11,9 @@ boundary is outside). Invalid (padded) polygons never count. One scene per call;
 * ``center_in_intersection`` / ``rear_axle_in_intersection``: the centre / rear axle lies strictly inside an
   intersection polygon (DDC and LK use the centre, TTC the rear axle).
 
-``map`` is either the scene's ``MapData`` (polygons shared by all proposals) or the per-proposal packed edge lists of
-``jaxdrive.broadphase.pack_map`` (only the polygons a proposal can touch; identical flags, far less work).
+``ego_areas`` takes one scene's ``MapData`` (polygons shared by all proposals); ``batch_ego_areas`` takes a batch's
+``MapData`` or the broad phase's ``PackedMap`` (``jaxdrive.broadphase.pack_batch``: per proposal only the polygons it
+can touch, cut into batch-wide edge tiles; identical flags, far less work).
 
 ``first_step`` turns per-step violation flags into the first violating step (-1 if none), the convention of every
 rule kernel's second output.
@@ -27,7 +28,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.broadphase import PackedMap
 from jaxdrive.geometry import ego_center, ego_corners, point_in_polygon
-from jaxdrive.packed_geometry import points_in_packed
+from jaxdrive.packed_geometry import points_in_tiles
 from jaxdrive.scene import AreaKind, MapData
 
 
@@ -80,35 +81,30 @@ def _flags(lane_corner: Bool[Array, "L *k T 4"], area_corner: Bool[Array, "A *k 
                     rear_axle_in_intersection=jnp.any(junction_rear, axis=0))
 
 
-def _packed_areas(map: PackedMap, states: Float[Array, "T 11"]) -> EgoAreas:
-    """Area flags of one proposal from its packed map (``map`` leaves without the K axis)."""
-    t = states.shape[0]
-    corners = jax.vmap(ego_corners)(states).reshape(-1, 2)  # [T*4, 2]
-    centers = jax.vmap(ego_center)(states)
-    lanes, areas = map.lanes, map.areas
-    lane_in = points_in_packed(jnp.concatenate([corners, centers]), lanes.start, lanes.end, lanes.offsets, lanes.valid)
-    area_in = points_in_packed(jnp.concatenate([corners, centers, states[:, :2]]), areas.start, areas.end,
-                               areas.offsets, areas.valid)
+def _packed_areas(map: PackedMap, states: Float[Array, "K T 11"]) -> EgoAreas:
+    """Area flags of K proposals from a packed map whose tiles are flat (owner = proposal index < K)."""
+    k, t = states.shape[:2]
+    corners = ego_boxes(states).reshape(k, 4 * t, 2)
+    centers = ego_centers(states)
+    lane_in = points_in_tiles(jnp.concatenate([corners, centers], axis=1), map.lanes)  # [K, Ml, 5T]
+    area_in = points_in_tiles(jnp.concatenate([corners, centers, states[..., :2]], axis=1), map.areas)  # [K, Ma, 6T]
     n = 4 * t
-    lane_corner, area_corner = lane_in[:, :n].reshape(-1, t, 4), area_in[:, :n].reshape(-1, t, 4)
-    junction = map.junction[:, None]
-    return _flags(lane_corner, area_corner, lane_in[:, n:] & map.lane_on_route[:, None],
-                  area_in[:, n:n + t] & junction, area_in[:, n + t:] & junction)
+    polygons_first = lambda x: jnp.moveaxis(x, 1, 0)  # [K, M, ...] -> [M, K, ...]
+    lane_corner = polygons_first(lane_in[..., :n].reshape(k, -1, t, 4))
+    area_corner = polygons_first(area_in[..., :n].reshape(k, -1, t, 4))
+    junction = map.junction[..., None]
+    return _flags(lane_corner, area_corner, polygons_first(lane_in[..., n:] & map.lane_on_route[..., None]),
+                  polygons_first(area_in[..., n:n + t] & junction), polygons_first(area_in[..., n + t:] & junction))
 
 
-def ego_areas(map: MapData | PackedMap, states: Float[Array, "K T 11"]) -> EgoAreas:
-    """Area flags of K proposals over T steps in one scene (ego-centred float32).
+def ego_areas(map: MapData, states: Float[Array, "K T 11"]) -> EgoAreas:
+    """Area flags of K proposals over T steps in one scene (ego-centred float32) from its ``MapData``.
 
-    ``map`` is the scene's ``MapData`` (unbatched) or its per-proposal ``PackedMap`` from ``jaxdrive.broadphase``
-    (leaves [K, ...]); both give identical flags.
+    A broad-phase ``PackedMap`` is a batch-level structure: use ``batch_ego_areas``.
     """
     if isinstance(map, PackedMap):
-        if map.junction.shape[0] != states.shape[0]:
-            raise ValueError(f"ego_areas: a PackedMap packed for {map.junction.shape[0]} proposals was given "
-                             f"states of {states.shape[0]}; pack the map for these states (jaxdrive.broadphase)")
-        axes = PackedMap(areas=0, junction=0, lanes=0, lane_on_route=0, red_lanes=0, red=0, centerline=None,
-                         centerline_valid=None, near_segments=None)
-        return jax.vmap(_packed_areas, in_axes=(axes, 0))(map, states)
+        raise ValueError("ego_areas: a PackedMap (jaxdrive.broadphase) holds the whole batch's edge tiles; "
+                         "compute its flags with batch_ego_areas(map, states[B, K, T, 11])")
     corners = ego_boxes(states)  # [K, T, 4, 2]
     centers = ego_centers(states)  # [K, T, 2]
     rear = states[..., :2]  # [K, T, 2]
@@ -118,3 +114,23 @@ def ego_areas(map: MapData | PackedMap, states: Float[Array, "K T 11"]) -> EgoAr
     return _flags(_inside(corners, lanes.vertices, lanes.valid), _inside(corners, areas.vertices, areas.valid),
                   _inside(centers, lanes.vertices, route_lanes), _inside(centers, areas.vertices, junction),
                   _inside(rear, areas.vertices, junction))
+
+
+def batch_ego_areas(map: MapData | PackedMap, states: Float[Array, "B K T 11"]) -> EgoAreas:
+    """Area flags [B, K, T] of a batch: ``ego_areas`` per scene of a ``MapData[B]``, or, for the broad phase's
+    ``PackedMap[B]`` (``jaxdrive.broadphase.pack_batch`` on the same states), all proposals at once over the
+    batch's edge tiles. Both give identical flags.
+    """
+    if not isinstance(map, PackedMap):
+        return jax.vmap(ego_areas)(map, states)
+    b, k = states.shape[:2]
+    if map.junction.shape[:2] != (b, k):
+        raise ValueError(f"batch_ego_areas: a PackedMap packed for {map.junction.shape[:2]} (scenes, proposals) was "
+                         f"given states of {states.shape[:2]}; pack the map for these states (jaxdrive.broadphase)")
+    flat = lambda x: x.reshape((-1,) + x.shape[2:])
+    tiles = lambda t: t.replace(start=flat(t.start), end=flat(t.end), owner=flat(t.owner), slot=flat(t.slot),
+                                valid=flat(t.valid))
+    flat_map = map.replace(areas=tiles(map.areas), lanes=tiles(map.lanes), junction=flat(map.junction),
+                           lane_on_route=flat(map.lane_on_route))
+    areas = _packed_areas(flat_map, flat(states))
+    return jax.tree_util.tree_map(lambda x: x.reshape((b, k) + x.shape[1:]), areas)

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from flax import struct
 from jaxtyping import Array, Bool, Float, Int
 
-from jaxdrive.rules.areas import ego_areas
+from jaxdrive.rules.areas import EgoAreas, batch_ego_areas, ego_areas
 from jaxdrive.rules.comfort import comfort_v1, extended_comfort, history_comfort
 from jaxdrive.rules.dac import drivable_area_compliance
 from jaxdrive.rules.ddc import driving_direction_compliance
@@ -81,14 +81,18 @@ class SubScores:
     lk_step: Int[Array, "*b"]
 
 
-def compute_metrics(scene: Scene, proposals: Proposals, *, comfort_precision: str = "float64") -> SubScores:
+def compute_metrics(scene: Scene, proposals: Proposals, areas: EgoAreas | None = None, *,
+                    comfort_precision: str = "float64") -> SubScores:
     """All sub-metrics of one scene's K proposals (``scene`` and ``proposals`` unbatched).
 
+    ``areas``: the proposals' ego-area flags [K, T] if already computed (required with a broad-phase ``PackedMap``,
+    whose flags ``batch_ego_areas`` computes for the whole batch); by default ``ego_areas(scene.map, ...)``.
     ``ep`` holds the raw progress (m) until ``normalize_progress``; ``pdm_score``/``epdms``/``pdms`` are 0 until
     ``aggregate``. ``comfort_precision`` is passed to the comfort kernels ("float64": scoped x64, NAVSIM parity).
     """
     states = proposals.states
-    areas = ego_areas(scene.map, states)
+    if areas is None:
+        areas = ego_areas(scene.map, states)
     nc, nc_step = no_at_fault_collisions(scene, states, areas)
     dac, dac_step = drivable_area_compliance(scene, states, areas)
     ddc, ddc_step = driving_direction_compliance(scene, states, areas)
@@ -212,7 +216,9 @@ def score(scene: Scene, proposals: Proposals, *, ep_mode: EpMode = "scene",
 
     Padded proposals (``proposals.valid`` False) never enter the EP normaliser; their rows are not meaningful.
     """
-    raw = jax.vmap(lambda sc, pr: compute_metrics(sc, pr, comfort_precision=comfort_precision))(scene, proposals)
+    areas = batch_ego_areas(scene.map, proposals.states)
+    raw = jax.vmap(lambda sc, pr, ar: compute_metrics(sc, pr, ar, comfort_precision=comfort_precision))(
+        scene, proposals, areas)
     ep = normalize_progress(raw.raw_progress, raw.multiplier, proposals.valid, ep_mode, reference_progress)
     out = aggregate(raw.replace(ep=ep), proposals.valid)
     if apply_human_filter:
