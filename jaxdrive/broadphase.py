@@ -8,10 +8,10 @@ bbox; a closed contact needs touching bboxes). ``pack_map`` keeps, per proposal,
 the proposal's swept bbox (plus ``MARGIN_M``). For the area flags their edges are cut into tiles of 8 edges for the
 whole batch (``EdgeTiles``: every (scene, proposal, kept polygon)'s edges in consecutive tiles), so the kernels test
 each proposal's points against the few dozen real edges near it, and the padding is paid once per batch (not for
-every proposal up to the one with the most edges). TLC gets a per-proposal flat edge list (``PackedPolygons``) with only the on-route
-lanes that are red at some step.
+every proposal up to the one with the most edges). TLC gets its own tiles with only the on-route lanes that are red
+at some step.
 
-Exactness (results identical to the unculled map): kept edges are the padded ring's edges bit for bit
+Exactness (flags identical to the unculled map's): kept edges are the padded ring's edges bit for bit
 (``start = v[j]``, ``end = v[(j + 1) % V]``); each padded polygon keeps one of its identical degenerate edges
 ``v0 -> v0`` (the rest are copies of it, and a degenerate edge never changes a crossing count), so every per-edge
 predicate the ring kernels evaluate is evaluated on the same floats. The swept bbox is computed in float64 from the
@@ -26,9 +26,9 @@ an ego box, or an ego box translated forward by speed x 0.9 s (TTC), so an agent
 swept bbox of any proposal, widened by that projection, is dropped; the survivors (order kept) are padded to a
 bucketed count with ``jaxdrive.scene``'s conventions (absent, at ``FAR``).
 
-Layout: ``PackedMap`` replaces ``Scene.map`` (``scene.replace(map=packed)``) and is accepted by
-``jaxdrive.rules.areas.ego_areas`` and ``jaxdrive.rules.tlc``; the centreline leaves keep ``MapData``'s names, so LK
-and progress read it unchanged. Sizes are bucketed and never shrink below a ``PackSpec`` (grow it like a ``PadSpec``
+Layout: ``PackedMap`` replaces ``Scene.map`` (``scene.replace(map=packed)``); its map predicates (area flags and
+TLC's red-light contacts) are computed for the whole batch by ``jaxdrive.rules.areas.batch_ego_areas``; the
+centreline leaves keep ``MapData``'s names, so LK and progress read it unchanged. Sizes are bucketed and never shrink below a ``PackSpec`` (grow it like a ``PadSpec``
 to keep one compiled shape per run).
 """
 
@@ -45,27 +45,12 @@ from jaxdrive.geometry import EGO_LENGTH, EGO_REAR_AXLE_TO_CENTER, EGO_WIDTH
 from jaxdrive.scene import FAR, Agents, AreaKind, Polygons, Scene
 
 MARGIN_M = 0.05  # added to the swept bbox; device rounding of ego corners is ~1e-5 m at ego-centred scales
-EDGE_MULTIPLE = 64  # packed edge counts round up to this (edge work is the hot loop: no power-of-two waste)
 TTC_HORIZON_S = 0.9  # TTC translates the ego box by up to speed x 0.9 s
 EGO_RADIUS_M = math.hypot(0.5 * EGO_LENGTH, 0.5 * EGO_WIDTH)  # box centre to corner (covers corners and rear axle)
 CENTERLINE_REACH_M = 0.5  # LK only asks whether the centre is within 0.5 m of the centreline (``rules.lk``)
 SEGMENT_MULTIPLE = 32
 TILE_EDGES = 8  # edges per tile of ``EdgeTiles`` (one polygon per tile; ~20-edge lanes waste ~1/6)
 TILE_MULTIPLE = 16  # a batch's tile count rounds up to this x B (B rows of NT / B tiles)
-
-
-@struct.dataclass
-class PackedPolygons:
-    """Per proposal, the edges of M kept polygons packed contiguously (slot m owns edges offsets[m]:offsets[m+1]).
-
-    Padded edges sit at ``FAR`` with zero length; empty slots have ``valid = False`` and no edges.
-    """
-
-    start: Float[Array, "*b K E 2"]
-    end: Float[Array, "*b K E 2"]
-    offsets: Int[Array, "*b K M+1"]
-    first: Float[Array, "*b K M 2"]  # first ring vertex of each slot (TLC's polygon-vertex-in-box test)
-    valid: Bool[Array, "*b K M"]
 
 
 @struct.dataclass
@@ -97,7 +82,8 @@ class PackedMap:
     junction: Bool[Array, "*b K Ma"]  # the slot is an intersection polygon
     lanes: EdgeTiles  # lanes and lane connectors near each proposal
     lane_on_route: Bool[Array, "*b K Ml"]
-    red_lanes: PackedPolygons  # on-route lanes red at some step, near the proposal (TLC)
+    red_lanes: EdgeTiles  # on-route lanes red at some step, near each proposal (TLC)
+    red_first: Float[Array, "*b K Mr 2"]  # first ring vertex of each red-lane slot (TLC's vertex-in-box test)
     red: Bool[Array, "*b K Mr T"]  # light of the red-lane slot is red at step t
     centerline: Float[Array, "*b C 2"]
     centerline_valid: Bool[Array, "*b C"]
@@ -108,8 +94,7 @@ class PackedMap:
 class PackSpec:
     """Smallest packed sizes per proposal (slots, edges per polygon set) and per scene (agents, centreline points).
 
-    Larger needs round up (slots and agents to powers of two, edges to multiples of ``EDGE_MULTIPLE``, tiles to
-    multiples of ``TILE_MULTIPLE``).
+    Larger needs round up (slots and agents to powers of two, tiles to multiples of ``TILE_MULTIPLE`` x B).
     """
 
     area_slots: int = 8
@@ -117,7 +102,7 @@ class PackSpec:
     lane_slots: int = 16
     lane_tiles: int = 64  # per scene of the batch
     red_slots: int = 2
-    red_edges: int = 64
+    red_tiles: int = 2  # per scene of the batch
     centerline: int = 64  # points (real ones + at least one padded), rounded up to a multiple of 64
     agents: int = 4
     near_segments: int = 32  # centreline segments per proposal for LK, rounded up to a multiple of 32
@@ -178,30 +163,6 @@ def _gather(leaf: np.ndarray, idx: np.ndarray, fill) -> np.ndarray:
     return np.where(mask, np.asarray(fill, leaf.dtype), out)
 
 
-def _pack(polys: Polygons, idx: np.ndarray, min_edges: int) -> PackedPolygons:
-    """Edges of the polygons ``idx`` [B, K, M] (-1 = empty slot) packed per proposal."""
-    verts = np.asarray(polys.vertices)  # [B, P, V, 2] float32
-    nb, npoly, nv = verts.shape[:3]
-    real = np.asarray(polys.vertex_valid).sum(-1)
-    n_edges = np.minimum(real + 1, nv)  # real edges + one degenerate v0 -> v0 if the ring is padded
-    lengths = _gather(n_edges, idx, 0)  # [B, K, M]
-    ends = np.cumsum(lengths, axis=-1)
-    offsets = np.concatenate([np.zeros(idx.shape[:2] + (1,), ends.dtype), ends], axis=-1)
-    e = max(min_edges, -(-int(ends[..., -1].max(initial=0)) // EDGE_MULTIPLE) * EDGE_MULTIPLE)
-    pos = np.arange(e)
-    slot = (pos[None, None, :, None] >= ends[:, :, None, :]).sum(-1)  # [B, K, E]
-    used = pos[None, None, :] < ends[..., -1:]
-    slot_c = np.minimum(slot, idx.shape[-1] - 1)
-    poly = np.take_along_axis(np.maximum(idx, 0), slot_c, axis=-1)
-    j = pos[None, None, :] - np.take_along_axis(offsets, slot_c, axis=-1)
-    b = np.arange(nb)[:, None, None]
-    start = np.where(used[..., None], verts[b, poly, np.where(used, j, 0)], np.float32(FAR))
-    end = np.where(used[..., None], verts[b, poly, np.where(used, (j + 1) % nv, 0)], np.float32(FAR))
-    return PackedPolygons(start=start.astype(np.float32), end=end.astype(np.float32),
-                          offsets=offsets.astype(np.int32), first=_gather(verts[:, :, 0], idx, FAR).astype(np.float32),
-                          valid=idx >= 0)
-
-
 def _tile(polys: Polygons, idx: np.ndarray, min_tiles: int) -> EdgeTiles:
     """Edges of the polygons ``idx`` [B, K, M] (-1 = empty slot) cut into the batch's tiles (``EdgeTiles``)."""
     verts = np.asarray(polys.vertices)  # [B, P, V, 2] float32
@@ -249,7 +210,7 @@ def pack_map(scene: Scene, states: np.ndarray, spec: PackSpec = PackSpec()) -> t
     il = _select(keep_l, spec.lane_slots)
     ir = _select(keep_l & red_any[:, None, :], spec.red_slots)
     areas, lanes, red_lanes = _tile(m.areas, ia, spec.area_tiles), _tile(m.lanes, il, spec.lane_tiles), \
-        _pack(m.lanes, ir, spec.red_edges)
+        _tile(m.lanes, ir, spec.red_tiles)
 
     centerline = np.asarray(m.centerline)
     real = int(np.asarray(m.centerline_valid).sum(-1).max())
@@ -259,10 +220,11 @@ def pack_map(scene: Scene, states: np.ndarray, spec: PackSpec = PackSpec()) -> t
     packed = PackedMap(
         areas=areas, junction=_gather(np.asarray(m.area_kind), ia, 0) == AreaKind.INTERSECTION,
         lanes=lanes, lane_on_route=_gather(np.asarray(m.lane_on_route), il, False),
-        red_lanes=red_lanes, red=_gather(np.asarray(m.lane_red), ir, False),
+        red_lanes=red_lanes, red_first=_gather(np.asarray(m.lanes.vertices)[:, :, 0], ir, FAR).astype(np.float32),
+        red=_gather(np.asarray(m.lane_red), ir, False),
         centerline=centerline, centerline_valid=np.asarray(m.centerline_valid)[..., :c], near_segments=near)
     used = PackSpec(area_slots=ia.shape[-1], area_tiles=areas.start.shape[1], lane_slots=il.shape[-1],
-                    lane_tiles=lanes.start.shape[1], red_slots=ir.shape[-1], red_edges=red_lanes.start.shape[-2],
+                    lane_tiles=lanes.start.shape[1], red_slots=ir.shape[-1], red_tiles=red_lanes.start.shape[1],
                     centerline=c, agents=spec.agents, near_segments=near.shape[-1])
     return packed, used
 

@@ -216,6 +216,36 @@ def project_to_polyline(p: Float[Array, "2"], pts: Float[Array, "C 2"]) -> tuple
     return arc, dist, side * dist, heading
 
 
+def polyline_arc_lengths(px: Float[Array, "*n"], py: Float[Array, "*n"], pts: Float[Array, "C 2"]) -> Float[Array, "*n"]:
+    """Arc length (m) of the nearest polyline point of many points: ``project_to_polyline(p, pts)[0]`` for each.
+
+    The segment data (directions, lengths, cumulative arc) are computed once and the points broadcast against them
+    with coordinates split by axis; the nearest segment is the first minimum with ``project_to_polyline``'s
+    vertex-tie rule, so the same segment is chosen.
+    """
+    ax, ay, dx, dy = pts[:-1, 0], pts[:-1, 1], pts[1:, 0] - pts[:-1, 0], pts[1:, 1] - pts[:-1, 1]
+    seg_len2 = dx * dx + dy * dy
+    safe = jnp.where(seg_len2 > 0, seg_len2, 1.0)
+    x, y = px[..., None], py[..., None]  # [*n, 1] against segments [S]
+    t_raw = jnp.where(seg_len2 > 0, ((x - ax) * dx + (y - ay) * dy) / safe, 0.0)
+    t = jnp.clip(t_raw, 0.0, 1.0)
+    ex, ey = x - (ax + t * dx), y - (ay + t * dy)
+    dist2 = ex * ex + ey * ey
+    n = dist2.shape[-1]
+    iota = jnp.arange(n, dtype=jnp.int32)
+    # First minimum (argmin's choice) as two plain reductions, which vectorise on CPU.
+    i = jnp.min(jnp.where(dist2 == jnp.min(dist2, axis=-1, keepdims=True), iota, n), axis=-1)
+    take = lambda v, j: jnp.take_along_axis(v, j[..., None], axis=-1)[..., 0]
+    nxt, prv = jnp.minimum(i + 1, n - 1), jnp.maximum(i - 1, 0)
+    t_i, t_nxt, t_prv = take(t_raw, i), take(t_raw, nxt), take(t_raw, prv)
+    take_next = (t_i >= 1.0) & (i + 1 < n) & (t_nxt >= 0.0) & (t_nxt <= 1.0) & (seg_len2[nxt] > 0)
+    take_prev = (t_i <= 0.0) & (i > 0) & (t_prv >= 0.0) & (t_prv <= 1.0) & (seg_len2[prv] > 0)
+    i = jnp.where(take_next, nxt, jnp.where(take_prev, prv, i))
+    seg_len = jnp.sqrt(seg_len2)
+    start = jnp.concatenate([jnp.zeros((1,), seg_len.dtype), jnp.cumsum(seg_len)])[i]
+    return start + jnp.clip(take(t_raw, i), 0.0, 1.0) * seg_len[i]
+
+
 def polyline_distance(p: Float[Array, "2"], pts: Float[Array, "C 2"]) -> Float[Array, ""]:
     """Euclidean distance from ``p`` to the polyline (shapely ``Point.distance(LineString)``)."""
     return project_to_polyline(p, pts)[1]

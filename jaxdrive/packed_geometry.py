@@ -1,10 +1,9 @@
-"""Point-in-polygon and box-polygon contact on the broad phase's edge lists (``jaxdrive.broadphase``).
+"""Point-in-polygon and box-polygon contact on the broad phase's edge tiles (``jaxdrive.broadphase.EdgeTiles``).
 
-The same per-edge predicates as ``jaxdrive.geometry.point_in_polygon`` and ``box_intersects_polygon`` (identical
-float expressions, so identical decisions), evaluated on one flat list of the edges of M polygons instead of M
-padded rings; per-polygon counts come from a prefix sum over the edge axis cut at the slot offsets. One proposal per
-call; batch with ``jax.vmap``. Padded edges (zero length at ``FAR``) and empty slots never count.
-"""
+The same per-edge predicates as ``jaxdrive.geometry.point_in_polygon`` and ``box_intersects_polygon`` (the same float
+expressions), evaluated tile by tile on the edges of the polygons each proposal kept instead of on every padded ring;
+per-polygon counts come from a sorted segment sum over the tiles. All proposals of a batch at once (flat tiles,
+owner = proposal index). Padded edges (zero length at ``FAR``) and empty slots never count."""
 
 from __future__ import annotations
 
@@ -13,48 +12,27 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.broadphase import EdgeTiles
-from jaxdrive.geometry import _cross, point_in_box, segments_intersect
+from jaxdrive.geometry import point_in_box, segments_intersect
 
-ON_WEIGHT = 4096.0  # > any edge count per proposal; ON_WEIGHT * E stays far below 2**24
-
-
-def slot_sums(x: Float[Array, "*n E"], offsets: Int[Array, "M+1"]) -> Float[Array, "*n M"]:
-    """Sum of ``x`` over each slot's edge range offsets[m]:offsets[m+1].
-
-    A matmul with the edge-to-slot one-hot matrix; exact while the sums stay below 2**24 (small integers here).
-    """
-    e = jnp.arange(x.shape[-1])[:, None]
-    onehot = ((e >= offsets[None, :-1]) & (e < offsets[None, 1:])).astype(jnp.float32)  # [E, M]
-    return jnp.matmul(x.astype(jnp.float32), onehot, precision=jax.lax.Precision.HIGHEST)
+ON_WEIGHT = 4096  # > any polygon's edge count: boundary hits and crossings share one integer sum
 
 
-def points_in_packed(points: Float[Array, "N 2"], start: Float[Array, "E 2"], end: Float[Array, "E 2"],
-                     offsets: Int[Array, "M+1"], valid: Bool[Array, "M"]) -> Bool[Array, "M N"]:
-    """Strict point-in-polygon (even-odd crossings, boundary outside) of every point in every packed polygon."""
-    if start.shape[0] >= ON_WEIGHT:
-        raise ValueError(f"points_in_packed: expected fewer than {int(ON_WEIGHT)} edges, got {start.shape[0]}")
-    a, b = start[None], end[None]  # [1, E, 2]
-    p = points[:, None, :]  # [N, 1, 2]
-    c = _cross(b - a, p - a)  # [N, E]
-    straddles = (a[..., 1] > p[..., 1]) != (b[..., 1] > p[..., 1])
-    crossing = straddles & (c * jnp.sign(b[..., 1] - a[..., 1]) > 0)
-    within = jnp.all((jnp.minimum(a, b) <= p) & (p <= jnp.maximum(a, b)), axis=-1)
-    on = (c == 0) & within
-    # One matmul for both counts: crossings stay below ON_WEIGHT (E < ON_WEIGHT edges), boundary hits above it.
-    counts = slot_sums(crossing.astype(jnp.float32) + ON_WEIGHT * on.astype(jnp.float32), offsets)  # [N, M]
-    inside = (jnp.mod(counts, 2.0) == 1.0) & (counts < ON_WEIGHT)
-    return (inside & valid).T
+def _tile_sums(per_tile: Int[Array, "NT *n"], tiles: EdgeTiles, num_proposals: int) -> Int[Array, "K M *n"]:
+    """Per-tile counts summed per (proposal, slot) (tiles are sorted by owner * (M + 1) + slot)."""
+    m = tiles.valid.shape[-1]
+    sums = jax.ops.segment_sum(per_tile, tiles.owner * (m + 1) + tiles.slot, num_segments=num_proposals * (m + 1),
+                               indices_are_sorted=True)
+    return sums.reshape((num_proposals, m + 1) + per_tile.shape[1:])[:, :m]
 
 
 def points_in_tiles(points: Float[Array, "K N 2"], tiles: EdgeTiles) -> Bool[Array, "K M N"]:
-    """Strict point-in-polygon of each proposal's points in each of its kept polygons, from one scene's ``EdgeTiles``.
+    """Strict point-in-polygon (even-odd crossings, boundary outside) of each proposal's points in each of its kept
+    polygons, from flat ``EdgeTiles`` (owner = proposal index < K).
 
-    Every tile tests its owner's N points against its 8 edges (the ``points_in_packed`` predicates, coordinates
-    split by axis so the test vectorises over points); the per-tile crossing / boundary counts are summed per
-    (proposal, slot) with a sorted segment sum.
+    Every tile tests its owner's N points against its 8 edges with ``jaxdrive.geometry.point_in_polygon``'s per-edge
+    predicates (coordinates split by axis so the test vectorises over points); the per-tile crossing / boundary
+    counts are summed per (proposal, slot).
     """
-    k, n = points.shape[:2]
-    m = tiles.valid.shape[-1]
     px = points[..., 0][tiles.owner][:, :, None]  # [NT, N, 1]
     py = points[..., 1][tiles.owner][:, :, None]
     ax, ay = tiles.start[:, None, :, 0], tiles.start[:, None, :, 1]  # [NT, 1, TILE]
@@ -65,21 +43,23 @@ def points_in_tiles(points: Float[Array, "K N 2"], tiles: EdgeTiles) -> Bool[Arr
     within = ((jnp.minimum(ax, bx) <= px) & (px <= jnp.maximum(ax, bx)) & (jnp.minimum(ay, by) <= py)
               & (py <= jnp.maximum(ay, by)))
     on = (c == 0) & within
-    per_tile = jnp.sum(crossing.astype(jnp.int32) + int(ON_WEIGHT) * on.astype(jnp.int32), axis=-1)  # [NT, N]
-    counts = jax.ops.segment_sum(per_tile, tiles.owner * (m + 1) + tiles.slot, num_segments=k * (m + 1),
-                                 indices_are_sorted=True).reshape(k, m + 1, n)[:, :m]
-    return (counts % 2 == 1) & (counts < int(ON_WEIGHT)) & tiles.valid[..., None]
+    per_tile = jnp.sum(crossing.astype(jnp.int32) + ON_WEIGHT * on.astype(jnp.int32), axis=-1)  # [NT, N]
+    counts = _tile_sums(per_tile, tiles, points.shape[0])
+    return (counts % 2 == 1) & (counts < ON_WEIGHT) & tiles.valid[..., None]
 
 
-def boxes_touch_packed(boxes: Float[Array, "T 4 2"], start: Float[Array, "E 2"], end: Float[Array, "E 2"],
-                       offsets: Int[Array, "M+1"], first: Float[Array, "M 2"],
-                       valid: Bool[Array, "M"]) -> Bool[Array, "T M"]:
-    """Closed box-polygon intersection of every box with every packed polygon (``box_intersects_polygon``)."""
-    ba, bb = boxes, jnp.roll(boxes, -1, axis=-2)  # box edges [T, 4, 2]
-    pair = jax.vmap(jax.vmap(jax.vmap(segments_intersect, in_axes=(None, None, 0, 0)), in_axes=(0, 0, None, None)),
-                    in_axes=(0, 0, None, None))
-    edge_hit = jnp.any(pair(ba, bb, start, end), axis=1)  # [T, E]
-    hit = slot_sums(edge_hit, offsets) > 0  # [T, M]
-    corner_in = points_in_packed(boxes[:, 0], start, end, offsets, valid).T  # [T, M]
-    vertex_in = jax.vmap(jax.vmap(point_in_box, in_axes=(0, None)), in_axes=(None, 0))(first, boxes)  # [T, M]
-    return (hit | corner_in | vertex_in) & valid
+def boxes_touch_tiles(boxes: Float[Array, "K T 4 2"], tiles: EdgeTiles,
+                      first: Float[Array, "K M 2"]) -> Bool[Array, "K M T"]:
+    """Closed box-polygon intersection (``jaxdrive.geometry.box_intersects_polygon``) of each proposal's boxes with
+    each of its kept polygons, from flat ``EdgeTiles``: a box edge meets a polygon edge, the box's first corner is
+    inside the polygon, or the polygon's first vertex ``first`` is in the box.
+    """
+    box = boxes[tiles.owner]  # [NT, T, 4, 2]
+    ba, bb = box, jnp.roll(box, -1, axis=-2)  # box edges
+    pair = jax.vmap(jax.vmap(segments_intersect, in_axes=(None, None, 0, 0)), in_axes=(0, 0, None, None))  # [4, E]
+    per_step = jax.vmap(pair, in_axes=(0, 0, None, None))  # [T, 4, E]
+    edge_hit = jax.vmap(per_step)(ba, bb, tiles.start, tiles.end)  # [NT, T, 4, TILE]
+    hit = _tile_sums(jnp.any(edge_hit, axis=(2, 3)).astype(jnp.int32), tiles, boxes.shape[0]) > 0  # [K, M, T]
+    corner_in = points_in_tiles(boxes[:, :, 0], tiles)  # [K, M, T]
+    vertex_in = jax.vmap(jax.vmap(jax.vmap(point_in_box, in_axes=(None, 0)), in_axes=(0, None)))(first, boxes)
+    return (hit | corner_in | vertex_in) & tiles.valid[..., None]

@@ -41,7 +41,7 @@ from jaxdrive.rules.ttc import time_to_collision  # noqa: E402
 from jaxdrive.scene import FAR, PadSpec, batch_scenes  # noqa: E402
 
 FIXTURES = "/work/shared/fixtures/epdms"
-FLAGS = ("multiple_lanes", "non_drivable", "oncoming", "center_in_intersection", "rear_axle_in_intersection")
+FLAGS = ("multiple_lanes", "non_drivable", "oncoming", "center_in_intersection", "rear_axle_in_intersection", "red_light")
 NUM_SYNTHETIC = 200
 
 

@@ -211,6 +211,13 @@ def test_project_to_polyline_vs_shapely():
         worst_arc = max(worst_arc, float(np.abs(arc - ref_arc)[unambiguous].max()))
         worst_dist = max(worst_dist, float(np.abs(dist - ref_dist).max()))
         np.testing.assert_allclose(np.abs(lat), dist, atol=1e-5)
+        # The many-points form (progress) picks the same segment: equal arcs up to float32 rounding.
+        arcs = np.asarray(jax.jit(g.polyline_arc_lengths)(*pts.astype(np.float32).T, line.astype(np.float32)))
+        np.testing.assert_allclose(arcs, arc, rtol=0, atol=1e-4)
+        # Vertex points: exact ties between neighbouring segments are resolved like project_to_polyline.
+        verts = line[1:59].astype(np.float32)
+        np.testing.assert_allclose(np.asarray(jax.jit(g.polyline_arc_lengths)(*verts.T, line.astype(np.float32))),
+                                   np.asarray(f(verts, line.astype(np.float32))[0]), rtol=0, atol=1e-4)
         total += len(pts)
     assert total >= N
     # float32 on a polyline up to ~150 m long: ~1e-5 relative

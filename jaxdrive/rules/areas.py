@@ -10,6 +10,8 @@ boundary is outside). Invalid (padded) polygons never count. One scene per call;
 * ``oncoming``: the ego box centre lies in no on-route lane/connector polygon.
 * ``center_in_intersection`` / ``rear_axle_in_intersection``: the centre / rear axle lies strictly inside an
   intersection polygon (DDC and LK use the centre, TTC the rear axle).
+* ``red_light``: the ego box touches (closed intersection) an on-route lane/connector polygon whose light is red at
+  that step (TLC, spec §3.4).
 
 ``ego_areas`` takes one scene's ``MapData`` (polygons shared by all proposals); ``batch_ego_areas`` takes a batch's
 ``MapData`` or the broad phase's ``PackedMap`` (``jaxdrive.broadphase.pack_batch``: per proposal only the polygons it
@@ -27,8 +29,8 @@ from flax import struct
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.broadphase import PackedMap
-from jaxdrive.geometry import ego_center, ego_corners, point_in_polygon
-from jaxdrive.packed_geometry import points_in_tiles
+from jaxdrive.geometry import box_intersects_polygon, ego_center, ego_corners, point_in_polygon
+from jaxdrive.packed_geometry import boxes_touch_tiles, points_in_tiles
 from jaxdrive.scene import AreaKind, MapData
 
 
@@ -41,6 +43,7 @@ class EgoAreas:
     oncoming: Bool[Array, "K T"]
     center_in_intersection: Bool[Array, "K T"]
     rear_axle_in_intersection: Bool[Array, "K T"]
+    red_light: Bool[Array, "K T"]
 
 
 def ego_boxes(states: Float[Array, "K T 11"]) -> Float[Array, "K T 4 2"]:
@@ -70,7 +73,7 @@ def _inside(points: Float[Array, "*n 2"], vertices: Float[Array, "P V 2"],
 
 def _flags(lane_corner: Bool[Array, "L *k T 4"], area_corner: Bool[Array, "A *k T 4"],
            route_center: Bool[Array, "L *k T"], junction_center: Bool[Array, "A *k T"],
-           junction_rear: Bool[Array, "A *k T"]) -> EgoAreas:
+           junction_rear: Bool[Array, "A *k T"], red_contact: Bool[Array, "R *k T"]) -> EgoAreas:
     """Area flags from strict containment tables (invalid / irrelevant polygons already False)."""
     lanes_touched = jnp.sum(jnp.any(lane_corner, axis=-1), axis=0)
     one_lane_holds_all = jnp.any(jnp.all(lane_corner, axis=-1), axis=0)
@@ -78,13 +81,15 @@ def _flags(lane_corner: Bool[Array, "L *k T 4"], area_corner: Bool[Array, "A *k 
                     non_drivable=~jnp.all(jnp.any(area_corner, axis=0), axis=-1),
                     oncoming=~jnp.any(route_center, axis=0),
                     center_in_intersection=jnp.any(junction_center, axis=0),
-                    rear_axle_in_intersection=jnp.any(junction_rear, axis=0))
+                    rear_axle_in_intersection=jnp.any(junction_rear, axis=0),
+                    red_light=jnp.any(red_contact, axis=0))
 
 
 def _packed_areas(map: PackedMap, states: Float[Array, "K T 11"]) -> EgoAreas:
     """Area flags of K proposals from a packed map whose tiles are flat (owner = proposal index < K)."""
     k, t = states.shape[:2]
-    corners = ego_boxes(states).reshape(k, 4 * t, 2)
+    boxes = ego_boxes(states)
+    corners = boxes.reshape(k, 4 * t, 2)
     centers = ego_centers(states)
     lane_in = points_in_tiles(jnp.concatenate([corners, centers], axis=1), map.lanes)  # [K, Ml, 5T]
     area_in = points_in_tiles(jnp.concatenate([corners, centers, states[..., :2]], axis=1), map.areas)  # [K, Ma, 6T]
@@ -93,8 +98,10 @@ def _packed_areas(map: PackedMap, states: Float[Array, "K T 11"]) -> EgoAreas:
     lane_corner = polygons_first(lane_in[..., :n].reshape(k, -1, t, 4))
     area_corner = polygons_first(area_in[..., :n].reshape(k, -1, t, 4))
     junction = map.junction[..., None]
+    red = boxes_touch_tiles(boxes, map.red_lanes, map.red_first) & map.red  # [K, Mr, T]
     return _flags(lane_corner, area_corner, polygons_first(lane_in[..., n:] & map.lane_on_route[..., None]),
-                  polygons_first(area_in[..., n:n + t] & junction), polygons_first(area_in[..., n + t:] & junction))
+                  polygons_first(area_in[..., n:n + t] & junction), polygons_first(area_in[..., n + t:] & junction),
+                  polygons_first(red))
 
 
 def ego_areas(map: MapData, states: Float[Array, "K T 11"]) -> EgoAreas:
@@ -111,9 +118,12 @@ def ego_areas(map: MapData, states: Float[Array, "K T 11"]) -> EgoAreas:
     lanes, areas = map.lanes, map.areas
     route_lanes = lanes.valid & map.lane_on_route
     junction = areas.valid & (map.area_kind == AreaKind.INTERSECTION)
+    touch = jax.vmap(jax.vmap(jax.vmap(box_intersects_polygon, in_axes=(0, None)), in_axes=(0, None)),
+                     in_axes=(None, 0))(corners, lanes.vertices)  # [L, K, T]
+    red = touch & (route_lanes[:, None] & map.lane_red)[:, None, :]  # light red at step t
     return _flags(_inside(corners, lanes.vertices, lanes.valid), _inside(corners, areas.vertices, areas.valid),
                   _inside(centers, lanes.vertices, route_lanes), _inside(centers, areas.vertices, junction),
-                  _inside(rear, areas.vertices, junction))
+                  _inside(rear, areas.vertices, junction), red)
 
 
 def batch_ego_areas(map: MapData | PackedMap, states: Float[Array, "B K T 11"]) -> EgoAreas:
@@ -130,7 +140,8 @@ def batch_ego_areas(map: MapData | PackedMap, states: Float[Array, "B K T 11"]) 
     flat = lambda x: x.reshape((-1,) + x.shape[2:])
     tiles = lambda t: t.replace(start=flat(t.start), end=flat(t.end), owner=flat(t.owner), slot=flat(t.slot),
                                 valid=flat(t.valid))
-    flat_map = map.replace(areas=tiles(map.areas), lanes=tiles(map.lanes), junction=flat(map.junction),
-                           lane_on_route=flat(map.lane_on_route))
+    flat_map = map.replace(areas=tiles(map.areas), lanes=tiles(map.lanes), red_lanes=tiles(map.red_lanes),
+                           junction=flat(map.junction), lane_on_route=flat(map.lane_on_route),
+                           red_first=flat(map.red_first), red=flat(map.red))
     areas = _packed_areas(flat_map, flat(states))
     return jax.tree_util.tree_map(lambda x: x.reshape((b, k) + x.shape[1:]), areas)

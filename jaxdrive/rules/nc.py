@@ -68,13 +68,15 @@ def heading_cosine(rear_axle: Float[Array, "*b 2"], heading: Float[Array, "*b"],
 
 
 def first_true(flags: Bool[Array, "... E"]) -> tuple[Int[Array, "..."], Bool[Array, "..."]]:
-    """Index of the first True along the last axis and whether there is one.
+    """Index of the first True along the last axis (0 if none, like ``argmax``) and whether there is one.
 
-    ``flags`` is materialised first (an optimisation barrier): XLA would otherwise fuse the whole producer (the
-    separating-axis tests) into the arg-max loop, which runs unvectorised on CPU (2-4x slower).
+    A plain min-reduction of the indices: XLA fuses the producer (the separating-axis tests) into this reduction, and
+    on CPU a min over int32 vectorises where an arg-max's (value, index) pair reduction does not.
     """
-    flags = jax.lax.optimization_barrier(flags)
-    return jnp.argmax(flags, axis=-1), jnp.any(flags, axis=-1)
+    n = flags.shape[-1]
+    first = jnp.min(jnp.where(flags, jnp.arange(n, dtype=jnp.int32), n), axis=-1)
+    found = first < n
+    return jnp.where(found, first, 0), found
 
 
 def no_at_fault_collisions(scene: Scene, states: Float[Array, "K T 11"],

@@ -7,11 +7,10 @@ not done here (see ``jaxdrive.rules.epdms``).
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from jaxdrive.geometry import project_to_polyline
+from jaxdrive.geometry import polyline_arc_lengths
 from jaxdrive.rules.areas import EgoAreas, ego_centers
 from jaxdrive.scene import Scene
 
@@ -20,5 +19,5 @@ def raw_progress(scene: Scene, states: Float[Array, "K T 11"], areas: EgoAreas) 
     """Raw progress per proposal (m, >= 0, float32) from the first to the last step."""
     del areas
     c = ego_centers(states[:, jnp.array([0, -1])])  # [K, 2, 2]
-    arc = jax.vmap(jax.vmap(lambda p: project_to_polyline(p, scene.map.centerline)[0]))(c)
+    arc = polyline_arc_lengths(c[..., 0], c[..., 1], scene.map.centerline)  # [K, 2]
     return jnp.maximum(arc[:, 1] - arc[:, 0], 0.0).astype(jnp.float32)
