@@ -49,18 +49,21 @@ TTC_HORIZON_S = 0.9  # TTC translates the ego box by up to speed x 0.9 s
 EGO_RADIUS_M = math.hypot(0.5 * EGO_LENGTH, 0.5 * EGO_WIDTH)  # box centre to corner (covers corners and rear axle)
 CENTERLINE_REACH_M = 0.5  # LK only asks whether the centre is within 0.5 m of the centreline (``rules.lk``)
 SEGMENT_MULTIPLE = 32
+AGENT_MULTIPLE = 8  # kept agents per scene round up to this (NC / TTC work is linear in it)
 TILE_EDGES = 8  # edges per tile of ``EdgeTiles`` (one polygon per tile; ~20-edge lanes waste ~1/6)
-TILE_MULTIPLE = 16  # a batch's tile count rounds up to this x B (B rows of NT / B tiles)
+TILE_MULTIPLE = 16  # a group's tile count rounds up to this x its scene count (whole rows of tiles per scene)
 
 
 @struct.dataclass
 class EdgeTiles:
     """The edges of every (scene, proposal, kept polygon) of a batch, cut into tiles of ``TILE_EDGES`` edges.
 
-    A batch-level structure: tile i holds edges of slot ``slot[i]`` of proposal ``owner[i]`` (flat index
-    b * K + k) among that proposal's kept polygons (the slots of ``_select``); tiles are sorted by (owner, slot) and
-    a polygon's edges run over consecutive tiles in ring order. The tile axis is stored split as [B, NT / B] only so
-    the leaves batch like the rest of ``Scene`` (row b is *not* scene b's tiles; read it flattened, see
+    A batch-level structure, in ``groups`` groups of B / G consecutive scenes (one per device the batch is sharded
+    over, so tiles never cross devices): within a group, tile i holds edges of slot ``slot[i]`` of proposal
+    ``owner[i]`` (flat index within the group, b * K + k) among that proposal's kept polygons (the slots of
+    ``_select``); tiles are sorted by (owner, slot) and a polygon's edges run over consecutive tiles in ring order.
+    The tiles are stored as [B, NT / B] rows only so the leaves batch (and shard) like the rest of ``Scene``: group
+    g's tiles fill its scenes' rows, but row b is *not* scene b's tiles (read a group flattened, see
     ``jaxdrive.rules.areas.batch_ego_areas``). The work is then the batch's real edge count (rounded per polygon to
     whole tiles), not B x K x the proposal with the most edges. Unused edges sit at ``FAR`` with zero length (never a
     crossing, never "on"); empty tiles are owned by the last proposal with ``slot = M`` (past every real slot, so
@@ -72,6 +75,7 @@ class EdgeTiles:
     owner: Int[Array, "B NTb"]
     slot: Int[Array, "B NTb"]
     valid: Bool[Array, "B K M"]  # the proposal's slot m holds a polygon
+    groups: int = struct.field(pytree_node=False, default=1)
 
 
 @struct.dataclass
@@ -135,8 +139,8 @@ def swept_bboxes(states: np.ndarray, margin: float = MARGIN_M) -> np.ndarray:
 
 def polygon_bboxes(polys: Polygons) -> np.ndarray:
     """[..., P, 4] (xmin, ymin, xmax, ymax) of each polygon's vertices (padded vertices repeat a real one)."""
-    v = np.asarray(polys.vertices, np.float64)
-    return np.concatenate([v.min(-2), v.max(-2)], axis=-1)
+    v = np.ascontiguousarray(np.moveaxis(np.asarray(polys.vertices), -1, -2))  # [..., P, 2, V], contiguous V
+    return np.concatenate([v.min(-1), v.max(-1)], axis=-1).astype(np.float64)  # min / max of floats are exact
 
 
 def overlaps(swept: np.ndarray, boxes: np.ndarray, valid: np.ndarray) -> np.ndarray:
@@ -146,9 +150,13 @@ def overlaps(swept: np.ndarray, boxes: np.ndarray, valid: np.ndarray) -> np.ndar
     return hit & np.asarray(valid)[:, None, :]
 
 
-def _select(keep: np.ndarray, minimum: int) -> np.ndarray:
-    """[B, K, M] indices of the kept polygons in their original order; -1 fills the unused slots."""
-    count = _bucket(int(keep.sum(-1).max(initial=0)), minimum)
+def _select(keep: np.ndarray, minimum: int, multiple: int | None = None) -> np.ndarray:
+    """[B, K, M] indices of the kept polygons in their original order; -1 fills the unused slots.
+
+    M is the largest kept count rounded up to a power of two (or to ``multiple``), at least ``minimum``.
+    """
+    need = int(keep.sum(-1).max(initial=0))
+    count = _bucket(need, minimum) if multiple is None else max(minimum, -(-need // multiple) * multiple)
     if count > keep.shape[-1]:
         keep = np.concatenate([keep, np.zeros(keep.shape[:-1] + (count - keep.shape[-1],), bool)], axis=-1)
     order = np.argsort(~keep, axis=-1, kind="stable")[..., :count]
@@ -163,38 +171,44 @@ def _gather(leaf: np.ndarray, idx: np.ndarray, fill) -> np.ndarray:
     return np.where(mask, np.asarray(fill, leaf.dtype), out)
 
 
-def _tile(polys: Polygons, idx: np.ndarray, min_tiles: int) -> EdgeTiles:
-    """Edges of the polygons ``idx`` [B, K, M] (-1 = empty slot) cut into the batch's tiles (``EdgeTiles``)."""
+def _tile(polys: Polygons, idx: np.ndarray, min_tiles: int, groups: int) -> EdgeTiles:
+    """Edges of the polygons ``idx`` [B, K, M] (-1 = empty slot) cut into tiles, per group of B / ``groups`` scenes."""
     verts = np.asarray(polys.vertices)  # [B, P, V, 2] float32
     nb, nv = verts.shape[0], verts.shape[2]
     k, m = idx.shape[1:]
+    per_group = nb // groups
     n_edges = np.minimum(np.asarray(polys.vertex_valid).sum(-1) + 1, nv)  # + one degenerate v0 -> v0 if padded
-    lengths = _gather(n_edges, idx, 0).reshape(-1)  # per (scene, proposal, slot), in that order
+    lengths = _gather(n_edges, idx, 0).reshape(groups, -1)  # per (scene, proposal, slot) of each group, in order
     tiles = -(-lengths // TILE_EDGES)
-    ends = np.cumsum(tiles)
-    step = TILE_MULTIPLE * nb
-    nt = max(min_tiles * nb, -(-int(ends[-1]) // step) * step)
+    ends = np.cumsum(tiles, axis=-1)
+    step = TILE_MULTIPLE * per_group
+    nt = max(min_tiles * per_group, -(-int(ends[:, -1].max()) // step) * step)  # tiles per group
     pos = np.arange(nt)
-    pair = np.minimum(np.searchsorted(ends, pos, side="right"), lengths.size - 1)  # [NT]
-    used = pos < ends[-1]
-    j = pos - (ends[pair] - tiles[pair])  # tile index within its polygon
-    e = j[:, None] * TILE_EDGES + np.arange(TILE_EDGES)  # [NT, TILE] edge index in the ring
-    live = used[:, None] & (e < lengths[pair][:, None])
-    scene, poly = pair // (k * m), np.maximum(idx, 0).reshape(-1)[pair]
-    at = lambda i: verts[scene[:, None], poly[:, None], np.where(live, i, 0)]
+    pair = np.minimum(np.stack([np.searchsorted(row, pos, side="right") for row in ends]), lengths.shape[1] - 1)
+    used = pos[None] < ends[:, -1:]  # [G, NT]
+    take = lambda x: np.take_along_axis(x, pair, axis=-1)
+    j = pos[None] - (take(ends) - take(tiles))  # tile index within its polygon
+    e = j[..., None] * TILE_EDGES + np.arange(TILE_EDGES)  # [G, NT, TILE] edge index in the ring
+    live = used[..., None] & (e < take(lengths)[..., None])
+    scene = np.arange(groups)[:, None] * per_group + pair // (k * m)
+    poly = take(np.maximum(idx, 0).reshape(groups, -1))
+    at = lambda i: verts[scene[..., None], poly[..., None], np.where(live, i, 0)]
     start = np.where(live[..., None], at(e), np.float32(FAR))
     end = np.where(live[..., None], at((e + 1) % nv), np.float32(FAR))
-    split = lambda x: x.reshape((nb, nt // nb) + x.shape[1:])
-    return EdgeTiles(start=split(start.astype(np.float32)), end=split(end.astype(np.float32)),
-                     owner=split(np.where(used, pair // m, nb * k - 1).astype(np.int32)),
-                     slot=split(np.where(used, pair % m, m).astype(np.int32)), valid=idx >= 0)
+    rows = lambda x: x.reshape((nb, nt // per_group) + x.shape[2:])  # group g's tiles fill its scenes' rows
+    return EdgeTiles(start=rows(start.astype(np.float32)), end=rows(end.astype(np.float32)),
+                     owner=rows(np.where(used, pair // m, per_group * k - 1).astype(np.int32)),
+                     slot=rows(np.where(used, pair % m, m).astype(np.int32)), valid=idx >= 0, groups=groups)
 
 
-def pack_map(scene: Scene, states: np.ndarray, spec: PackSpec = PackSpec()) -> tuple[PackedMap, PackSpec]:
+def pack_map(scene: Scene, states: np.ndarray, spec: PackSpec = PackSpec(),
+             groups: int = 1) -> tuple[PackedMap, PackSpec]:
     """Per-proposal packed map of a padded host batch (numpy leaves) and the sizes used.
 
     ``scene`` is a ``Scene[B]`` with numpy leaves (``jaxdrive.scene.batch_scenes``), ``states`` the proposals'
     [B, K, T, 11] states. Every rule result computed on ``scene.replace(map=packed)`` equals the unculled one.
+    ``groups``: edge tiles are laid out per group of B / groups consecutive scenes (pass the number of devices the
+    batch is sharded over, so each device's tiles are its own scenes'); B must be a multiple of it.
     """
     m = scene.map
     states = np.asarray(states)
@@ -202,6 +216,9 @@ def pack_map(scene: Scene, states: np.ndarray, spec: PackSpec = PackSpec()) -> t
         raise ValueError(f"pack_map: states: expected shape (B, K, T, 11), got {states.shape}")
     if not hasattr(m, "area_kind") or np.asarray(m.area_kind).ndim != 2:
         raise ValueError(f"pack_map: scene.map: expected an unpacked batch MapData (area_kind [B, A]), got {type(m)}")
+    if groups < 1 or states.shape[0] % groups:
+        raise ValueError(f"pack_map: groups: expected a positive divisor of the batch size {states.shape[0]}, "
+                         f"got {groups}")
     swept = swept_bboxes(states)
     keep_a = overlaps(swept, polygon_bboxes(m.areas), m.areas.valid)
     keep_l = overlaps(swept, polygon_bboxes(m.lanes), m.lanes.valid)
@@ -209,8 +226,8 @@ def pack_map(scene: Scene, states: np.ndarray, spec: PackSpec = PackSpec()) -> t
     ia = _select(keep_a, spec.area_slots)
     il = _select(keep_l, spec.lane_slots)
     ir = _select(keep_l & red_any[:, None, :], spec.red_slots)
-    areas, lanes, red_lanes = _tile(m.areas, ia, spec.area_tiles), _tile(m.lanes, il, spec.lane_tiles), \
-        _tile(m.lanes, ir, spec.red_tiles)
+    areas, lanes, red_lanes = (_tile(m.areas, ia, spec.area_tiles, groups), _tile(m.lanes, il, spec.lane_tiles, groups),
+                               _tile(m.lanes, ir, spec.red_tiles, groups))
 
     centerline = np.asarray(m.centerline)
     real = int(np.asarray(m.centerline_valid).sum(-1).max())
@@ -249,10 +266,10 @@ def near_segments(centerline: np.ndarray, swept: np.ndarray, minimum: int = Pack
 def agent_bboxes(agents: Agents) -> np.ndarray:
     """[B, N, 4] bbox (m) of each agent's boxes over its present steps (empty box far away if never present)."""
     live = np.asarray(agents.present) & np.asarray(agents.valid)[..., None]  # [B, N, T]
-    c = np.asarray(agents.center, np.float64)
+    c = np.ascontiguousarray(np.moveaxis(np.asarray(agents.center, np.float64), -1, -2))  # [B, N, 2, T]
     r = 0.5 * np.hypot(np.asarray(agents.length, np.float64), np.asarray(agents.width, np.float64))[..., None]
-    lo = np.where(live[..., None], c, np.inf).min(-2) - r
-    hi = np.where(live[..., None], c, -np.inf).max(-2) + r
+    lo = np.where(live[..., None, :], c, np.inf).min(-1) - r
+    hi = np.where(live[..., None, :], c, -np.inf).max(-1) + r
     return np.concatenate([lo, hi], axis=-1)
 
 
@@ -263,19 +280,21 @@ def cull_agents(agents: Agents, states: np.ndarray, minimum: int = PackSpec.agen
     swept = swept_bboxes(s)
     reach = (TTC_HORIZON_S * speed)[..., None] * np.array([-1.0, -1.0, 1.0, 1.0])
     keep = overlaps(swept + reach, agent_bboxes(agents), agents.valid).any(1)  # [B, N]
-    idx = _select(keep[:, None, :], minimum)[:, 0]  # [B, N']
+    idx = _select(keep[:, None, :], minimum, AGENT_MULTIPLE)[:, 0]  # [B, N']
     take = lambda leaf, fill: _gather(np.asarray(leaf), idx[:, None, :], fill)[:, 0]
     return Agents(center=take(agents.center, FAR), heading=take(agents.heading, 0),
                   velocity=take(agents.velocity, 0), length=take(agents.length, 1), width=take(agents.width, 1),
                   type=take(agents.type, 0), present=take(agents.present, False), valid=take(agents.valid, False))
 
 
-def pack_batch(scene: Scene, states: np.ndarray, spec: PackSpec = PackSpec()) -> tuple[Scene, PackSpec]:
-    """``scene`` with its map packed (``pack_map``) and its agents culled (``cull_agents``), and the sizes used.
+def pack_batch(scene: Scene, states: np.ndarray, spec: PackSpec = PackSpec(),
+               groups: int = 1) -> tuple[Scene, PackSpec]:
+    """``scene`` with its map packed (``pack_map``, ``groups`` tile groups) and its agents culled (``cull_agents``),
+    and the sizes used.
 
     Host numpy, before ``device_put``. Pass ``spec = spec.grow(used)`` to the next batch to keep shapes stable.
     """
-    packed, used = pack_map(scene, states, spec)
+    packed, used = pack_map(scene, states, spec, groups)
     agents = cull_agents(scene.agents, states, spec.agents)
     used = dataclasses.replace(used, agents=agents.valid.shape[-1])
     return scene.replace(map=packed, agents=agents), used

@@ -230,3 +230,15 @@ def test_proposal_count_and_streaming():
         generate_scene(0, num_proposals=0)
     with pytest.raises(ValueError, match="profile"):
         generate_scene(0, profile="nope")
+
+
+def test_reference_profile_is_the_dense_benchmark_mix():
+    """The throughput benchmark's mix: ~32 agents and the largest maps, valid and within the default PadSpec."""
+    from jaxdrive.data.synthetic import generate_scene, pad_spec
+
+    scenes = [generate_scene(seed, profile="reference", validate=True) for seed in range(6)]
+    assert np.mean([len(s.agents) for s in scenes]) >= 28
+    assert np.mean([len(s.areas) + len(s.lanes) for s in scenes]) >= 35
+    spec = pad_spec()
+    assert all(len(s.agents) <= spec.agents and len(s.lanes) <= spec.lanes and len(s.areas) <= spec.areas
+               for s in scenes)

@@ -104,9 +104,22 @@ class _Builder:
 
 def build_actors(road: RoadMap, rng: np.random.Generator, v0: float, prof) -> Actors:
     b = _Builder(road, rng, prof.max_agents)
-    if road.layout == "intersection":
-        return _junction_actors(b, v0, prof)
-    return _road_actors(b, v0, prof)
+    actors = _junction_actors(b, v0, prof) if road.layout == "intersection" else _road_actors(b, v0, prof)
+    if prof.background_vehicles:  # only then: other profiles keep their random streams (and scenes) unchanged
+        _background_traffic(b, prof.background_vehicles)
+    return actors
+
+
+def _background_traffic(b: _Builder, count: int) -> None:
+    """Up to ``count`` more vehicles anywhere along the lane paths (moving or stopped; overlaps at t=0 refused)."""
+    rng = b.rng
+    for _ in range(count):
+        lp = b.road.lane_paths[int(rng.integers(len(b.road.lane_paths)))]
+        sigma = lp.paths.sigma[0]
+        start = rng.uniform(sigma[0] + 5.0, max(sigma[-1] - 40.0, sigma[0] + 6.0))
+        s, v = speed_profile(rng.uniform(4.0, 14.0) if rng.random() < 0.75 else 0.0)
+        b.add("veh", AgentType.VEHICLE, b.vehicle_size(), track_on_path(lp.paths, start + s, v), "background",
+              may_flicker=True)
 
 
 def _lead(b: _Builder, gap: float, role: str, speed: float, accel=0.0, t_start=0.0) -> Lead | None:

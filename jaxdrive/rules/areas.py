@@ -86,7 +86,7 @@ def _flags(lane_corner: Bool[Array, "L *k T 4"], area_corner: Bool[Array, "A *k 
 
 
 def _packed_areas(map: PackedMap, states: Float[Array, "K T 11"]) -> EgoAreas:
-    """Area flags of K proposals from a packed map whose tiles are flat (owner = proposal index < K)."""
+    """Area flags of K proposals (one tile group) from a packed map whose tiles are flat (owner = proposal < K)."""
     k, t = states.shape[:2]
     boxes = ego_boxes(states)
     corners = boxes.reshape(k, 4 * t, 2)
@@ -137,11 +137,14 @@ def batch_ego_areas(map: MapData | PackedMap, states: Float[Array, "B K T 11"]) 
     if map.junction.shape[:2] != (b, k):
         raise ValueError(f"batch_ego_areas: a PackedMap packed for {map.junction.shape[:2]} (scenes, proposals) was "
                          f"given states of {states.shape[:2]}; pack the map for these states (jaxdrive.broadphase)")
-    flat = lambda x: x.reshape((-1,) + x.shape[2:])
-    tiles = lambda t: t.replace(start=flat(t.start), end=flat(t.end), owner=flat(t.owner), slot=flat(t.slot),
-                                valid=flat(t.valid))
-    flat_map = map.replace(areas=tiles(map.areas), lanes=tiles(map.lanes), red_lanes=tiles(map.red_lanes),
-                           junction=flat(map.junction), lane_on_route=flat(map.lane_on_route),
-                           red_first=flat(map.red_first), red=flat(map.red))
-    areas = _packed_areas(flat_map, flat(states))
-    return jax.tree_util.tree_map(lambda x: x.reshape((b, k) + x.shape[1:]), areas)
+    g = map.lanes.groups
+    grouped = lambda x: x.reshape((g, -1) + x.shape[2:])  # [B, n, ...] -> [G, B / G * n, ...]
+    tiles = lambda t: t.replace(start=grouped(t.start), end=grouped(t.end), owner=grouped(t.owner),
+                                slot=grouped(t.slot), valid=grouped(t.valid))
+    by_group = map.replace(areas=tiles(map.areas), lanes=tiles(map.lanes), red_lanes=tiles(map.red_lanes),
+                           junction=grouped(map.junction), lane_on_route=grouped(map.lane_on_route),
+                           red_first=grouped(map.red_first), red=grouped(map.red))
+    axes = PackedMap(areas=0, junction=0, lanes=0, lane_on_route=0, red_lanes=0, red_first=0, red=0, centerline=None,
+                     centerline_valid=None, near_segments=None)
+    areas = jax.vmap(_packed_areas, in_axes=(axes, 0))(by_group, grouped(states))  # each group on its own tiles
+    return jax.tree_util.tree_map(lambda x: x.reshape((b, k) + x.shape[2:]), areas)

@@ -21,6 +21,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxdrive.broadphase import PackSpec, pack_batch
+from jaxdrive.rules.areas import batch_ego_areas
 from jaxdrive.rules.epdms import SubScores, score as score_fn
 from jaxdrive.scene import HostScene, PadSpec, batch_scenes
 from jaxdrive.scoring.outputs import RunDir
@@ -115,15 +116,23 @@ def make_mesh(num_devices: int | None = None) -> Mesh:
 
 
 def build_step(mesh: Mesh, options: ScoreOptions) -> Callable:
-    """One jitted function (scene[B], proposals[B,K], gates[B,9], reference[B]) -> SubScores[B,K], sharded over data."""
-    data = NamedSharding(mesh, PartitionSpec("data"))
+    """(scene[B], proposals[B,K], gates[B,9], reference[B]) -> SubScores[B,K], sharded over data.
 
-    def step(scene, proposals, gates, reference):
+    Two jitted programs, dispatched back to back (asynchronously): the map predicates over the batch's edge tiles
+    (``batch_ego_areas``), then every rule and the aggregation. On CPU this is ~1.7x faster than one fused program.
+    """
+    data = NamedSharding(mesh, PartitionSpec("data"))
+    areas_fn = jax.jit(lambda scene, proposals: batch_ego_areas(scene.map, proposals.states),
+                       in_shardings=(data, data), out_shardings=data)
+
+    def rules(scene, proposals, gates, reference, areas):
         return score_fn(scene, proposals, ep_mode=options.ep_mode,
                         reference_progress=reference if options.ep_mode == "reference" else None,
-                        gates=None if options.gates is None else gates[:, None, :])
+                        gates=None if options.gates is None else gates[:, None, :], areas=areas)
 
-    return jax.jit(step, in_shardings=(data, data, data, data), out_shardings=data)
+    rules_fn = jax.jit(rules, in_shardings=(data,) * 5, out_shardings=data)
+    return lambda scene, proposals, gates, reference: rules_fn(scene, proposals, gates, reference,
+                                                              areas_fn(scene, proposals))
 
 
 def resimulate(states: jnp.ndarray) -> jnp.ndarray:
@@ -219,7 +228,8 @@ class _Producer(threading.Thread):
         props = props.replace(valid=props.valid & (np.arange(b) < len(scenes))[:, None])
         if self.options.simulate:  # before culling: the broad phase must see the states that are scored
             props = props.replace(states=np.asarray(_resimulate_jit(props.states)))
-        scene, used = pack_batch(scene, props.states, self.pack)  # exact host-side broad phase
+        # Exact host-side broad phase; edge tiles grouped per device so no tile crosses a shard.
+        scene, used = pack_batch(scene, props.states, self.pack, groups=ndev)
         self.pack = self.pack.grow(used)
         gates = np.ones((b, 9), bool) if self.options.gates is None else np.tile(self.options.gates, (b, 1))
         ref = np.zeros((b,), np.float32)
