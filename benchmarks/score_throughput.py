@@ -21,6 +21,7 @@ batch should grow linearly in B*K: constant us/proposal). Runs unchanged on CPU,
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -35,7 +36,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 from reference_rules import reference_rules  # noqa: E402
 
 from jaxdrive.broadphase import PackSpec, pack_batch  # noqa: E402
-from jaxdrive.data.synthetic import generate_scene  # noqa: E402
+from jaxdrive.data.synthetic import PROFILES, generate_scene  # noqa: E402
 from jaxdrive.rules.epdms import score  # noqa: E402
 from jaxdrive.scene import PadSpec, batch_scenes  # noqa: E402
 from jaxdrive.scoring.runner import ScoreOptions, build_step, make_mesh  # noqa: E402
@@ -135,19 +136,21 @@ def main() -> None:
         print(f"{label:<24} {first:>13.1f} {best * 1e3:>9.1f} {pps:>10,.0f} {pps * ref_s:>12,.1f} "
               f"{host_s * 1e3:>13.1f} {n_prop / (best + host_s):>18,.0f}")
 
-    print("\nscaling (jaxdrive score step, steady state; linear scaling = constant us/proposal):")
+    print("\nscaling (jaxdrive score step, steady state; N = mean agents per scene; linear scaling = constant "
+          "us/proposal):")
     print(f"{'B':>4} {'K':>4} {'N':>4} {'compile s':>10} {'batch ms':>10} {'prop/s':>10} {'us/prop':>8}")
     ks, ns, bs = ((4, 16), (8, 32), (4, 8, 16)) if args.quick else ((4, 8, 16, 32), (8, 32, 64), (4, 8, 16, 32))
     configs = [(max(bs) // 2, k, 32) for k in ks] + [(max(bs) // 2, 16, n) for n in ns if n != 32] + \
               [(b, 16, 32) for b in bs]
-    cache = {}
     for b, k, n in dict.fromkeys(configs):
-        if (b, k) not in cache:
-            cache[(b, k)] = [generate_scene(seed, num_proposals=k, profile=args.profile) for seed in range(b)]
+        # N agents: the profile with at most N agents (its background traffic scaled to fill them)
+        base = PROFILES[args.profile]
+        prof = dataclasses.replace(base, max_agents=n, background_vehicles=2 * n if base.background_vehicles else 0)
+        scenes_bkn = [generate_scene(seed, num_proposals=k, profile=prof) for seed in range(b)]
         spec = PadSpec(**{**DEFAULT_PAD, "proposals": k, "agents": n})
-        batch, _ = build(cache[(b, k)], spec, packed=True)
+        batch, _ = build(scenes_bkn, spec, packed=True)
         first, best = timed(scorer, jax.device_put(batch), args.reps)
-        print(f"{b:>4} {k:>4} {n:>4} {first:>10.1f} {best * 1e3:>10.1f} {b * k / best:>10,.0f} "
+        print(f"{b:>4} {k:>4} {np.mean([len(s.agents) for s in scenes_bkn]):>4.0f} {first:>10.1f} {best * 1e3:>10.1f} {b * k / best:>10,.0f} "
               f"{best / (b * k) * 1e6:>8.0f}")
 
 

@@ -56,39 +56,41 @@ TILE_MULTIPLE = 16  # a group's tile count rounds up to this x its scene count (
 
 @struct.dataclass
 class EdgeTiles:
-    """The edges of every (scene, proposal, kept polygon) of a batch, cut into tiles of ``TILE_EDGES`` edges.
+    """The edges of every kept (scene, proposal, polygon) pair of a batch, cut into tiles of ``TILE_EDGES`` edges.
 
     A batch-level structure, in ``groups`` groups of B / G consecutive scenes (one per device the batch is sharded
-    over, so tiles never cross devices): within a group, tile i holds edges of slot ``slot[i]`` of proposal
-    ``owner[i]`` (flat index within the group, b * K + k) among that proposal's kept polygons (the slots of
-    ``_select``); tiles are sorted by (owner, slot) and a polygon's edges run over consecutive tiles in ring order.
-    The tiles are stored as [B, NT / B] rows only so the leaves batch (and shard) like the rest of ``Scene``: group
-    g's tiles fill its scenes' rows, but row b is *not* scene b's tiles (read a group flattened, see
-    ``jaxdrive.rules.areas.batch_ego_areas``). The work is then the batch's real edge count (rounded per polygon to
-    whole tiles), not B x K x the proposal with the most edges. Unused edges sit at ``FAR`` with zero length (never a
-    crossing, never "on"); empty tiles are owned by the last proposal with ``slot = M`` (past every real slot, so
-    owner * (M + 1) + slot stays sorted).
+    over, so nothing crosses devices). Within a group, pair i is (proposal ``pair_owner[i]``: flat index
+    b * K + k within the group, polygon ``pair_poly[i]`` of that scene; -1 pads), pairs sorted by (proposal,
+    polygon); tile j holds 8 edges of pair ``tile_pair[j]``, tiles sorted by pair, a polygon's edges running over
+    consecutive tiles in ring order. Pairs and tiles are stored as [B, n / B] rows only so the leaves batch (and
+    shard) like the rest of ``Scene``: group g's fill its scenes' rows, but row b is *not* scene b's (read a group
+    flattened, see ``jaxdrive.rules.areas.batch_ego_areas``). The work is the batch's real edge count near each
+    proposal (rounded per polygon to whole tiles). Unused edges sit at ``FAR`` with zero length (never a crossing,
+    never "on"); empty tiles belong to the group's last pair (sums unchanged, order kept).
     """
 
     start: Float[Array, "B NTb TILE 2"]
     end: Float[Array, "B NTb TILE 2"]
-    owner: Int[Array, "B NTb"]
-    slot: Int[Array, "B NTb"]
-    valid: Bool[Array, "B K M"]  # the proposal's slot m holds a polygon
+    tile_pair: Int[Array, "B NTb"]
+    pair_owner: Int[Array, "B Pb"]
+    pair_poly: Int[Array, "B Pb"]
     groups: int = struct.field(pytree_node=False, default=1)
 
 
 @struct.dataclass
 class PackedMap:
-    """A scene map culled and packed per proposal (stands in for ``MapData`` in ``Scene.map``)."""
+    """A scene map culled per proposal and cut into edge tiles (stands in for ``MapData`` in ``Scene.map``).
+
+    Per-pair attributes follow the pair rows of their ``EdgeTiles``.
+    """
 
     areas: EdgeTiles  # every drivable polygon near each proposal
-    junction: Bool[Array, "*b K Ma"]  # the slot is an intersection polygon
+    junction: Bool[Array, "B Pa"]  # the pair's polygon is an intersection
     lanes: EdgeTiles  # lanes and lane connectors near each proposal
-    lane_on_route: Bool[Array, "*b K Ml"]
+    lane_on_route: Bool[Array, "B Pl"]
     red_lanes: EdgeTiles  # on-route lanes red at some step, near each proposal (TLC)
-    red_first: Float[Array, "*b K Mr 2"]  # first ring vertex of each red-lane slot (TLC's vertex-in-box test)
-    red: Bool[Array, "*b K Mr T"]  # light of the red-lane slot is red at step t
+    red_first: Float[Array, "B Pr 2"]  # first ring vertex of the pair's lane (TLC's vertex-in-box test)
+    red: Bool[Array, "B Pr T"]  # the pair's light is red at step t
     centerline: Float[Array, "*b C 2"]
     centerline_valid: Bool[Array, "*b C"]
     near_segments: Int[Array, "*b K S"]  # centreline segments (i -> i + 1) within LK's reach of the proposal; -1 pads
@@ -96,17 +98,19 @@ class PackedMap:
 
 @dataclasses.dataclass(frozen=True)
 class PackSpec:
-    """Smallest packed sizes per proposal (slots, edges per polygon set) and per scene (agents, centreline points).
+    """Smallest packed sizes: per scene of the batch (pairs, tiles, agents, centreline points), per proposal (LK's
+    centreline segments).
 
-    Larger needs round up (slots and agents to powers of two, tiles to multiples of ``TILE_MULTIPLE`` x B).
+    Larger needs round up (pairs and tiles to multiples of ``TILE_MULTIPLE`` x scenes per group, agents to multiples
+    of ``AGENT_MULTIPLE``, segments to multiples of ``SEGMENT_MULTIPLE``).
     """
 
-    area_slots: int = 8
-    area_tiles: int = 32  # per scene of the batch
-    lane_slots: int = 16
-    lane_tiles: int = 64  # per scene of the batch
-    red_slots: int = 2
-    red_tiles: int = 2  # per scene of the batch
+    area_pairs: int = 16  # (proposal, polygon) pairs and edge tiles, per scene of the batch
+    area_tiles: int = 32
+    lane_pairs: int = 32
+    lane_tiles: int = 64
+    red_pairs: int = 2
+    red_tiles: int = 2
     centerline: int = 64  # points (real ones + at least one padded), rounded up to a multiple of 64
     agents: int = 4
     near_segments: int = 32  # centreline segments per proposal for LK, rounded up to a multiple of 32
@@ -171,34 +175,53 @@ def _gather(leaf: np.ndarray, idx: np.ndarray, fill) -> np.ndarray:
     return np.where(mask, np.asarray(fill, leaf.dtype), out)
 
 
-def _tile(polys: Polygons, idx: np.ndarray, min_tiles: int, groups: int) -> EdgeTiles:
-    """Edges of the polygons ``idx`` [B, K, M] (-1 = empty slot) cut into tiles, per group of B / ``groups`` scenes."""
+def _tile(polys: Polygons, keep: np.ndarray, min_pairs: int, min_tiles: int,
+          groups: int) -> tuple[EdgeTiles, np.ndarray, np.ndarray]:
+    """Edge tiles of the kept (scene, proposal, polygon) pairs ``keep`` [B, K, P], per group of B / ``groups`` scenes.
+
+    Returns the tiles and, per pair row [B, Pb], the scene and polygon index (-1 for padding pairs).
+    """
     verts = np.asarray(polys.vertices)  # [B, P, V, 2] float32
-    nb, nv = verts.shape[0], verts.shape[2]
-    k, m = idx.shape[1:]
+    nb, npoly, nv = verts.shape[:3]
+    k = keep.shape[1]
     per_group = nb // groups
     n_edges = np.minimum(np.asarray(polys.vertex_valid).sum(-1) + 1, nv)  # + one degenerate v0 -> v0 if padded
-    lengths = _gather(n_edges, idx, 0).reshape(groups, -1)  # per (scene, proposal, slot) of each group, in order
+    flat_keep = keep.reshape(groups, -1)  # (scene in group, proposal, polygon) order
+    count = flat_keep.sum(-1)
+    step = TILE_MULTIPLE * per_group
+    npair = max(min_pairs * per_group, -(-int(count.max(initial=0)) // step) * step)
+    pair = np.full((groups, npair), -1, np.int64)  # flat (scene in group, proposal, polygon) index
+    for g in range(groups):
+        pair[g, :count[g]] = np.flatnonzero(flat_keep[g])
+    real = pair >= 0
+    scene = np.where(real, np.arange(groups)[:, None] * per_group + np.maximum(pair, 0) // (k * npoly), 0)
+    poly = np.where(real, np.maximum(pair, 0) % npoly, -1)
+    lengths = np.where(real, n_edges[scene, np.maximum(poly, 0)], 0)  # [G, Pg]
     tiles = -(-lengths // TILE_EDGES)
     ends = np.cumsum(tiles, axis=-1)
-    step = TILE_MULTIPLE * per_group
     nt = max(min_tiles * per_group, -(-int(ends[:, -1].max()) // step) * step)  # tiles per group
     pos = np.arange(nt)
-    pair = np.minimum(np.stack([np.searchsorted(row, pos, side="right") for row in ends]), lengths.shape[1] - 1)
+    tile_pair = np.minimum(np.stack([np.searchsorted(row, pos, side="right") for row in ends]), npair - 1)
     used = pos[None] < ends[:, -1:]  # [G, NT]
-    take = lambda x: np.take_along_axis(x, pair, axis=-1)
+    take = lambda x: np.take_along_axis(x, tile_pair, axis=-1)
     j = pos[None] - (take(ends) - take(tiles))  # tile index within its polygon
     e = j[..., None] * TILE_EDGES + np.arange(TILE_EDGES)  # [G, NT, TILE] edge index in the ring
     live = used[..., None] & (e < take(lengths)[..., None])
-    scene = np.arange(groups)[:, None] * per_group + pair // (k * m)
-    poly = take(np.maximum(idx, 0).reshape(groups, -1))
-    at = lambda i: verts[scene[..., None], poly[..., None], np.where(live, i, 0)]
+    at = lambda i: verts[take(scene)[..., None], np.maximum(take(poly), 0)[..., None], np.where(live, i, 0)]
     start = np.where(live[..., None], at(e), np.float32(FAR))
     end = np.where(live[..., None], at((e + 1) % nv), np.float32(FAR))
-    rows = lambda x: x.reshape((nb, nt // per_group) + x.shape[2:])  # group g's tiles fill its scenes' rows
-    return EdgeTiles(start=rows(start.astype(np.float32)), end=rows(end.astype(np.float32)),
-                     owner=rows(np.where(used, pair // m, per_group * k - 1).astype(np.int32)),
-                     slot=rows(np.where(used, pair % m, m).astype(np.int32)), valid=idx >= 0, groups=groups)
+    rows = lambda x: x.reshape((nb, -1) + x.shape[2:])  # group g's tiles / pairs fill its scenes' rows
+    owner = np.where(real, np.maximum(pair, 0) // npoly, per_group * k - 1)  # b * K + k within the group
+    out = EdgeTiles(start=rows(start.astype(np.float32)), end=rows(end.astype(np.float32)),
+                    tile_pair=rows(tile_pair.astype(np.int32)), pair_owner=rows(owner.astype(np.int32)),
+                    pair_poly=rows(poly.astype(np.int32)), groups=groups)
+    return out, rows(scene), rows(poly)
+
+
+def _pair_values(leaf: np.ndarray, scene: np.ndarray, poly: np.ndarray, fill) -> np.ndarray:
+    """leaf [B, P, ...] at each pair's (scene, polygon) -> [B, Pb, ...]; padding pairs get ``fill``."""
+    out = np.asarray(leaf)[scene, np.maximum(poly, 0)]
+    return np.where((poly < 0).reshape(poly.shape + (1,) * (out.ndim - 2)), np.asarray(fill, out.dtype), out)
 
 
 def pack_map(scene: Scene, states: np.ndarray, spec: PackSpec = PackSpec(),
@@ -223,11 +246,9 @@ def pack_map(scene: Scene, states: np.ndarray, spec: PackSpec = PackSpec(),
     keep_a = overlaps(swept, polygon_bboxes(m.areas), m.areas.valid)
     keep_l = overlaps(swept, polygon_bboxes(m.lanes), m.lanes.valid)
     red_any = np.asarray(m.lane_on_route) & np.asarray(m.lane_red).any(-1)
-    ia = _select(keep_a, spec.area_slots)
-    il = _select(keep_l, spec.lane_slots)
-    ir = _select(keep_l & red_any[:, None, :], spec.red_slots)
-    areas, lanes, red_lanes = (_tile(m.areas, ia, spec.area_tiles, groups), _tile(m.lanes, il, spec.lane_tiles, groups),
-                               _tile(m.lanes, ir, spec.red_tiles, groups))
+    areas, a_scene, a_poly = _tile(m.areas, keep_a, spec.area_pairs, spec.area_tiles, groups)
+    lanes, l_scene, l_poly = _tile(m.lanes, keep_l, spec.lane_pairs, spec.lane_tiles, groups)
+    red_lanes, r_scene, r_poly = _tile(m.lanes, keep_l & red_any[:, None, :], spec.red_pairs, spec.red_tiles, groups)
 
     centerline = np.asarray(m.centerline)
     real = int(np.asarray(m.centerline_valid).sum(-1).max())
@@ -235,14 +256,16 @@ def pack_map(scene: Scene, states: np.ndarray, spec: PackSpec = PackSpec(),
     centerline = centerline[..., :c, :]
     near = near_segments(centerline, swept, spec.near_segments)
     packed = PackedMap(
-        areas=areas, junction=_gather(np.asarray(m.area_kind), ia, 0) == AreaKind.INTERSECTION,
-        lanes=lanes, lane_on_route=_gather(np.asarray(m.lane_on_route), il, False),
-        red_lanes=red_lanes, red_first=_gather(np.asarray(m.lanes.vertices)[:, :, 0], ir, FAR).astype(np.float32),
-        red=_gather(np.asarray(m.lane_red), ir, False),
+        areas=areas, junction=_pair_values(m.area_kind, a_scene, a_poly, 0) == AreaKind.INTERSECTION,
+        lanes=lanes, lane_on_route=_pair_values(m.lane_on_route, l_scene, l_poly, False),
+        red_lanes=red_lanes,
+        red_first=_pair_values(np.asarray(m.lanes.vertices)[:, :, 0], r_scene, r_poly, FAR).astype(np.float32),
+        red=_pair_values(m.lane_red, r_scene, r_poly, False),
         centerline=centerline, centerline_valid=np.asarray(m.centerline_valid)[..., :c], near_segments=near)
-    used = PackSpec(area_slots=ia.shape[-1], area_tiles=areas.start.shape[1], lane_slots=il.shape[-1],
-                    lane_tiles=lanes.start.shape[1], red_slots=ir.shape[-1], red_tiles=red_lanes.start.shape[1],
-                    centerline=c, agents=spec.agents, near_segments=near.shape[-1])
+    pairs, tiles = (lambda t: t.pair_owner.shape[1]), (lambda t: t.start.shape[1])  # per scene of the batch
+    used = PackSpec(area_pairs=pairs(areas), area_tiles=tiles(areas), lane_pairs=pairs(lanes), lane_tiles=tiles(lanes),
+                    red_pairs=pairs(red_lanes), red_tiles=tiles(red_lanes), centerline=c, agents=spec.agents,
+                    near_segments=near.shape[-1])
     return packed, used
 
 

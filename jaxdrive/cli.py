@@ -24,7 +24,9 @@ def _add_score(sub) -> None:
     src.add_argument("--proposals", type=int, default=16, help="proposals per synthetic scene")
     p.add_argument("--out", type=Path, help="output directory (default: runs/score-<time>)")
     p.add_argument("--resume", action="store_true", help="continue the run recorded in --out")
-    p.add_argument("--batch-size", type=int, default=64, help="scenes per device batch")
+    p.add_argument("--batch-size", type=int, default=16,
+                   help="scenes per batch, sharded over the devices (CPU: ~16 per device is fastest; "
+                        "accelerators: raise it)")
     p.add_argument("--shard-size", type=int, default=256, help="scenes per parquet shard (unit of resume)")
     p.add_argument("--ep-mode", default="scene", choices=["scene", "batch", "reference"],
                    help="EP normaliser: max over the scene's proposals (NAVSIM), over the batch, or a fixed reference")

@@ -83,8 +83,9 @@ def _assert_identical(scenes):
         assert got.shape == want.shape, name
         bad = np.argwhere((got != want) & valid.reshape(valid.shape + (1,) * (want.ndim - 2)))
         assert bad.size == 0, f"{name}: packed differs from dense at (scene, proposal, ...) {bad[:5].tolist()}"
-    # The packing must actually cull: fewer polygon slots per proposal than the scenes have polygons.
-    assert used.lane_slots < max(len(s.lanes) for s in scenes) or used.area_slots < max(len(s.areas) for s in scenes)
+    # The packing must actually cull: fewer (proposal, polygon) pairs than every proposal with every polygon.
+    real_pairs = (np.asarray(packed_scene.map.lanes.pair_poly) >= 0).sum()
+    assert real_pairs < sum(s.num_proposals * len(s.lanes) for s in scenes)
     assert np.asarray(packed_scene.agents.valid).sum() < sum(len(s.agents) for s in scenes)
     return used
 
@@ -153,7 +154,7 @@ def test_dropped_polygons_and_agents_are_never_touched(fixture_scenes, synthetic
 
 
 def test_packed_edges_are_the_ring_edges(fixture_scenes):
-    """Each (scene, proposal, kept lane)'s tiles hold exactly its ring's edges, in order, bit for bit."""
+    """Each kept (scene, proposal, lane) pair's tiles hold exactly its ring's edges, in order, bit for bit."""
     scenes = fixture_scenes[:6]
     batch, props, _ = batch_scenes(scenes, PadSpec.fit(scenes), validate=False)
     packed, _ = pack_map(batch, props.states)
@@ -162,15 +163,17 @@ def test_packed_edges_are_the_ring_edges(fixture_scenes):
     nv, k = verts.shape[2], props.states.shape[1]
     tiles = packed.lanes
     start, end = tiles.start.reshape(-1, TILE_EDGES, 2), tiles.end.reshape(-1, TILE_EDGES, 2)
-    owner, slot = tiles.owner.reshape(-1), tiles.slot.reshape(-1)
-    assert np.all(np.diff(owner * (tiles.valid.shape[-1] + 1) + slot) >= 0)  # sorted for the segment sum
+    tile_pair, owner, poly = tiles.tile_pair.reshape(-1), tiles.pair_owner.reshape(-1), tiles.pair_poly.reshape(-1)
+    assert np.all(np.diff(tile_pair) >= 0) and np.all(np.diff(owner) >= 0)  # sorted for the segment sums
+    real = poly >= 0
+    assert real.sum() == keep.sum()  # one pair per kept (scene, proposal, lane)
     for b, scene in enumerate(scenes):
         for j in range(scene.num_proposals):
-            kept = np.flatnonzero(keep[b, j])
-            assert tiles.valid[b, j].sum() == len(kept)
-            for m, p in enumerate(kept):
-                mine = (owner == b * k + j) & (slot == m)
-                got_start, got_end = start[mine].reshape(-1, 2), end[mine].reshape(-1, 2)
+            mine = np.flatnonzero(real & (owner == b * k + j))
+            np.testing.assert_array_equal(poly[mine], np.flatnonzero(keep[b, j]))
+            for i in mine:
+                p = poly[i]
+                got_start, got_end = start[tile_pair == i].reshape(-1, 2), end[tile_pair == i].reshape(-1, 2)
                 n = min(len(scene.lanes[p].polygon) + 1, nv)
                 np.testing.assert_array_equal(got_start[:n], verts[b, p, :n])
                 np.testing.assert_array_equal(got_end[:n], verts[b, p, (np.arange(n) + 1) % nv])
@@ -180,10 +183,10 @@ def test_packed_edges_are_the_ring_edges(fixture_scenes):
 
 
 def test_pack_spec_is_a_floor_and_grows():
-    spec = PackSpec(lane_slots=4, lane_tiles=16)
-    big = PackSpec(lane_slots=32, lane_tiles=8)
+    spec = PackSpec(lane_pairs=4, lane_tiles=16)
+    big = PackSpec(lane_pairs=32, lane_tiles=8)
     grown = spec.grow(big)
-    assert grown.lane_slots == 32 and grown.lane_tiles == 16
+    assert grown.lane_pairs == 32 and grown.lane_tiles == 16
 
 
 def test_bad_inputs_name_the_argument(fixture_scenes):

@@ -30,7 +30,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.broadphase import PackedMap
 from jaxdrive.geometry import box_intersects_polygon, ego_center, ego_corners, point_in_polygon
-from jaxdrive.packed_geometry import boxes_touch_tiles, points_in_tiles
+from jaxdrive.packed_geometry import boxes_touch_tiles, pair_sums, points_in_tiles
 from jaxdrive.scene import AreaKind, MapData
 
 
@@ -86,22 +86,25 @@ def _flags(lane_corner: Bool[Array, "L *k T 4"], area_corner: Bool[Array, "A *k 
 
 
 def _packed_areas(map: PackedMap, states: Float[Array, "K T 11"]) -> EgoAreas:
-    """Area flags of K proposals (one tile group) from a packed map whose tiles are flat (owner = proposal < K)."""
+    """Area flags of one tile group's K proposals from its flat packed map (pairs owned by proposals < K)."""
     k, t = states.shape[:2]
     boxes = ego_boxes(states)
     corners = boxes.reshape(k, 4 * t, 2)
     centers = ego_centers(states)
-    lane_in = points_in_tiles(jnp.concatenate([corners, centers], axis=1), map.lanes)  # [K, Ml, 5T]
-    area_in = points_in_tiles(jnp.concatenate([corners, centers, states[..., :2]], axis=1), map.areas)  # [K, Ma, 6T]
+    lane_in = points_in_tiles(jnp.concatenate([corners, centers], axis=1), map.lanes)  # [Pl, 5T]
+    area_in = points_in_tiles(jnp.concatenate([corners, centers, states[..., :2]], axis=1), map.areas)  # [Pa, 6T]
+    red = boxes_touch_tiles(boxes, map.red_lanes, map.red_first) & map.red  # [Pr, T]
     n = 4 * t
-    polygons_first = lambda x: jnp.moveaxis(x, 1, 0)  # [K, M, ...] -> [M, K, ...]
-    lane_corner = polygons_first(lane_in[..., :n].reshape(k, -1, t, 4))
-    area_corner = polygons_first(area_in[..., :n].reshape(k, -1, t, 4))
-    junction = map.junction[..., None]
-    red = boxes_touch_tiles(boxes, map.red_lanes, map.red_first) & map.red  # [K, Mr, T]
-    return _flags(lane_corner, area_corner, polygons_first(lane_in[..., n:] & map.lane_on_route[..., None]),
-                  polygons_first(area_in[..., n:n + t] & junction), polygons_first(area_in[..., n + t:] & junction),
-                  polygons_first(red))
+    lane_corner, area_corner = lane_in[:, :n].reshape(-1, t, 4), area_in[:, :n].reshape(-1, t, 4)
+    per = lambda x, tiles: pair_sums(x.astype(jnp.int32), tiles, k)  # over each proposal's pairs -> [K, ...]
+    junction = map.junction[:, None]
+    return EgoAreas(
+        multiple_lanes=(per(jnp.any(lane_corner, -1), map.lanes) > 1) & ~(per(jnp.all(lane_corner, -1), map.lanes) > 0),
+        non_drivable=~jnp.all(per(area_corner, map.areas) > 0, axis=-1),
+        oncoming=~(per(lane_in[:, n:] & map.lane_on_route[:, None], map.lanes) > 0),
+        center_in_intersection=per(area_in[:, n:n + t] & junction, map.areas) > 0,
+        rear_axle_in_intersection=per(area_in[:, n + t:] & junction, map.areas) > 0,
+        red_light=per(red, map.red_lanes) > 0)
 
 
 def ego_areas(map: MapData, states: Float[Array, "K T 11"]) -> EgoAreas:
@@ -134,13 +137,13 @@ def batch_ego_areas(map: MapData | PackedMap, states: Float[Array, "B K T 11"]) 
     if not isinstance(map, PackedMap):
         return jax.vmap(ego_areas)(map, states)
     b, k = states.shape[:2]
-    if map.junction.shape[:2] != (b, k):
-        raise ValueError(f"batch_ego_areas: a PackedMap packed for {map.junction.shape[:2]} (scenes, proposals) was "
+    if map.near_segments.shape[:2] != (b, k):
+        raise ValueError(f"batch_ego_areas: a PackedMap packed for {map.near_segments.shape[:2]} (scenes, proposals) was "
                          f"given states of {states.shape[:2]}; pack the map for these states (jaxdrive.broadphase)")
     g = map.lanes.groups
     grouped = lambda x: x.reshape((g, -1) + x.shape[2:])  # [B, n, ...] -> [G, B / G * n, ...]
-    tiles = lambda t: t.replace(start=grouped(t.start), end=grouped(t.end), owner=grouped(t.owner),
-                                slot=grouped(t.slot), valid=grouped(t.valid))
+    tiles = lambda t: t.replace(start=grouped(t.start), end=grouped(t.end), tile_pair=grouped(t.tile_pair),
+                                pair_owner=grouped(t.pair_owner), pair_poly=grouped(t.pair_poly))
     by_group = map.replace(areas=tiles(map.areas), lanes=tiles(map.lanes), red_lanes=tiles(map.red_lanes),
                            junction=grouped(map.junction), lane_on_route=grouped(map.lane_on_route),
                            red_first=grouped(map.red_first), red=grouped(map.red))
