@@ -115,9 +115,14 @@ class PackSpec:
     agents: int = 4
     near_segments: int = 32  # centreline segments per proposal for LK, rounded up to a multiple of 32
 
-    def grow(self, used: "PackSpec") -> "PackSpec":
-        return PackSpec(**{f.name: max(getattr(self, f.name), getattr(used, f.name))
-                           for f in dataclasses.fields(PackSpec)})
+    def grow(self, used: "PackSpec", headroom: float = 1.0) -> "PackSpec":
+        """This spec, with every field ``used`` exceeded raised to ``used`` x ``headroom`` (room for the next batches:
+        each growth is a recompile). Fields ``used`` does not exceed stay, so a steady run settles on one shape."""
+        def field(name: str) -> int:
+            mine, need = getattr(self, name), getattr(used, name)
+            return mine if need <= mine else math.ceil(need * headroom)
+
+        return PackSpec(**{f.name: field(f.name) for f in dataclasses.fields(PackSpec)})
 
 
 def _bucket(n: int, minimum: int) -> int:

@@ -187,6 +187,9 @@ def test_pack_spec_is_a_floor_and_grows():
     big = PackSpec(lane_pairs=32, lane_tiles=8)
     grown = spec.grow(big)
     assert grown.lane_pairs == 32 and grown.lane_tiles == 16
+    roomy = spec.grow(big, headroom=1.25)
+    assert roomy.lane_pairs == 40 and roomy.lane_tiles == 16 and roomy.agents == spec.agents
+    assert roomy.grow(roomy, headroom=1.25) == roomy  # a batch that fits never grows the spec (no recompiles)
 
 
 def test_bad_inputs_name_the_argument(fixture_scenes):

@@ -34,6 +34,9 @@ EP_MODES = ("scene", "batch", "reference")
 DEFAULT_PAD = PadSpec(proposals=16, agents=32, areas=24, area_vertices=96, lanes=64, lane_vertices=96, centerline=512)
 
 
+PACK_HEADROOM = 1.25  # the broad phase's sizes grow 25% past a batch that needs more (fewer recompiles)
+
+
 @dataclasses.dataclass
 class ScoreOptions:
     batch_size: int = 16  # scenes per batch (sharded over the devices; ~16 per CPU device is fastest)
@@ -230,7 +233,7 @@ class _Producer(threading.Thread):
             props = props.replace(states=np.asarray(_resimulate_jit(props.states)))
         # Exact host-side broad phase; edge tiles grouped per device so no tile crosses a shard.
         scene, used = pack_batch(scene, props.states, self.pack, groups=ndev)
-        self.pack = self.pack.grow(used)
+        self.pack = self.pack.grow(used, PACK_HEADROOM)
         gates = np.ones((b, 9), bool) if self.options.gates is None else np.tile(self.options.gates, (b, 1))
         ref = np.zeros((b,), np.float32)
         if self.options.reference_progress:
