@@ -1,15 +1,15 @@
-"""Exact host-side broad phase: per-proposal packed edge lists of the map polygons a proposal can touch.
+"""Exact host-side broad phase: the map polygons and agents each proposal can touch, packed for the kernels.
 
 Every map predicate of the EPDMS rules tests ego geometry *at the proposal's own states*: strict point-in-polygon of
 the four corners, the box centre and the rear axle (area flags for DAC / DDC / LK / NC / TTC), and TLC's closed
 box-polygon contact. All of these lie inside the ego footprints, so a polygon whose bounding box misses the bounding
 box of a proposal's 41 footprints cannot change any of its results (a strict interior point lies in the polygon's
 bbox; a closed contact needs touching bboxes). ``pack_map`` keeps, per proposal, only the polygons whose bbox overlaps
-the proposal's swept bbox (plus ``MARGIN_M``). For the area flags their edges are cut into tiles of 8 edges for the
-whole batch (``EdgeTiles``: every (scene, proposal, kept polygon)'s edges in consecutive tiles), so the kernels test
-each proposal's points against the few dozen real edges near it, and the padding is paid once per batch (not for
-every proposal up to the one with the most edges). TLC gets its own tiles with only the on-route lanes that are red
-at some step.
+the proposal's swept bbox (plus ``MARGIN_M``); every kept (proposal, polygon) pair's edges are cut into tiles of 8
+edges for the whole batch (``EdgeTiles``), so the kernels test each proposal's points against the few dozen real
+edges near it, the padding is paid once per batch (not for every proposal up to the one with the most edges), and
+per-proposal flags are sorted segment sums over its pairs. TLC gets its own tiles with only the on-route lanes that
+are red at some step.
 
 Exactness (flags identical to the unculled map's): kept edges are the padded ring's edges bit for bit
 (``start = v[j]``, ``end = v[(j + 1) % V]``); each padded polygon keeps one of its identical degenerate edges
@@ -28,8 +28,8 @@ bucketed count with ``jaxdrive.scene``'s conventions (absent, at ``FAR``).
 
 Layout: ``PackedMap`` replaces ``Scene.map`` (``scene.replace(map=packed)``); its map predicates (area flags and
 TLC's red-light contacts) are computed for the whole batch by ``jaxdrive.rules.areas.batch_ego_areas``; the
-centreline leaves keep ``MapData``'s names, so LK and progress read it unchanged. Sizes are bucketed and never shrink below a ``PackSpec`` (grow it like a ``PadSpec``
-to keep one compiled shape per run).
+centreline leaves keep ``MapData``'s names, so LK and progress read it unchanged. Sizes are bucketed and never
+shrink below a ``PackSpec`` (grow it like a ``PadSpec`` to keep one compiled shape per run).
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.broadphase import EdgeTiles
 from jaxdrive.geometry import point_in_box, segments_intersect
+from kernels.tile_crossings import ON_WEIGHT, tile_counts
 
-ON_WEIGHT = 4096  # > any polygon's edge count: boundary hits and crossings share one integer sum
 
 
 def pair_sums(x: Int[Array, "P *n"], tiles: EdgeTiles, num_proposals: int) -> Int[Array, "K *n"]:
@@ -33,21 +33,13 @@ def points_in_tiles(points: Float[Array, "K N 2"], tiles: EdgeTiles) -> Bool[Arr
     polygon, from one group's flat ``EdgeTiles`` (pair_owner = proposal index < K).
 
     Every tile tests its proposal's points against its 8 edges with ``jaxdrive.geometry.point_in_polygon``'s
-    per-edge predicates (coordinates split by axis so the test vectorises over points); the per-tile crossing /
-    boundary counts are summed per pair.
+    per-edge predicates (``kernels.tile_crossings``: coordinates split by axis so the test vectorises over points);
+    the per-tile crossing / boundary counts are summed per pair.
     """
     owner = tiles.pair_owner[tiles.tile_pair]  # [NT]
-    px = points[..., 0][owner][:, :, None]  # [NT, N, 1]
-    py = points[..., 1][owner][:, :, None]
-    ax, ay = tiles.start[:, None, :, 0], tiles.start[:, None, :, 1]  # [NT, 1, TILE]
-    bx, by = tiles.end[:, None, :, 0], tiles.end[:, None, :, 1]
-    c = (bx - ax) * (py - ay) - (by - ay) * (px - ax)  # _cross(b - a, p - a)
-    straddles = (ay > py) != (by > py)
-    crossing = straddles & (c * jnp.sign(by - ay) > 0)
-    within = ((jnp.minimum(ax, bx) <= px) & (px <= jnp.maximum(ax, bx)) & (jnp.minimum(ay, by) <= py)
-              & (py <= jnp.maximum(ay, by)))
-    on = (c == 0) & within
-    per_tile = jnp.sum(crossing.astype(jnp.int32) + ON_WEIGHT * on.astype(jnp.int32), axis=-1)  # [NT, N]
+    a, b = tiles.start, tiles.end  # [NT, TILE, 2]
+    per_tile = tile_counts(points[..., 0][owner], points[..., 1][owner], a[..., 0], a[..., 1], b[..., 0],
+                           b[..., 1])  # [NT, N]
     counts = _tile_sums(per_tile, tiles)
     return (counts % 2 == 1) & (counts < ON_WEIGHT) & (tiles.pair_poly >= 0)[:, None]
 
