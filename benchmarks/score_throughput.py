@@ -17,6 +17,7 @@ batch should grow linearly in B*K: constant us/proposal). Runs unchanged on CPU,
 
     python benchmarks/score_throughput.py            # full run (a few minutes on a 2-core CPU)
     python benchmarks/score_throughput.py --quick    # smaller scaling table
+    python benchmarks/score_throughput.py --rules    # plus the cost of each rule group alone
 """
 from __future__ import annotations
 
@@ -98,6 +99,31 @@ def build(scenes, pad: PadSpec, packed: bool, reps: int = 1):
     return (scene, props), host
 
 
+def rule_costs(batch, reps: int) -> list[tuple[str, float]]:
+    """Steady-state seconds per call of each rule group jitted alone on a device-resident packed batch."""
+    from jaxdrive.rules.areas import batch_ego_areas
+    from jaxdrive.rules.comfort import comfort_v1, extended_comfort, history_comfort
+    from jaxdrive.rules.lk import lane_keeping
+    from jaxdrive.rules.nc import no_at_fault_collisions
+    from jaxdrive.rules.progress import raw_progress
+    from jaxdrive.rules.ttc import time_to_collision
+
+    scene, props = jax.device_put(batch)
+    areas = jax.jit(lambda s, p: batch_ego_areas(s.map, p.states))(scene, props)
+    per_scene = lambda fn: jax.jit(jax.vmap(lambda s, p, a: fn(s, p, a)))
+    groups = [
+        ("map predicates + TLC (batch_ego_areas)", jax.jit(lambda s, p, a: batch_ego_areas(s.map, p.states))),
+        ("NC", per_scene(lambda s, p, a: no_at_fault_collisions(s, p.states, a))),
+        ("TTC", per_scene(lambda s, p, a: time_to_collision(s, p.states, a))),
+        ("LK", per_scene(lambda s, p, a: lane_keeping(s, p.states, a))),
+        ("progress", per_scene(lambda s, p, a: raw_progress(s, p.states, a))),
+        ("HC + EC + v1 comfort (float64)", per_scene(lambda s, p, a: (
+            history_comfort(s.history_padded, p.states), extended_comfort(p.states, p.previous, p.has_previous),
+            comfort_v1(p.states)))),
+    ]
+    return [(name, timed(fn, (scene, props, areas), reps)[1]) for name, fn in groups]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scenes", type=int, default=16, help="scenes per batch (B) for the main comparison")
@@ -106,6 +132,7 @@ def main() -> None:
     ap.add_argument("--skip-dense", action="store_true", help="skip the (slow on CPU) dense-map fused run")
     ap.add_argument("--quick", action="store_true", help="smaller scaling table")
     ap.add_argument("--profile", default="reference", help="synthetic scene profile (default: the reference mix)")
+    ap.add_argument("--rules", action="store_true", help="also time each rule group alone (us/proposal)")
     args = ap.parse_args()
 
     scorer = job_scorer()
@@ -135,6 +162,11 @@ def main() -> None:
         pps = n_prop / best
         print(f"{label:<24} {first:>13.1f} {best * 1e3:>9.1f} {pps:>10,.0f} {pps * ref_s:>12,.1f} "
               f"{host_s * 1e3:>13.1f} {n_prop / (best + host_s):>18,.0f}")
+
+    if args.rules:
+        print("\nper rule group, jitted alone (packed batch above):")
+        for name, sec in rule_costs(packed_batch, max(args.reps, 5)):
+            print(f"  {name:<40} {sec * 1e3:>8.2f} ms/batch {sec / n_prop * 1e6:>8.1f} us/proposal")
 
     print("\nscaling (jaxdrive score step, steady state; N = mean agents per scene; linear scaling = constant "
           "us/proposal):")
