@@ -142,7 +142,8 @@ def main() -> None:
     pad = PadSpec(**DEFAULT_PAD)
     scenes = [generate_scene(seed, profile=args.profile) for seed in range(args.scenes)]
     polys = [len(s.areas) + len(s.lanes) for s in scenes]
-    print(f"scenes ({args.profile}): {len(scenes)} x K={pad.proposals}, 41 steps, agents {np.mean([len(s.agents) for s in scenes]):.1f} "
+    agents = np.mean([len(s.agents) for s in scenes])
+    print(f"scenes ({args.profile}): {len(scenes)} x K={pad.proposals}, 41 steps, agents {agents:.1f} "
           f"(pad {pad.agents}), map polygons mean {np.mean(polys):.1f} max {max(polys)} "
           f"(pad {pad.areas} areas + {pad.lanes} lanes x 96 vertices)")
 
@@ -182,7 +183,8 @@ def main() -> None:
         spec = PadSpec(**{**DEFAULT_PAD, "proposals": k, "agents": n})
         batch, _ = build(scenes_bkn, spec, packed=True)
         first, best = timed(scorer, jax.device_put(batch), args.reps)
-        print(f"{b:>4} {k:>4} {np.mean([len(s.agents) for s in scenes_bkn]):>4.0f} {first:>10.1f} {best * 1e3:>10.1f} {b * k / best:>10,.0f} "
+        n_mean = np.mean([len(s.agents) for s in scenes_bkn])
+        print(f"{b:>4} {k:>4} {n_mean:>4.0f} {first:>10.1f} {best * 1e3:>10.1f} {b * k / best:>10,.0f} "
               f"{best / (b * k) * 1e6:>8.0f}")
 
 

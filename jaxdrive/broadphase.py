@@ -125,13 +125,6 @@ class PackSpec:
         return PackSpec(**{f.name: field(f.name) for f in dataclasses.fields(PackSpec)})
 
 
-def _bucket(n: int, minimum: int) -> int:
-    p = max(1, minimum)
-    while p < n:
-        p *= 2
-    return p
-
-
 def swept_bboxes(states: np.ndarray, margin: float = MARGIN_M) -> np.ndarray:
     """[..., K, 4] (xmin, ymin, xmax, ymax) (m) bounding every ego footprint of each proposal over all steps.
 
@@ -159,13 +152,12 @@ def overlaps(swept: np.ndarray, boxes: np.ndarray, valid: np.ndarray) -> np.ndar
     return hit & np.asarray(valid)[:, None, :]
 
 
-def _select(keep: np.ndarray, minimum: int, multiple: int | None = None) -> np.ndarray:
-    """[B, K, M] indices of the kept polygons in their original order; -1 fills the unused slots.
+def _select(keep: np.ndarray, minimum: int, multiple: int) -> np.ndarray:
+    """[B, K, M] indices of the kept items in their original order; -1 fills the unused slots.
 
-    M is the largest kept count rounded up to a power of two (or to ``multiple``), at least ``minimum``.
+    M is the largest kept count rounded up to ``multiple``, at least ``minimum``.
     """
-    need = int(keep.sum(-1).max(initial=0))
-    count = _bucket(need, minimum) if multiple is None else max(minimum, -(-need // multiple) * multiple)
+    count = max(minimum, -(-int(keep.sum(-1).max(initial=0)) // multiple) * multiple)
     if count > keep.shape[-1]:
         keep = np.concatenate([keep, np.zeros(keep.shape[:-1] + (count - keep.shape[-1],), bool)], axis=-1)
     order = np.argsort(~keep, axis=-1, kind="stable")[..., :count]
@@ -287,8 +279,7 @@ def near_segments(centerline: np.ndarray, swept: np.ndarray, minimum: int = Pack
     boxes = np.concatenate([lo, hi], axis=-1)
     reach = swept + np.array([-1.0, -1.0, 1.0, 1.0]) * (CENTERLINE_REACH_M + MARGIN_M)
     keep = overlaps(reach, boxes, np.ones(boxes.shape[:2], bool))
-    count = max(minimum, -(-int(keep.sum(-1).max(initial=0)) // SEGMENT_MULTIPLE) * SEGMENT_MULTIPLE)
-    return _select(keep, count).astype(np.int32)
+    return _select(keep, minimum, SEGMENT_MULTIPLE).astype(np.int32)
 
 
 def agent_bboxes(agents: Agents) -> np.ndarray:

@@ -141,19 +141,22 @@ def _max4(v: list[Array]) -> Array:
     return jnp.maximum(jnp.maximum(v[0], v[1]), jnp.maximum(v[2], v[3]))
 
 
+def _segment_foot(px, py, ax, ay, dx, dy) -> tuple[Array, Array]:
+    """(unclipped foot parameter t, squared distance to the clipped foot) of point p on segment a -> a + d, elementwise.
+
+    ``project_to_polyline``'s expressions; a zero-length segment has t = 0 (it is its point).
+    """
+    len2 = dx * dx + dy * dy
+    t_raw = jnp.where(len2 > 0, ((px - ax) * dx + (py - ay) * dy) / jnp.where(len2 > 0, len2, 1.0), 0.0)
+    t = jnp.clip(t_raw, 0.0, 1.0)
+    ex, ey = px - (ax + t * dx), py - (ay + t * dy)
+    return t_raw, ex * ex + ey * ey
+
+
 def segments_distance2(px: Float[Array, "*b"], py: Float[Array, "*b"], ax: Float[Array, "*b"], ay: Float[Array, "*b"],
                        bx: Float[Array, "*b"], by: Float[Array, "*b"]) -> Float[Array, "*b"]:
-    """Squared distance (m^2) from point p to segment ab, elementwise over broadcast coordinates.
-
-    The same expressions as ``project_to_polyline`` (foot parameter clipped to [0, 1]; a zero-length segment is its
-    point).
-    """
-    dx, dy = bx - ax, by - ay
-    len2 = dx * dx + dy * dy
-    t = jnp.where(len2 > 0, ((px - ax) * dx + (py - ay) * dy) / jnp.where(len2 > 0, len2, 1.0), 0.0)
-    t = jnp.clip(t, 0.0, 1.0)
-    ex, ey = px - (ax + t * dx), py - (ay + t * dy)
-    return ex * ex + ey * ey
+    """Squared distance (m^2) from point p to segment ab, elementwise over broadcast coordinates."""
+    return _segment_foot(px, py, ax, ay, bx - ax, by - ay)[1]
 
 
 def segment_intersects_box(p: Float[Array, "2"], q: Float[Array, "2"], box: Float[Array, "4 2"]) -> Bool[Array, ""]:
@@ -216,7 +219,8 @@ def project_to_polyline(p: Float[Array, "2"], pts: Float[Array, "C 2"]) -> tuple
     return arc, dist, side * dist, heading
 
 
-def polyline_arc_lengths(px: Float[Array, "*n"], py: Float[Array, "*n"], pts: Float[Array, "C 2"]) -> Float[Array, "*n"]:
+def polyline_arc_lengths(px: Float[Array, "*n"], py: Float[Array, "*n"],
+                         pts: Float[Array, "C 2"]) -> Float[Array, "*n"]:
     """Arc length (m) of the nearest polyline point of many points: ``project_to_polyline(p, pts)[0]`` for each.
 
     The segment data (directions, lengths, cumulative arc) are computed once and the points broadcast against them
@@ -225,12 +229,7 @@ def polyline_arc_lengths(px: Float[Array, "*n"], py: Float[Array, "*n"], pts: Fl
     """
     ax, ay, dx, dy = pts[:-1, 0], pts[:-1, 1], pts[1:, 0] - pts[:-1, 0], pts[1:, 1] - pts[:-1, 1]
     seg_len2 = dx * dx + dy * dy
-    safe = jnp.where(seg_len2 > 0, seg_len2, 1.0)
-    x, y = px[..., None], py[..., None]  # [*n, 1] against segments [S]
-    t_raw = jnp.where(seg_len2 > 0, ((x - ax) * dx + (y - ay) * dy) / safe, 0.0)
-    t = jnp.clip(t_raw, 0.0, 1.0)
-    ex, ey = x - (ax + t * dx), y - (ay + t * dy)
-    dist2 = ex * ex + ey * ey
+    t_raw, dist2 = _segment_foot(px[..., None], py[..., None], ax, ay, dx, dy)  # [*n, S]
     n = dist2.shape[-1]
     iota = jnp.arange(n, dtype=jnp.int32)
     # First minimum (argmin's choice) as two plain reductions, which vectorise on CPU.

@@ -41,7 +41,8 @@ from jaxdrive.rules.ttc import time_to_collision  # noqa: E402
 from jaxdrive.scene import FAR, PadSpec, batch_scenes  # noqa: E402
 
 FIXTURES = "/work/shared/fixtures/epdms"
-FLAGS = ("multiple_lanes", "non_drivable", "oncoming", "center_in_intersection", "rear_axle_in_intersection", "red_light")
+FLAGS = ("multiple_lanes", "non_drivable", "oncoming", "center_in_intersection", "rear_axle_in_intersection",
+         "red_light")
 NUM_SYNTHETIC = 200
 
 
@@ -205,10 +206,16 @@ def test_bad_inputs_name_the_argument(fixture_scenes):
         ego_areas(jax.tree_util.tree_map(lambda x: x[0], packed.map), props.states[0])
     with pytest.raises(ValueError, match="pack the map for these states"):
         batch_ego_areas(packed.map, np.concatenate([props.states, props.states], axis=1))
+    from jaxdrive.rules.epdms import score
+
+    areas = batch_ego_areas(packed.map, props.states)
+    with pytest.raises(ValueError, match=r"areas: expected flags of shape \(B, K, T\)"):
+        score(packed, props, areas=jax.tree_util.tree_map(lambda x: x[:, :, :-1], areas))
 
 
 def test_near_segments_keep_every_distance_lk_can_see(synthetic_scenes):
-    """Packed LK distances equal the whole polyline's (to rounding) wherever that is <= 0.5 m, and exceed 0.5 m elsewhere."""
+    """Packed LK distances equal the whole polyline's (to rounding) wherever that is <= 0.5 m, and exceed 0.5 m
+    elsewhere."""
     from jaxdrive.rules.lk import DEVIATION_M, centerline_deviation
 
     scenes = synthetic_scenes[:64]

@@ -138,8 +138,8 @@ def batch_ego_areas(map: MapData | PackedMap, states: Float[Array, "B K T 11"]) 
         return jax.vmap(ego_areas)(map, states)
     b, k = states.shape[:2]
     if map.near_segments.shape[:2] != (b, k):
-        raise ValueError(f"batch_ego_areas: a PackedMap packed for {map.near_segments.shape[:2]} (scenes, proposals) was "
-                         f"given states of {states.shape[:2]}; pack the map for these states (jaxdrive.broadphase)")
+        raise ValueError(f"batch_ego_areas: a PackedMap packed for {map.near_segments.shape[:2]} (scenes, proposals) "
+                         f"was given states of {states.shape[:2]}; pack the map for these states (jaxdrive.broadphase)")
     g = map.lanes.groups
     grouped = lambda x: x.reshape((g, -1) + x.shape[2:])  # [B, n, ...] -> [G, B / G * n, ...]
     tiles = lambda t: t.replace(start=grouped(t.start), end=grouped(t.end), tile_pair=grouped(t.tile_pair),

@@ -222,6 +222,9 @@ def score(scene: Scene, proposals: Proposals, *, ep_mode: EpMode = "scene",
     """
     if areas is None:
         areas = batch_ego_areas(scene.map, proposals.states)
+    elif areas.multiple_lanes.shape != proposals.states.shape[:3]:
+        raise ValueError(f"score: areas: expected flags of shape (B, K, T) = {proposals.states.shape[:3]} "
+                         f"(batch_ego_areas of these proposals), got {areas.multiple_lanes.shape}")
     raw = jax.vmap(lambda sc, pr, ar: compute_metrics(sc, pr, ar, comfort_precision=comfort_precision))(
         scene, proposals, areas)
     ep = normalize_progress(raw.raw_progress, raw.multiplier, proposals.valid, ep_mode, reference_progress)
