@@ -48,8 +48,8 @@ DEFAULT_PAD = dict(proposals=16, agents=32, areas=24, area_vertices=96, lanes=64
 def job_scorer():
     """The runner's step on all local devices: fn(scene[B], proposals[B, K]) -> SubScores."""
     step = build_step(make_mesh(), ScoreOptions())
-    return lambda scene, props: step(scene, props, np.ones((scene.agents.valid.shape[0], 9), bool),
-                                     np.zeros((scene.agents.valid.shape[0],), np.float32))
+    return lambda scene, props: step(scene, props, np.ones((scene.has_human.shape[0], 9), bool),
+                                     np.zeros((scene.has_human.shape[0],), np.float32))
 
 
 def reference_per_proposal_s(scenes) -> float:
@@ -104,17 +104,17 @@ def rule_costs(batch, reps: int) -> list[tuple[str, float]]:
     from jaxdrive.rules.areas import batch_ego_areas
     from jaxdrive.rules.comfort import comfort_v1, extended_comfort, history_comfort
     from jaxdrive.rules.lk import lane_keeping
-    from jaxdrive.rules.nc import no_at_fault_collisions
+    from jaxdrive.rules.nc import batch_no_at_fault_collisions
     from jaxdrive.rules.progress import raw_progress
-    from jaxdrive.rules.ttc import time_to_collision
+    from jaxdrive.rules.ttc import batch_time_to_collision
 
     scene, props = jax.device_put(batch)
     areas = jax.jit(lambda s, p: batch_ego_areas(s.map, p.states))(scene, props)
-    per_scene = lambda fn: jax.jit(jax.vmap(lambda s, p, a: fn(s, p, a)))
+    per_scene = lambda fn: jax.jit(jax.vmap(lambda s, p, a: fn(s.replace(agents=None), p, a)))
     groups = [
         ("map predicates + TLC (batch_ego_areas)", jax.jit(lambda s, p, a: batch_ego_areas(s.map, p.states))),
-        ("NC", per_scene(lambda s, p, a: no_at_fault_collisions(s, p.states, a))),
-        ("TTC", per_scene(lambda s, p, a: time_to_collision(s, p.states, a))),
+        ("NC", jax.jit(lambda s, p, a: batch_no_at_fault_collisions(s, p.states, a))),
+        ("TTC", jax.jit(lambda s, p, a: batch_time_to_collision(s, p.states, a))),
         ("LK", per_scene(lambda s, p, a: lane_keeping(s, p.states, a))),
         ("progress", per_scene(lambda s, p, a: raw_progress(s, p.states, a))),
         ("HC + EC + v1 comfort (float64)", per_scene(lambda s, p, a: (

@@ -52,6 +52,11 @@ SEGMENT_MULTIPLE = 32
 AGENT_MULTIPLE = 8  # kept agents per scene round up to this (NC / TTC work is linear in it)
 TILE_EDGES = 8  # edges per tile of ``EdgeTiles`` (one polygon per tile; ~20-edge lanes waste ~1/6)
 TILE_MULTIPLE = 16  # a group's tile count rounds up to this x its scene count (whole rows of tiles per scene)
+CONTACT_STEPS = 8  # ego steps per chunk of a ``ContactPairs`` triple
+CONTACT_MULTIPLE = 16  # a group's contact-pair count rounds up to this x its scene count
+NC_STEPS = 41  # NC tests ego steps 0..40 against object frames 0..40
+TTC_STEPS = 32  # TTC tests ego steps 0..31 against object frames t + {0, 3, 6, 9}
+TTC_FRAMES_AHEAD = 9
 
 
 @struct.dataclass
@@ -96,13 +101,45 @@ class PackedMap:
     near_segments: Int[Array, "*b K S"]  # centreline segments (i -> i + 1) within LK's reach of the proposal; -1 pads
 
 
+@struct.dataclass
+class ContactPairs:
+    """The (proposal, agent, chunk) triples of a batch that one collision rule (NC or TTC) must test, per group.
+
+    Chunk c is ego steps [8c, 8c + 8) (``CONTACT_STEPS``). A triple is kept when the bbox of the proposal's ego boxes
+    at those steps (for TTC widened by its forward projection) overlaps the bbox of the agent's present boxes at the
+    object frames the rule pairs with them (NC: the same frames; TTC: up to 9 frames later), so no triple that can
+    hold a contact is dropped. Rows as in ``EdgeTiles``: group g's triples fill its scenes' rows [B, Pb], sorted by
+    (proposal ``owner``: flat b * K + k within the group, ``agent``: index into the scene's culled agents, ``chunk``);
+    ``run`` numbers the (proposal, agent) runs of a group in that order (a pair's first contact is the first over its
+    run's chunks). Padding triples are invalid, owned by the group's last proposal, in a run of their own.
+    """
+
+    owner: Int[Array, "B Pb"]
+    agent: Int[Array, "B Pb"]
+    chunk: Int[Array, "B Pb"]
+    run: Int[Array, "B Pb"]
+    valid: Bool[Array, "B Pb"]
+    groups: int = struct.field(pytree_node=False, default=1)
+
+
+@struct.dataclass
+class PackedAgents:
+    """A batch's agents culled per scene (``cull_agents``) with NC's and TTC's contact triples (stands in for
+    ``Agents`` in ``Scene.agents``; ``jaxdrive.rules.nc`` / ``ttc``'s batch functions read it)."""
+
+    agents: Agents
+    nc: ContactPairs
+    ttc: ContactPairs
+
+
 @dataclasses.dataclass(frozen=True)
 class PackSpec:
-    """Smallest packed sizes: per scene of the batch (pairs, tiles, agents, centreline points), per proposal (LK's
-    centreline segments).
+    """Smallest packed sizes: per scene of the batch (pairs, tiles, agents, contact triples, centreline points), per
+    proposal (LK's centreline segments).
 
-    Larger needs round up (pairs and tiles to multiples of ``TILE_MULTIPLE`` x scenes per group, agents to multiples
-    of ``AGENT_MULTIPLE``, segments to multiples of ``SEGMENT_MULTIPLE``).
+    Larger needs round up (pairs and tiles to multiples of ``TILE_MULTIPLE`` x scenes per group, contact triples to
+    multiples of ``CONTACT_MULTIPLE`` x scenes per group, agents to multiples of ``AGENT_MULTIPLE``, segments to
+    multiples of ``SEGMENT_MULTIPLE``).
     """
 
     area_pairs: int = 16  # (proposal, polygon) pairs and edge tiles, per scene of the batch
@@ -114,6 +151,8 @@ class PackSpec:
     centerline: int = 64  # points (real ones + at least one padded), rounded up to a multiple of 64
     agents: int = 4
     near_segments: int = 32  # centreline segments per proposal for LK, rounded up to a multiple of 32
+    nc_pairs: int = 16  # NC's / TTC's (proposal, agent, chunk) triples per scene of the batch
+    ttc_pairs: int = 16
 
     def grow(self, used: "PackSpec", headroom: float = 1.0) -> "PackSpec":
         """This spec, with every field ``used`` exceeded raised to ``used`` x ``headroom`` (room for the next batches:
@@ -262,7 +301,7 @@ def pack_map(scene: Scene, states: np.ndarray, spec: PackSpec = PackSpec(),
     pairs, tiles = (lambda t: t.pair_owner.shape[1]), (lambda t: t.start.shape[1])  # per scene of the batch
     used = PackSpec(area_pairs=pairs(areas), area_tiles=tiles(areas), lane_pairs=pairs(lanes), lane_tiles=tiles(lanes),
                     red_pairs=pairs(red_lanes), red_tiles=tiles(red_lanes), centerline=c, agents=spec.agents,
-                    near_segments=near.shape[-1])
+                    near_segments=near.shape[-1], nc_pairs=spec.nc_pairs, ttc_pairs=spec.ttc_pairs)
     return packed, used
 
 
@@ -306,14 +345,83 @@ def cull_agents(agents: Agents, states: np.ndarray, minimum: int = PackSpec.agen
                   type=take(agents.type, 0), present=take(agents.present, False), valid=take(agents.valid, False))
 
 
+def _chunked(x: np.ndarray, fill: float, reduce) -> np.ndarray:
+    """x [..., T] reduced over chunks of ``CONTACT_STEPS`` steps -> [..., ceil(T / CONTACT_STEPS)] (``fill`` pads)."""
+    n = -(-x.shape[-1] // CONTACT_STEPS)
+    padded = np.concatenate([x, np.full(x.shape[:-1] + (n * CONTACT_STEPS - x.shape[-1],), fill)], axis=-1)
+    return reduce(padded.reshape(x.shape[:-1] + (n, CONTACT_STEPS)), axis=-1)
+
+
+def ego_chunk_bboxes(states: np.ndarray, steps: int, reach_s: float = 0.0) -> np.ndarray:
+    """[B, K, C, 4] bbox (m) of each proposal's ego footprints at the steps < ``steps`` of each chunk, widened by the
+    chunk's top speed x ``reach_s`` (TTC's forward translation of the box by speed x 0.1 s x s, s <= 9)."""
+    s = np.asarray(states, np.float64)[..., :steps, :]
+    h = s[..., 2]
+    cx = s[..., 0] + EGO_REAR_AXLE_TO_CENTER * np.cos(h)
+    cy = s[..., 1] + EGO_REAR_AXLE_TO_CENTER * np.sin(h)
+    reach = EGO_RADIUS_M + MARGIN_M + reach_s * _chunked(np.hypot(s[..., 3], s[..., 4]), 0.0, np.max)
+    return np.stack([_chunked(cx, np.inf, np.min) - reach, _chunked(cy, np.inf, np.min) - reach,
+                     _chunked(cx, -np.inf, np.max) + reach, _chunked(cy, -np.inf, np.max) + reach], axis=-1)
+
+
+def agent_chunk_bboxes(agents: Agents, chunks: int, ahead: int = 0) -> np.ndarray:
+    """[B, N, C, 4] bbox (m) of each agent's present boxes at the frames of chunk c: [8c, 8c + 8 + ``ahead``)
+    (an empty box far away where it is absent throughout)."""
+    live = np.asarray(agents.present) & np.asarray(agents.valid)[..., None]  # [B, N, T]
+    c = np.moveaxis(np.asarray(agents.center, np.float64), -1, -2)  # [B, N, 2, T]
+    r = 0.5 * np.hypot(np.asarray(agents.length, np.float64), np.asarray(agents.width, np.float64))[..., None]
+    out = []
+    for i in range(chunks):
+        frames = slice(i * CONTACT_STEPS, (i + 1) * CONTACT_STEPS + ahead)
+        here, at = live[..., None, frames], c[..., frames]
+        out.append(np.concatenate([np.where(here, at, np.inf).min(-1) - r, np.where(here, at, -np.inf).max(-1) + r],
+                                  axis=-1))
+    return np.stack(out, axis=-2)
+
+
+def contact_pairs(agents: Agents, states: np.ndarray, steps: int, ahead: int = 0, reach_s: float = 0.0,
+                  minimum: int = PackSpec.nc_pairs, groups: int = 1) -> ContactPairs:
+    """The (proposal, agent, chunk) triples whose ego boxes (ego steps < ``steps``, widened by speed x ``reach_s``)
+    and agent boxes (frames up to ``ahead`` later) can touch (``ContactPairs``), for ``groups`` groups of scenes.
+
+    ``agents`` [B, N] (the culled agents the rules will read), ``states`` [B, K, T, 11].
+    """
+    ego = ego_chunk_bboxes(states, steps, reach_s)[:, :, None]  # [B, K, 1, C, 4]
+    obj = agent_chunk_bboxes(agents, ego.shape[-2], ahead)[:, None]  # [B, 1, N, C, 4]
+    keep = ((ego[..., 0] <= obj[..., 2]) & (obj[..., 0] <= ego[..., 2]) & (ego[..., 1] <= obj[..., 3])
+            & (obj[..., 1] <= ego[..., 3]) & np.asarray(agents.valid)[:, None, :, None])  # [B, K, N, C]
+    nb, k, n, nc = keep.shape
+    per_group = nb // groups
+    flat = keep.reshape(groups, -1)  # (scene in group, proposal, agent, chunk) order
+    count = flat.sum(-1)
+    step = CONTACT_MULTIPLE * per_group
+    npair = max(minimum * per_group, -(-int(count.max(initial=0)) // step) * step)
+    owner = np.full((groups, npair), per_group * k - 1, np.int32)
+    agent, chunk = np.zeros((groups, npair), np.int32), np.zeros((groups, npair), np.int32)
+    run = np.full((groups, npair), npair - 1, np.int32)
+    for g in range(groups):
+        idx = np.flatnonzero(flat[g])
+        m = len(idx)
+        owner[g, :m], agent[g, :m], chunk[g, :m] = idx // (n * nc), idx // nc % n, idx % nc
+        key = idx // nc  # (proposal, agent)
+        run[g, :m] = np.cumsum(np.concatenate([[True], key[1:] != key[:-1]])[:m]) - 1
+    valid = np.arange(npair)[None] < count[:, None]
+    rows = lambda x: x.reshape(nb, -1)
+    return ContactPairs(owner=rows(owner), agent=rows(agent), chunk=rows(chunk), run=rows(run), valid=rows(valid),
+                        groups=groups)
+
+
 def pack_batch(scene: Scene, states: np.ndarray, spec: PackSpec = PackSpec(),
                groups: int = 1) -> tuple[Scene, PackSpec]:
-    """``scene`` with its map packed (``pack_map``, ``groups`` tile groups) and its agents culled (``cull_agents``),
-    and the sizes used.
+    """``scene`` with its map packed (``pack_map``, ``groups`` tile groups), its agents culled (``cull_agents``) and
+    NC's and TTC's contact triples listed (``PackedAgents``), and the sizes used.
 
     Host numpy, before ``device_put``. Pass ``spec = spec.grow(used)`` to the next batch to keep shapes stable.
     """
     packed, used = pack_map(scene, states, spec, groups)
     agents = cull_agents(scene.agents, states, spec.agents)
-    used = dataclasses.replace(used, agents=agents.valid.shape[-1])
-    return scene.replace(map=packed, agents=agents), used
+    nc = contact_pairs(agents, states, NC_STEPS, minimum=spec.nc_pairs, groups=groups)
+    ttc = contact_pairs(agents, states, TTC_STEPS, TTC_FRAMES_AHEAD, TTC_HORIZON_S, spec.ttc_pairs, groups)
+    per_scene = lambda pairs: pairs.owner.shape[1]
+    used = dataclasses.replace(used, agents=agents.valid.shape[-1], nc_pairs=per_scene(nc), ttc_pairs=per_scene(ttc))
+    return scene.replace(map=packed, agents=PackedAgents(agents=agents, nc=nc, ttc=ttc)), used

@@ -34,10 +34,10 @@ from jaxdrive.rules.areas import batch_ego_areas  # noqa: E402
 from jaxdrive.rules.dac import drivable_area_compliance  # noqa: E402
 from jaxdrive.rules.ddc import driving_direction_compliance  # noqa: E402
 from jaxdrive.rules.lk import lane_keeping  # noqa: E402
-from jaxdrive.rules.nc import no_at_fault_collisions  # noqa: E402
+from jaxdrive.rules.nc import batch_no_at_fault_collisions  # noqa: E402
 from jaxdrive.rules.progress import raw_progress  # noqa: E402
 from jaxdrive.rules.tlc import traffic_light_compliance  # noqa: E402
-from jaxdrive.rules.ttc import time_to_collision  # noqa: E402
+from jaxdrive.rules.ttc import batch_time_to_collision  # noqa: E402
 from jaxdrive.scene import FAR, PadSpec, batch_scenes  # noqa: E402
 
 FIXTURES = "/work/shared/fixtures/epdms"
@@ -47,17 +47,23 @@ NUM_SYNTHETIC = 200
 
 
 def _rules(scene, states, areas):
-    """Every kernel that reads the map or the agents (one scene; its area flags given)."""
+    """Every kernel that reads the map (one scene; its area flags given)."""
     out = {name: getattr(areas, name) for name in FLAGS}
     for name, fn in (("dac", drivable_area_compliance), ("ddc", driving_direction_compliance),
-                     ("tlc", traffic_light_compliance), ("lk", lane_keeping), ("nc", no_at_fault_collisions),
-                     ("ttc", time_to_collision)):
+                     ("tlc", traffic_light_compliance), ("lk", lane_keeping)):
         out[name], out[name + "_step"] = fn(scene, states, areas)
     out["raw_progress"] = raw_progress(scene, states, areas)
     return out
 
 
-RULES = jax.jit(lambda scene, states: jax.vmap(_rules)(scene, states, batch_ego_areas(scene.map, states)))
+@jax.jit
+def RULES(scene, states):
+    """Every kernel that reads the map or the agents, on a batch (dense, or packed by ``pack_batch``)."""
+    areas = batch_ego_areas(scene.map, states)
+    out = jax.vmap(_rules)(scene.replace(agents=None), states, areas)
+    for name, fn in (("nc", batch_no_at_fault_collisions), ("ttc", batch_time_to_collision)):
+        out[name], out[name + "_step"] = fn(scene, states, areas)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +93,7 @@ def _assert_identical(scenes):
     # The packing must actually cull: fewer (proposal, polygon) pairs than every proposal with every polygon.
     real_pairs = (np.asarray(packed_scene.map.lanes.pair_poly) >= 0).sum()
     assert real_pairs < sum(s.num_proposals * len(s.lanes) for s in scenes)
-    assert np.asarray(packed_scene.agents.valid).sum() < sum(len(s.agents) for s in scenes)
+    assert np.asarray(packed_scene.agents.agents.valid).sum() < sum(len(s.agents) for s in scenes)
     return used
 
 

@@ -27,15 +27,16 @@ import jax.numpy as jnp
 from flax import struct
 from jaxtyping import Array, Bool, Float, Int
 
+from jaxdrive.broadphase import PackedAgents
 from jaxdrive.rules.areas import EgoAreas, batch_ego_areas, ego_areas
 from jaxdrive.rules.comfort import comfort_v1, extended_comfort, history_comfort
 from jaxdrive.rules.dac import drivable_area_compliance
 from jaxdrive.rules.ddc import driving_direction_compliance
 from jaxdrive.rules.lk import lane_keeping
-from jaxdrive.rules.nc import no_at_fault_collisions
+from jaxdrive.rules.nc import batch_no_at_fault_collisions, no_at_fault_collisions
 from jaxdrive.rules.progress import raw_progress
 from jaxdrive.rules.tlc import traffic_light_compliance
-from jaxdrive.rules.ttc import time_to_collision
+from jaxdrive.rules.ttc import batch_time_to_collision, time_to_collision
 from jaxdrive.scene import Proposals, Scene
 
 METRICS = ("nc", "dac", "ddc", "tlc", "ep", "ttc", "lk", "hc", "ec")  # gate order
@@ -82,22 +83,26 @@ class SubScores:
 
 
 def compute_metrics(scene: Scene, proposals: Proposals, areas: EgoAreas | None = None, *,
-                    comfort_precision: str = "float64") -> SubScores:
+                    comfort_precision: str = "float64", collisions: tuple[Array, ...] | None = None) -> SubScores:
     """All sub-metrics of one scene's K proposals (``scene`` and ``proposals`` unbatched).
 
     ``areas``: the proposals' ego-area flags [K, T] if already computed (required with a broad-phase ``PackedMap``,
     whose flags ``batch_ego_areas`` computes for the whole batch); by default ``ego_areas(scene.map, ...)``.
     ``ep`` holds the raw progress (m) until ``normalize_progress``; ``pdm_score``/``epdms``/``pdms`` are 0 until
     ``aggregate``. ``comfort_precision`` is passed to the comfort kernels ("float64": scoped x64, NAVSIM parity).
+    ``collisions``: (nc, nc_step, ttc, ttc_step) [K] if already computed (required with the broad phase's
+    ``PackedAgents``, whose contact triples ``batch_no_at_fault_collisions`` / ``batch_time_to_collision`` test for
+    the whole batch).
     """
     states = proposals.states
     if areas is None:
         areas = ego_areas(scene.map, states)
-    nc, nc_step = no_at_fault_collisions(scene, states, areas)
+    if collisions is None:
+        collisions = no_at_fault_collisions(scene, states, areas) + time_to_collision(scene, states, areas)
+    nc, nc_step, ttc, ttc_step = collisions
     dac, dac_step = drivable_area_compliance(scene, states, areas)
     ddc, ddc_step = driving_direction_compliance(scene, states, areas)
     tlc, tlc_step = traffic_light_compliance(scene, states, areas)
-    ttc, ttc_step = time_to_collision(scene, states, areas)
     lk, lk_step = lane_keeping(scene, states, areas)
     raw = raw_progress(scene, states, areas)
     hc, hc_checks = history_comfort(scene.history_padded, states, precision=comfort_precision)
@@ -225,8 +230,11 @@ def score(scene: Scene, proposals: Proposals, *, ep_mode: EpMode = "scene",
     elif areas.multiple_lanes.shape != proposals.states.shape[:3]:
         raise ValueError(f"score: areas: expected flags of shape (B, K, T) = {proposals.states.shape[:3]} "
                          f"(batch_ego_areas of these proposals), got {areas.multiple_lanes.shape}")
-    raw = jax.vmap(lambda sc, pr, ar: compute_metrics(sc, pr, ar, comfort_precision=comfort_precision))(
-        scene, proposals, areas)
+    collisions = (batch_no_at_fault_collisions(scene, proposals.states, areas)
+                  + batch_time_to_collision(scene, proposals.states, areas))
+    dense = scene.replace(agents=scene.agents.agents) if isinstance(scene.agents, PackedAgents) else scene
+    raw = jax.vmap(lambda sc, pr, ar, co: compute_metrics(sc, pr, ar, comfort_precision=comfort_precision,
+                                                          collisions=co))(dense, proposals, areas, collisions)
     ep = normalize_progress(raw.raw_progress, raw.multiplier, proposals.valid, ep_mode, reference_progress)
     out = aggregate(raw.replace(ep=ep), proposals.valid)
     if apply_human_filter:

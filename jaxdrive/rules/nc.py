@@ -14,7 +14,9 @@ Classification of a contact at step t (first rule that holds):
 4. the front bumper FL-FR touches the object box -> at fault;
 5. otherwise lateral: at fault iff ``multiple_lanes(t)`` or ``non_drivable(t)``.
 
-Red lights are never collision partners (they are not agents here; TLC handles them). One scene per call.
+Red lights are never collision partners (they are not agents here; TLC handles them). ``no_at_fault_collisions`` takes
+one scene; ``batch_no_at_fault_collisions`` a batch, dense or packed by the broad phase (only the (proposal, agent,
+chunk) triples whose boxes can touch are tested, ``jaxdrive.packed_contacts``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
+from jaxdrive.broadphase import CONTACT_STEPS, ContactPairs, PackedAgents
 from jaxdrive.geometry import box_corners, boxes_intersect_xy, segment_intersects_box
+from jaxdrive.packed_contacts import box_rows, corners, first_of_run, over_groups, per_proposal_min, windows
 from jaxdrive.rules.areas import EgoAreas, ego_boxes
 from jaxdrive.scene import AgentType, Agents, Scene, StateIndex
 
@@ -79,16 +83,33 @@ def first_true(flags: Bool[Array, "... E"]) -> tuple[Int[Array, "..."], Bool[Arr
     return jnp.where(found, first, 0), found
 
 
+def contact_at_fault(state: Float[Array, "*p 11"], ego_box: Float[Array, "*p 4 2"], obj_box: Float[Array, "*p 4 2"],
+                     obj_center: Float[Array, "*p 2"], track_stopped: Bool[Array, "*p"],
+                     lateral_fault: Bool[Array, "*p"]) -> Bool[Array, "*p"]:
+    """Rules 1-5 (module docstring) for contacts: the ego state and box at the contact step, the object's box and
+    centre at that frame, whether the object is stopped and whether ego is in a lateral-fault area then."""
+    ego_stopped = jnp.hypot(state[..., StateIndex.VELOCITY_X], state[..., StateIndex.VELOCITY_Y]) <= EGO_STOPPED_SPEED
+    cos, defined = heading_cosine(state[..., :2], state[..., StateIndex.HEADING], obj_center)
+    behind = defined & (cos < COS_BEHIND)
+    flat = lambda x, n: x.reshape((-1,) + x.shape[x.ndim - n:])
+    front = jax.vmap(segment_intersects_box)(flat(ego_box[..., 0, :], 1), flat(ego_box[..., 3, :], 1),
+                                             flat(obj_box, 2)).reshape(ego_stopped.shape)
+    return ~ego_stopped & (track_stopped | (~behind & (front | lateral_fault)))
+
+
 def no_at_fault_collisions(scene: Scene, states: Float[Array, "K T 11"],
                            areas: EgoAreas) -> tuple[Float[Array, "K"], Int[Array, "K"]]:
     """NC per proposal ({0, 0.5, 1}, float32) and the first step of an at-fault collision (-1 if none).
 
     Args:
-      scene: one scene (ego-centred float32); only ``scene.agents`` is used.
+      scene: one scene (ego-centred float32); only ``scene.agents`` (``Agents``) is used.
       states: proposal rear-axle states [K, T, 11].
       areas: the proposals' ego-area flags (``multiple_lanes``, ``non_drivable`` used).
     """
     agents = scene.agents
+    if isinstance(agents, PackedAgents):
+        raise ValueError("no_at_fault_collisions: PackedAgents (jaxdrive.broadphase) hold the whole batch's contact "
+                         "triples; use batch_no_at_fault_collisions(scene[B], states[B, K, T, 11], areas)")
     ego = ego_boxes(states)  # [K, T, 4, 2]
     obj = object_boxes(agents)  # [N, T, 4, 2]
     live = agents.present & agents.valid[:, None]  # [N, T]
@@ -101,19 +122,49 @@ def no_at_fault_collisions(scene: Scene, states: Float[Array, "K T 11"],
         idx = t_first.reshape(t_first.shape + (1,) * (x.ndim - 2))
         return jnp.take_along_axis(x, idx, axis=1)
 
-    speed = jnp.hypot(states[..., StateIndex.VELOCITY_X], states[..., StateIndex.VELOCITY_Y])  # [K, T]
-    ego_stopped = at(speed) <= EGO_STOPPED_SPEED
-    track_stopped = first_appearance_stopped(agents)[None]  # [1, N]
     n_idx = jnp.arange(obj.shape[0])[None, :]
-    cos, defined = heading_cosine(at(states[..., :2]), at(states[..., StateIndex.HEADING]),
-                                  agents.center[n_idx, t_first])
-    behind = defined & (cos < COS_BEHIND)
-    front = jax.vmap(jax.vmap(segment_intersects_box))(at(ego[:, :, 0]), at(ego[:, :, 3]), obj[n_idx, t_first])
-    lateral_fault = at(areas.multiple_lanes | areas.non_drivable)
-    at_fault = any_contact & ~ego_stopped & (track_stopped | (~behind & (front | lateral_fault)))  # [K, N]
-
+    at_fault = any_contact & contact_at_fault(at(states), at(ego), obj[n_idx, t_first], agents.center[n_idx, t_first],
+                                              first_appearance_stopped(agents)[None],
+                                              at(areas.multiple_lanes | areas.non_drivable))  # [K, N]
     penalty = jnp.where(at_fault, collision_penalty(agents)[None], 1.0)
     nc = jnp.min(penalty, axis=1, initial=1.0)
     step = jnp.min(jnp.where(at_fault, t_first, jnp.iinfo(jnp.int32).max), axis=1, initial=jnp.iinfo(jnp.int32).max)
     step = jnp.where(jnp.any(at_fault, axis=1), step, -1).astype(jnp.int32)
     return nc.astype(jnp.float32), step
+
+
+def _packed_nc(agents: Agents, pairs: ContactPairs, states: Float[Array, "K T 11"],
+               lateral: Bool[Array, "K T"]) -> tuple[Float[Array, "K"], Int[Array, "K"]]:
+    """NC of one group's K proposals (over its scenes' ``agents``) from its contact triples."""
+    k, nt = states.shape[:2]
+    nb, n = agents.valid.shape
+    steps = -(-nt // CONTACT_STEPS) * CONTACT_STEPS
+    owner, agent, scene = pairs.owner, pairs.agent, pairs.owner // (k // nb)
+    start = pairs.chunk * CONTACT_STEPS
+    obj = jax.vmap(object_boxes)(agents).reshape((nb * n, nt, 4, 2))
+    live = (agents.present & agents.valid[..., None]).reshape(nb * n, nt)
+    ego_w = windows(box_rows(ego_boxes(states)), owner, start, CONTACT_STEPS, steps)  # [P, L, 8] ego step t ...
+    obj_w = windows(box_rows(obj, live), scene * n + agent, start, CONTACT_STEPS, steps)  # [P, L, 9] ... frame t
+    t = start[:, None] + jnp.arange(CONTACT_STEPS)  # [P, L]
+    touch = boxes_intersect_xy(*corners(ego_w), *corners(obj_w)) & (obj_w[..., 8] > 0) & pairs.valid[:, None]
+    t_local = jnp.min(jnp.where(touch & (t < nt), t, nt), axis=-1)  # [P]
+    first = first_of_run(t_local, pairs, nt)
+    tf = jnp.minimum(t_local, nt - 1)
+    at = lambda w: jnp.take_along_axis(w, (tf - start)[:, None, None] % CONTACT_STEPS, axis=1)[:, 0, :8]
+    box = lambda row: row.reshape(-1, 4, 2)  # the first contact's boxes [P, 4, 2]
+    at_fault = first & contact_at_fault(states[owner, tf], box(at(ego_w)), box(at(obj_w)),
+                                        agents.center[scene, agent, tf],
+                                        jax.vmap(first_appearance_stopped)(agents)[scene, agent], lateral[owner, tf])
+    nc = per_proposal_min(jnp.where(at_fault, collision_penalty(agents)[scene, agent], 1.0), pairs, k, 1.0)
+    step = per_proposal_min(jnp.where(at_fault, tf, nt), pairs, k, nt)
+    return nc.astype(jnp.float32), jnp.where(step < nt, step, -1).astype(jnp.int32)
+
+
+def batch_no_at_fault_collisions(scene: Scene, states: Float[Array, "B K T 11"],
+                                 areas: EgoAreas) -> tuple[Float[Array, "B K"], Int[Array, "B K"]]:
+    """``no_at_fault_collisions`` of a batch [B, K]: per scene for ``Agents``, or over the broad phase's contact
+    triples for ``PackedAgents`` (``jaxdrive.broadphase.pack_batch`` on the same states; identical results)."""
+    if not isinstance(scene.agents, PackedAgents):
+        return jax.vmap(no_at_fault_collisions)(scene, states, areas)
+    packed = scene.agents
+    return over_groups(_packed_nc, packed.agents, packed.nc, states, areas.multiple_lanes | areas.non_drivable)

@@ -7,22 +7,47 @@ frame t + s. An event is skipped without remembering the object when v_t < 0.005
 or non_drivable(t) or rear axle in an intersection at t] and it is not behind (angle <= 150 deg); a non-violating
 object is ignored for the rest of the proposal. Hence only each (proposal, object) pair's first non-skipped event
 matters. Ego flags and the rear axle come from step t, the object's position from frame t + s. Red lights are never
-partners. One scene per call.
+partners. ``time_to_collision`` takes one scene; ``batch_time_to_collision`` a batch, dense or packed by the broad
+phase (only the (proposal, agent, chunk) triples whose boxes can touch are tested, ``jaxdrive.packed_contacts``).
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Bool, Float, Int
 
+from jaxdrive.broadphase import CONTACT_STEPS, TTC_STEPS, ContactPairs, PackedAgents
 from jaxdrive.geometry import boxes_intersect_xy
+from jaxdrive.packed_contacts import box_rows, corners, first_of_run, over_groups, per_proposal_min, windows
 from jaxdrive.rules.areas import EgoAreas, ego_boxes
 from jaxdrive.rules.nc import COS_AHEAD, COS_BEHIND, first_true, heading_cosine, object_boxes
-from jaxdrive.scene import DT, Scene, StateIndex
+from jaxdrive.scene import DT, Agents, Scene, StateIndex
 
 TTC_STOPPED_SPEED = 5e-3  # m/s (PDMScorerConfig.stopped_speed_threshold)
 OFFSETS = (0, 3, 6, 9)  # np.arange(0, int(1.0 * 10), 3): projection steps
 LAST_EGO_STEP = 31  # 40 - 9
+assert LAST_EGO_STEP + 1 == TTC_STEPS and TTC_STEPS % CONTACT_STEPS == 0  # packed triples cover whole chunks
+
+
+def event_violation(rear_axle: Float[Array, "*p 2"], heading: Float[Array, "*p"], centroid: Float[Array, "*p 2"],
+                    risky: Bool[Array, "*p"]) -> Bool[Array, "*p"]:
+    """Whether a (non-skipped) event is a violation: the object centroid is ahead of the rear axle, or ego is in a
+    risky area at that step and the object is not behind."""
+    cos, defined = heading_cosine(rear_axle, heading, centroid)
+    ahead = defined & (cos > COS_AHEAD)
+    behind = defined & (cos < COS_BEHIND)
+    return ahead | (risky & ~behind)
+
+
+def _risky(areas: EgoAreas) -> Bool[Array, "*b T"]:
+    return areas.multiple_lanes | areas.non_drivable | areas.rear_axle_in_intersection
+
+
+def _shift(speed: Float[Array, "*p"], direction: Float[Array, "*p 2"]) -> Float[Array, "*p S 2"]:
+    """TTC's translations of the ego box: speed x 0.1 s x s along the heading, for s in ``OFFSETS``."""
+    offsets = jnp.asarray(OFFSETS)
+    return (speed[..., None, None] * DT * offsets[:, None]) * direction[..., None, :]
 
 
 def time_to_collision(scene: Scene, states: Float[Array, "K T 11"],
@@ -30,18 +55,21 @@ def time_to_collision(scene: Scene, states: Float[Array, "K T 11"],
     """TTC per proposal ({0, 1}, float32) and the first ego step t of a violation (-1 if none).
 
     Args:
-      scene: one scene (ego-centred float32); only ``scene.agents`` is used.
+      scene: one scene (ego-centred float32); only ``scene.agents`` (``Agents``) is used.
       states: proposal rear-axle states [K, T, 11] with T = 41.
       areas: ego-area flags (``multiple_lanes``, ``non_drivable``, ``rear_axle_in_intersection`` used).
     """
     agents = scene.agents
+    if isinstance(agents, PackedAgents):
+        raise ValueError("time_to_collision: PackedAgents (jaxdrive.broadphase) hold the whole batch's contact "
+                         "triples; use batch_time_to_collision(scene[B], states[B, K, T, 11], areas)")
     nt = LAST_EGO_STEP + 1
     offsets = jnp.asarray(OFFSETS)
     ego = ego_boxes(states[:, :nt])  # [K, t, 4, 2]
     speed = jnp.hypot(states[:, :nt, StateIndex.VELOCITY_X], states[:, :nt, StateIndex.VELOCITY_Y])  # [K, t]
     heading = states[:, :nt, StateIndex.HEADING]
     direction = jnp.stack([jnp.cos(heading), jnp.sin(heading)], axis=-1)  # [K, t, 2]
-    shift = (speed[..., None, None] * DT * offsets[None, None, :, None]) * direction[:, :, None, :]  # [K, t, S, 2]
+    shift = _shift(speed, direction)  # [K, t, S, 2]
     # Corner coordinates split by axis, corners leading, broadcast to [4, K, N, t, S] (``boxes_intersect_xy``).
     projected = [jnp.moveaxis(ego[..., i], -1, 0)[:, :, None, :, None] + shift[None, :, None, :, :, i]
                  for i in range(2)]  # [4, K, 1, t, S] each
@@ -58,14 +86,56 @@ def time_to_collision(scene: Scene, states: Float[Array, "K T 11"],
     frame_first = t_first + offsets[e_first % len(OFFSETS)]  # [K, N]
 
     n_idx = jnp.arange(obj.shape[0])[None, :]
-    centroid = agents.center[n_idx, frame_first]  # [K, N, 2]
-    rear = jnp.take_along_axis(states[:, :, :2], t_first[..., None], axis=1)
-    cos, defined = heading_cosine(rear, jnp.take_along_axis(heading, t_first, axis=1), centroid)
-    ahead = defined & (cos > COS_AHEAD)
-    behind = defined & (cos < COS_BEHIND)
-    risky = (areas.multiple_lanes | areas.non_drivable | areas.rear_axle_in_intersection)[:, :nt]
-    violation = any_event & (ahead | (jnp.take_along_axis(risky, t_first, axis=1) & ~behind))  # [K, N]
-
+    violation = any_event & event_violation(jnp.take_along_axis(states[:, :, :2], t_first[..., None], axis=1),
+                                            jnp.take_along_axis(heading, t_first, axis=1),
+                                            agents.center[n_idx, frame_first],
+                                            jnp.take_along_axis(_risky(areas)[:, :nt], t_first, axis=1))  # [K, N]
     step = jnp.min(jnp.where(violation, t_first, nt), axis=1, initial=nt)
     step = jnp.where(jnp.any(violation, axis=1), step, -1).astype(jnp.int32)
     return jnp.where(step < 0, 1.0, 0.0).astype(jnp.float32), step
+
+
+def _packed_ttc(agents: Agents, pairs: ContactPairs, states: Float[Array, "K T 11"],
+                risky: Bool[Array, "K T"]) -> tuple[Float[Array, "K"], Int[Array, "K"]]:
+    """TTC of one group's K proposals (over its scenes' ``agents``) from its contact triples."""
+    nt, ns = LAST_EGO_STEP + 1, len(OFFSETS)
+    offsets = jnp.asarray(OFFSETS)
+    k, frames = states.shape[:2]
+    nb, n = agents.valid.shape
+    owner, agent, scene = pairs.owner, pairs.agent, pairs.owner // (k // nb)
+    start = pairs.chunk * CONTACT_STEPS  # ego steps start .. start + L - 1 (< nt: whole chunks)
+    speed = jnp.hypot(states[:, :nt, StateIndex.VELOCITY_X], states[:, :nt, StateIndex.VELOCITY_Y])
+    heading = states[:, :nt, StateIndex.HEADING]
+    ego_rows = box_rows(ego_boxes(states[:, :nt]), speed, jnp.cos(heading), jnp.sin(heading))
+    ego_w = windows(ego_rows, owner, start, CONTACT_STEPS, nt)  # [P, L, 11]
+    obj = jax.vmap(object_boxes)(agents).reshape((nb * n, frames, 4, 2))
+    live = (agents.present & agents.valid[..., None]).reshape(nb * n, frames)
+    reach = CONTACT_STEPS + OFFSETS[-1]
+    obj_w = windows(box_rows(obj, live), scene * n + agent, start, reach, max(frames, nt + OFFSETS[-1]))
+    at_frame = jnp.stack([obj_w[:, s:s + CONTACT_STEPS] for s in OFFSETS], axis=2)  # [P, L, S, 9] frame t + s
+    step_speed = ego_w[..., 8]
+    shift = _shift(step_speed, ego_w[..., 9:11])  # [P, L, S, 2]
+    ex, ey = corners(ego_w[:, :, None])
+    hit = boxes_intersect_xy([x + shift[..., 0] for x in ex], [y + shift[..., 1] for y in ey], *corners(at_frame))
+    moving = (step_speed >= TTC_STOPPED_SPEED)[..., None]
+    events = hit & (at_frame[..., 8] > 0) & moving & pairs.valid[:, None, None]  # [P, L, S]
+    order = (start[:, None, None] + jnp.arange(CONTACT_STEPS)[:, None]) * ns + jnp.arange(ns)  # (t, s) order
+    e_local = jnp.min(jnp.where(events, order, nt * ns), axis=(1, 2))  # [P]
+    first = first_of_run(e_local, pairs, nt * ns)
+    ef = jnp.minimum(e_local, nt * ns - 1)
+    t_first = ef // ns
+    violation = first & event_violation(states[owner, t_first, :2], heading[owner, t_first],
+                                        agents.center[scene, agent, t_first + offsets[ef % ns]], risky[owner, t_first])
+    step = per_proposal_min(jnp.where(violation, t_first, nt), pairs, k, nt)
+    step = jnp.where(step < nt, step, -1).astype(jnp.int32)
+    return jnp.where(step < 0, 1.0, 0.0).astype(jnp.float32), step
+
+
+def batch_time_to_collision(scene: Scene, states: Float[Array, "B K T 11"],
+                            areas: EgoAreas) -> tuple[Float[Array, "B K"], Int[Array, "B K"]]:
+    """``time_to_collision`` of a batch [B, K]: per scene for ``Agents``, or over the broad phase's contact triples
+    for ``PackedAgents`` (``jaxdrive.broadphase.pack_batch`` on the same states; identical results)."""
+    if not isinstance(scene.agents, PackedAgents):
+        return jax.vmap(time_to_collision)(scene, states, areas)
+    packed = scene.agents
+    return over_groups(_packed_ttc, packed.agents, packed.ttc, states, _risky(areas))

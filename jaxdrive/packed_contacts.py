@@ -1,0 +1,63 @@
+"""Collision tests on the broad phase's contact triples (``jaxdrive.broadphase.ContactPairs``): shared plumbing.
+
+NC and TTC only act on each (proposal, agent) pair's *first* event (``jaxdrive.rules.nc`` / ``ttc``). On a packed
+batch they test, per group of scenes (one device's), only the (proposal, agent, chunk of 8 steps) triples whose boxes
+can touch; a triple's earliest event is its chunk's, a pair's is the earliest over its run of triples (a sorted
+segment minimum), and per-proposal results are sorted segment minima over the triples a proposal owns.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int
+
+from jaxdrive.broadphase import ContactPairs
+from jaxdrive.scene import Agents
+
+
+def box_rows(boxes: Float[Array, "M T 4 2"], *extra: Float[Array, "M T"]) -> Float[Array, "M T F"]:
+    """Per-step rows [x0, y0, .., x3, y3, *extra] of boxes computed once per (item, step), for ``windows``."""
+    m, t = boxes.shape[:2]
+    return jnp.concatenate([boxes.reshape(m, t, 8)] + [e[..., None].astype(boxes.dtype) for e in extra], axis=-1)
+
+
+def windows(rows: Float[Array, "M T F"], row: Int[Array, "P"], start: Int[Array, "P"], size: int,
+            steps: int) -> Float[Array, "P size F"]:
+    """rows[row, start : start + size] per triple (one contiguous slice each), T zero-padded to ``steps`` first
+    (``start + size <= steps``: a slice is never shifted back to fit)."""
+    rows = jnp.pad(rows, ((0, 0), (0, steps - rows.shape[1]), (0, 0)))
+    return jax.vmap(lambda r, s: jax.lax.dynamic_slice(rows, (r, s, 0), (1, size, rows.shape[-1]))[0])(row, start)
+
+
+def corners(rows: Float[Array, "*p F"]) -> tuple[list[Array], list[Array]]:
+    """The corner x's and y's of ``box_rows`` rows, as the per-corner lists ``geometry.boxes_intersect_xy`` takes."""
+    return [rows[..., 2 * i] for i in range(4)], [rows[..., 2 * i + 1] for i in range(4)]
+
+
+def first_of_run(first: Int[Array, "P"], pairs: ContactPairs, none: int) -> Bool[Array, "P"]:
+    """Whether each triple holds its (proposal, agent) run's first event (``first``: the triple's earliest event
+    index, ``none`` if it has none)."""
+    run_min = jax.ops.segment_min(first, pairs.run, num_segments=first.shape[0], indices_are_sorted=True)
+    return (first < none) & (first == run_min[pairs.run])
+
+
+def per_proposal_min(x: Array, pairs: ContactPairs, num_proposals: int, empty) -> Array:
+    """Minimum of per-triple values over each proposal's triples, capped at ``empty`` (the value of a proposal with
+    no triples)."""
+    low = jax.ops.segment_min(x, pairs.owner, num_segments=num_proposals, indices_are_sorted=True)
+    return jnp.minimum(low, jnp.asarray(empty, x.dtype))
+
+
+def over_groups(fn: Callable, agents: Agents, pairs: ContactPairs, states: Float[Array, "B K T 11"],
+                flags: Bool[Array, "B K T"]):
+    """``fn(agents[Bg, N], pairs[P], states[Bg * K, T, 11], flags[Bg * K, T])`` per group of scenes -> [B, K] leaves."""
+    b, k = states.shape[:2]
+    g = pairs.groups
+    grouped = lambda x: x.reshape((g, -1) + x.shape[2:])  # [B, n, ...] -> [G, B / G * n, ...]
+    by_scene = lambda x: x.reshape((g, b // g) + x.shape[1:])  # [B, ...] -> [G, B / G, ...]
+    out = jax.vmap(fn)(jax.tree_util.tree_map(by_scene, agents), jax.tree_util.tree_map(grouped, pairs),
+                       grouped(states), grouped(flags))
+    return jax.tree_util.tree_map(lambda x: x.reshape((b, k)), out)
