@@ -50,7 +50,8 @@ EGO_RADIUS_M = math.hypot(0.5 * EGO_LENGTH, 0.5 * EGO_WIDTH)  # box centre to co
 CENTERLINE_REACH_M = 0.5  # LK only asks whether the centre is within 0.5 m of the centreline (``rules.lk``)
 SEGMENT_MULTIPLE = 32
 AGENT_MULTIPLE = 8  # kept agents per scene round up to this (NC / TTC work is linear in it)
-TILE_EDGES = 8  # edges per tile of ``EdgeTiles`` (one polygon per tile; ~20-edge lanes waste ~1/6)
+TILE_EDGES = 8  # edges per tile of ``EdgeTiles`` (one (proposal, polygon, chunk) per tile)
+MAP_CHUNK_STEPS = 14  # ego steps per chunk of the map's edge tiles (41 steps -> 3 chunks, one padded step)
 TILE_MULTIPLE = 16  # a group's tile count rounds up to this x its scene count (whole rows of tiles per scene)
 CONTACT_STEPS = 8  # ego steps per chunk of a ``ContactPairs`` triple
 CONTACT_MULTIPLE = 16  # a group's contact-pair count rounds up to this x its scene count
@@ -61,23 +62,23 @@ TTC_FRAMES_AHEAD = 9
 
 @struct.dataclass
 class EdgeTiles:
-    """The edges of every kept (scene, proposal, polygon) pair of a batch, cut into tiles of ``TILE_EDGES`` edges.
+    """The edges each (scene, proposal, polygon, chunk) of a batch must test, cut into tiles of ``TILE_EDGES`` edges.
 
-    A batch-level structure, in ``groups`` groups of B / G consecutive scenes (one per device the batch is sharded
-    over, so nothing crosses devices). Within a group, pair i is (proposal ``pair_owner[i]``: flat index
-    b * K + k within the group, polygon ``pair_poly[i]`` of that scene; -1 pads), pairs sorted by (proposal,
-    polygon); tile j holds 8 edges of pair ``tile_pair[j]``, tiles sorted by pair, a polygon's edges running over
-    consecutive tiles in ring order. Pairs and tiles are stored as [B, n / B] rows only so the leaves batch (and
-    shard) like the rest of ``Scene``: group g's fill its scenes' rows, but row b is *not* scene b's (read a group
-    flattened, see ``jaxdrive.rules.areas.batch_ego_areas``). The work is the batch's real edge count near each
-    proposal (rounded per polygon to whole tiles). Unused edges sit at ``FAR`` with zero length (never a crossing,
-    never "on"); empty tiles belong to the group's last pair (sums unchanged, order kept).
+    Chunk c is ego steps [14c, 14c + 14) (``MAP_CHUNK_STEPS``). A unit ("pair") keeps only the ring edges that can
+    change a predicate at its chunk's points (``_edge_keep``); units with none are dropped. A batch-level structure,
+    in ``groups`` groups of B / G consecutive scenes (one per device the batch is sharded over, so nothing crosses
+    devices). Within a group, pair i is (slot ``pair_slot[i]`` = (b * K + k) * C + c within the group, polygon
+    ``pair_poly[i]`` of that scene; -1 pads), pairs sorted by (slot, polygon); tile j holds 8 kept edges of pair
+    ``tile_pair[j]``, in ring order, tiles sorted by pair. Pairs and tiles are stored as [B, n / B] rows only so the
+    leaves batch (and shard) like the rest of ``Scene``: group g's fill its scenes' rows, but row b is *not* scene b's
+    (read a group flattened, see ``jaxdrive.rules.areas.batch_ego_areas``). Unused edges sit at ``FAR`` with zero
+    length (never a crossing, never "on"); empty tiles belong to the group's last pair (sums unchanged, order kept).
     """
 
     start: Float[Array, "B NTb TILE 2"]
     end: Float[Array, "B NTb TILE 2"]
     tile_pair: Int[Array, "B NTb"]
-    pair_owner: Int[Array, "B Pb"]
+    pair_slot: Int[Array, "B Pb"]
     pair_poly: Int[Array, "B Pb"]
     groups: int = struct.field(pytree_node=False, default=1)
 
@@ -95,7 +96,7 @@ class PackedMap:
     lane_on_route: Bool[Array, "B Pl"]
     red_lanes: EdgeTiles  # on-route lanes red at some step, near each proposal (TLC)
     red_first: Float[Array, "B Pr 2"]  # first ring vertex of the pair's lane (TLC's vertex-in-box test)
-    red: Bool[Array, "B Pr T"]  # the pair's light is red at step t
+    red: Bool[Array, "B Pr L"]  # the pair's light is red at its chunk's step l
     centerline: Float[Array, "*b C 2"]
     centerline_valid: Bool[Array, "*b C"]
     near_segments: Int[Array, "*b K S"]  # centreline segments (i -> i + 1) within LK's reach of the proposal; -1 pads
@@ -185,10 +186,12 @@ def polygon_bboxes(polys: Polygons) -> np.ndarray:
 
 
 def overlaps(swept: np.ndarray, boxes: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    """[B, K, P] closed bbox overlap of each proposal's swept bbox ([B, K, 4]) with each valid polygon ([B, P, 4])."""
-    s, p = swept[:, :, None, :], boxes[:, None, :, :]
+    """[B, ..., P] closed bbox overlap of each bbox ``swept`` [B, ..., 4] (a proposal's, or a proposal chunk's) with
+    each valid polygon ([B, P, 4])."""
+    lead = lambda x: x.reshape((x.shape[0],) + (1,) * (swept.ndim - 2) + x.shape[1:])
+    s, p = swept[..., None, :], lead(boxes)
     hit = (s[..., 0] <= p[..., 2]) & (p[..., 0] <= s[..., 2]) & (s[..., 1] <= p[..., 3]) & (p[..., 1] <= s[..., 3])
-    return hit & np.asarray(valid)[:, None, :]
+    return hit & lead(np.asarray(valid))
 
 
 def _select(keep: np.ndarray, minimum: int, multiple: int) -> np.ndarray:
@@ -211,47 +214,71 @@ def _gather(leaf: np.ndarray, idx: np.ndarray, fill) -> np.ndarray:
     return np.where(mask, np.asarray(fill, leaf.dtype), out)
 
 
-def _tile(polys: Polygons, keep: np.ndarray, min_pairs: int, min_tiles: int,
-          groups: int) -> tuple[EdgeTiles, np.ndarray, np.ndarray]:
-    """Edge tiles of the kept (scene, proposal, polygon) pairs ``keep`` [B, K, P], per group of B / ``groups`` scenes.
+def _edge_keep(verts: np.ndarray, n_edges: np.ndarray, box: np.ndarray) -> np.ndarray:
+    """[U, V] which ring edges (j -> j + 1, j < ``n_edges``) of the units' polygons ``verts`` [U, V, 2] can change a
+    predicate at points inside the units' chunk bbox ``box`` [U, 4] (margin included).
 
-    Returns the tiles and, per pair row [B, Pb], the scene and polygon index (-1 for padding pairs).
+    An edge entirely above or below the bbox (in y) never straddles a point's ray nor holds a point; an edge entirely
+    left of it (in x) holds no point and, by more than the margin, cannot be rounded into a crossing of a ray towards
+    +x (the two products of the crossing test then differ by far more than float32 rounding). TLC's box-edge contacts
+    need an edge point inside the box, so they keep the same edges.
+    """
+    a = verts.astype(np.float64)
+    b = np.roll(a, -1, axis=1)
+    ymin, ymax = np.minimum(a[..., 1], b[..., 1]), np.maximum(a[..., 1], b[..., 1])
+    xmax = np.maximum(a[..., 0], b[..., 0])
+    return ((np.arange(verts.shape[1]) < n_edges[:, None]) & (ymin <= box[:, 3:4]) & (ymax >= box[:, 1:2])
+            & (xmax >= box[:, 0:1]))
+
+
+def _tile(polys: Polygons, keep: np.ndarray, box: np.ndarray, min_pairs: int, min_tiles: int,
+          groups: int) -> tuple[EdgeTiles, np.ndarray, np.ndarray, np.ndarray]:
+    """Edge tiles of the kept (scene, proposal, chunk, polygon) units ``keep`` [B, K, C, P] (chunk bboxes ``box``
+    [B, K, C, 4]), per group of B / ``groups`` scenes.
+
+    Returns the tiles and, per pair row [B, Pb], the scene, polygon (-1 for padding pairs) and chunk index.
     """
     verts = np.asarray(polys.vertices)  # [B, P, V, 2] float32
-    nb, npoly, nv = verts.shape[:3]
-    k = keep.shape[1]
+    nb, k, nc = keep.shape[:3]
+    nv = verts.shape[2]
     per_group = nb // groups
     n_edges = np.minimum(np.asarray(polys.vertex_valid).sum(-1) + 1, nv)  # + one degenerate v0 -> v0 if padded
-    flat_keep = keep.reshape(groups, -1)  # (scene in group, proposal, polygon) order
-    count = flat_keep.sum(-1)
+    ub, uk, uc, up = np.nonzero(keep)  # units in (scene, proposal, chunk, polygon) order
+    edge = _edge_keep(verts[ub, up], n_edges[ub, up], box[ub, uk, uc])  # [U, V]
+    count = edge.sum(-1)
+    live = count > 0  # a unit without edges holds no point: drop it
+    ub, uk, uc, up, edge, count = ub[live], uk[live], uc[live], up[live], edge[live], count[live]
+    group = ub // per_group
+    slot = ((ub % per_group) * k + uk) * nc + uc
+    tiles = -(-count // TILE_EDGES)
     step = TILE_MULTIPLE * per_group
-    npair = max(min_pairs * per_group, -(-int(count.max(initial=0)) // step) * step)
-    pair = np.full((groups, npair), -1, np.int64)  # flat (scene in group, proposal, polygon) index
-    for g in range(groups):
-        pair[g, :count[g]] = np.flatnonzero(flat_keep[g])
-    real = pair >= 0
-    scene = np.where(real, np.arange(groups)[:, None] * per_group + np.maximum(pair, 0) // (k * npoly), 0)
-    poly = np.where(real, np.maximum(pair, 0) % npoly, -1)
-    lengths = np.where(real, n_edges[scene, np.maximum(poly, 0)], 0)  # [G, Pg]
-    tiles = -(-lengths // TILE_EDGES)
-    ends = np.cumsum(tiles, axis=-1)
-    nt = max(min_tiles * per_group, -(-int(ends[:, -1].max()) // step) * step)  # tiles per group
-    pos = np.arange(nt)
-    tile_pair = np.minimum(np.stack([np.searchsorted(row, pos, side="right") for row in ends]), npair - 1)
-    used = pos[None] < ends[:, -1:]  # [G, NT]
-    take = lambda x: np.take_along_axis(x, tile_pair, axis=-1)
-    j = pos[None] - (take(ends) - take(tiles))  # tile index within its polygon
-    e = j[..., None] * TILE_EDGES + np.arange(TILE_EDGES)  # [G, NT, TILE] edge index in the ring
-    live = used[..., None] & (e < take(lengths)[..., None])
-    at = lambda i: verts[take(scene)[..., None], np.maximum(take(poly), 0)[..., None], np.where(live, i, 0)]
-    start = np.where(live[..., None], at(e), np.float32(FAR))
-    end = np.where(live[..., None], at((e + 1) % nv), np.float32(FAR))
+    pairs_g = np.bincount(group, minlength=groups)
+    tiles_g = np.bincount(group, weights=tiles, minlength=groups).astype(np.int64)
+    npair = max(min_pairs * per_group, -(-int(pairs_g.max(initial=0)) // step) * step)
+    nt = max(min_tiles * per_group, -(-int(tiles_g.max(initial=0)) // step) * step)
+    first_tile = np.cumsum(tiles) - tiles  # over the batch
+    pos = np.arange(len(ub)) - (np.cumsum(pairs_g) - pairs_g)[group]  # pair index within the group
+    tile0 = first_tile - (np.cumsum(tiles_g) - tiles_g)[group]  # first tile within the group
+
+    pair_slot = np.full((groups, npair), per_group * k * nc - 1, np.int64)
+    pair_poly = np.full((groups, npair), -1, np.int64)
+    pair_scene, pair_chunk = np.zeros((groups, npair), np.int64), np.zeros((groups, npair), np.int64)
+    pair_slot[group, pos], pair_poly[group, pos], pair_scene[group, pos], pair_chunk[group, pos] = slot, up, ub, uc
+    tile_pair = np.full((groups, nt), npair - 1, np.int64)  # empty tiles: the group's last pair
+    unit = np.repeat(np.arange(len(ub)), tiles)
+    tile_pair[group[unit], tile0[unit] + np.arange(len(unit)) - first_tile[unit]] = pos[unit]
+    eu, ee = np.nonzero(edge)  # kept edges in (unit, ring) order
+    j = np.arange(len(eu)) - (np.cumsum(count) - count)[eu]  # rank within the unit
+    at = (group[eu], tile0[eu] + j // TILE_EDGES, j % TILE_EDGES)
+    start = np.full((groups, nt, TILE_EDGES, 2), FAR, np.float32)
+    end = np.full((groups, nt, TILE_EDGES, 2), FAR, np.float32)
+    start[at] = verts[ub[eu], up[eu], ee]
+    end[at] = verts[ub[eu], up[eu], (ee + 1) % nv]
     rows = lambda x: x.reshape((nb, -1) + x.shape[2:])  # group g's tiles / pairs fill its scenes' rows
-    owner = np.where(real, np.maximum(pair, 0) // npoly, per_group * k - 1)  # b * K + k within the group
-    out = EdgeTiles(start=rows(start.astype(np.float32)), end=rows(end.astype(np.float32)),
-                    tile_pair=rows(tile_pair.astype(np.int32)), pair_owner=rows(owner.astype(np.int32)),
-                    pair_poly=rows(poly.astype(np.int32)), groups=groups)
-    return out, rows(scene), rows(poly)
+    out = EdgeTiles(start=rows(start), end=rows(end), tile_pair=rows(tile_pair.astype(np.int32)),
+                    pair_slot=rows(pair_slot.astype(np.int32)), pair_poly=rows(pair_poly.astype(np.int32)),
+                    groups=groups)
+    return out, rows(pair_scene), rows(pair_poly), rows(pair_chunk)
 
 
 def _pair_values(leaf: np.ndarray, scene: np.ndarray, poly: np.ndarray, fill) -> np.ndarray:
@@ -278,27 +305,33 @@ def pack_map(scene: Scene, states: np.ndarray, spec: PackSpec = PackSpec(),
     if groups < 1 or states.shape[0] % groups:
         raise ValueError(f"pack_map: groups: expected a positive divisor of the batch size {states.shape[0]}, "
                          f"got {groups}")
-    swept = swept_bboxes(states)
-    keep_a = overlaps(swept, polygon_bboxes(m.areas), m.areas.valid)
-    keep_l = overlaps(swept, polygon_bboxes(m.lanes), m.lanes.valid)
+    box = ego_chunk_bboxes(states, MAP_CHUNK_STEPS)  # [B, K, C, 4]
+    keep_a = overlaps(box, polygon_bboxes(m.areas), m.areas.valid)  # [B, K, C, P]
+    keep_l = overlaps(box, polygon_bboxes(m.lanes), m.lanes.valid)
     red_any = np.asarray(m.lane_on_route) & np.asarray(m.lane_red).any(-1)
-    areas, a_scene, a_poly = _tile(m.areas, keep_a, spec.area_pairs, spec.area_tiles, groups)
-    lanes, l_scene, l_poly = _tile(m.lanes, keep_l, spec.lane_pairs, spec.lane_tiles, groups)
-    red_lanes, r_scene, r_poly = _tile(m.lanes, keep_l & red_any[:, None, :], spec.red_pairs, spec.red_tiles, groups)
+    areas, a_scene, a_poly, _ = _tile(m.areas, keep_a, box, spec.area_pairs, spec.area_tiles, groups)
+    lanes, l_scene, l_poly, _ = _tile(m.lanes, keep_l, box, spec.lane_pairs, spec.lane_tiles, groups)
+    red_lanes, r_scene, r_poly, r_chunk = _tile(m.lanes, keep_l & red_any[:, None, None, :], box, spec.red_pairs,
+                                                spec.red_tiles, groups)
+    red = np.asarray(m.lane_red)  # [B, L, T] -> the pair's chunk's steps [B, Pr, MAP_CHUNK_STEPS]
+    chunks = box.shape[2]
+    red = np.pad(red, ((0, 0), (0, 0), (0, chunks * MAP_CHUNK_STEPS - red.shape[-1])))
+    red = red.reshape(red.shape[:2] + (chunks, MAP_CHUNK_STEPS))[r_scene, np.maximum(r_poly, 0), r_chunk]
+    red &= (r_poly >= 0)[..., None]
 
     centerline = np.asarray(m.centerline)
     real = int(np.asarray(m.centerline_valid).sum(-1).max())
     c = min(centerline.shape[-2], max(spec.centerline, -(-(real + 1) // 64) * 64))
     centerline = centerline[..., :c, :]
-    near = near_segments(centerline, swept, spec.near_segments)
+    near = near_segments(centerline, swept_bboxes(states), spec.near_segments)
     packed = PackedMap(
         areas=areas, junction=_pair_values(m.area_kind, a_scene, a_poly, 0) == AreaKind.INTERSECTION,
         lanes=lanes, lane_on_route=_pair_values(m.lane_on_route, l_scene, l_poly, False),
         red_lanes=red_lanes,
         red_first=_pair_values(np.asarray(m.lanes.vertices)[:, :, 0], r_scene, r_poly, FAR).astype(np.float32),
-        red=_pair_values(m.lane_red, r_scene, r_poly, False),
+        red=red,
         centerline=centerline, centerline_valid=np.asarray(m.centerline_valid)[..., :c], near_segments=near)
-    pairs, tiles = (lambda t: t.pair_owner.shape[1]), (lambda t: t.start.shape[1])  # per scene of the batch
+    pairs, tiles = (lambda t: t.pair_slot.shape[1]), (lambda t: t.start.shape[1])  # per scene of the batch
     used = PackSpec(area_pairs=pairs(areas), area_tiles=tiles(areas), lane_pairs=pairs(lanes), lane_tiles=tiles(lanes),
                     red_pairs=pairs(red_lanes), red_tiles=tiles(red_lanes), centerline=c, agents=spec.agents,
                     near_segments=near.shape[-1], nc_pairs=spec.nc_pairs, ttc_pairs=spec.ttc_pairs)
@@ -345,23 +378,36 @@ def cull_agents(agents: Agents, states: np.ndarray, minimum: int = PackSpec.agen
                   type=take(agents.type, 0), present=take(agents.present, False), valid=take(agents.valid, False))
 
 
-def _chunked(x: np.ndarray, fill: float, reduce) -> np.ndarray:
-    """x [..., T] reduced over chunks of ``CONTACT_STEPS`` steps -> [..., ceil(T / CONTACT_STEPS)] (``fill`` pads)."""
-    n = -(-x.shape[-1] // CONTACT_STEPS)
-    padded = np.concatenate([x, np.full(x.shape[:-1] + (n * CONTACT_STEPS - x.shape[-1],), fill)], axis=-1)
-    return reduce(padded.reshape(x.shape[:-1] + (n, CONTACT_STEPS)), axis=-1)
+def _chunked(x: np.ndarray, fill: float, reduce, size: int) -> np.ndarray:
+    """x [..., T] reduced over chunks of ``size`` steps -> [..., ceil(T / size)] (``fill`` pads)."""
+    n = -(-x.shape[-1] // size)
+    padded = np.concatenate([x, np.full(x.shape[:-1] + (n * size - x.shape[-1],), fill)], axis=-1)
+    return reduce(padded.reshape(x.shape[:-1] + (n, size)), axis=-1)
 
 
-def ego_chunk_bboxes(states: np.ndarray, steps: int, reach_s: float = 0.0) -> np.ndarray:
-    """[B, K, C, 4] bbox (m) of each proposal's ego footprints at the steps < ``steps`` of each chunk, widened by the
-    chunk's top speed x ``reach_s`` (TTC's forward translation of the box by speed x 0.1 s x s, s <= 9)."""
+def ego_corners_xy(states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """x and y [..., T, 4] (m, float64) of the ego footprint corners (``geometry.ego_corners``) of rear-axle states."""
+    s = np.asarray(states, np.float64)
+    c, sn = np.cos(s[..., 2]), np.sin(s[..., 2])
+    cx, cy = s[..., 0] + EGO_REAR_AXLE_TO_CENTER * c, s[..., 1] + EGO_REAR_AXLE_TO_CENTER * sn
+    hl, hw = 0.5 * EGO_LENGTH, 0.5 * EGO_WIDTH
+    signs = ((1, 1), (-1, 1), (-1, -1), (1, -1))
+    xs = np.stack([cx + a * hl * c - b * hw * sn for a, b in signs], axis=-1)
+    ys = np.stack([cy + a * hl * sn + b * hw * c for a, b in signs], axis=-1)
+    return xs, ys
+
+
+def ego_chunk_bboxes(states: np.ndarray, size: int, steps: int | None = None, reach_s: float = 0.0) -> np.ndarray:
+    """[B, K, C, 4] bbox (m) of each proposal's ego footprints at the steps (< ``steps``) of each chunk of ``size``
+    steps, plus ``MARGIN_M``, widened by the chunk's top speed x ``reach_s`` (TTC's forward translation of the box by
+    speed x 0.1 s x s, s <= 9). Every point the rules test (corners, centre, rear axle) lies in a footprint."""
     s = np.asarray(states, np.float64)[..., :steps, :]
-    h = s[..., 2]
-    cx = s[..., 0] + EGO_REAR_AXLE_TO_CENTER * np.cos(h)
-    cy = s[..., 1] + EGO_REAR_AXLE_TO_CENTER * np.sin(h)
-    reach = EGO_RADIUS_M + MARGIN_M + reach_s * _chunked(np.hypot(s[..., 3], s[..., 4]), 0.0, np.max)
-    return np.stack([_chunked(cx, np.inf, np.min) - reach, _chunked(cy, np.inf, np.min) - reach,
-                     _chunked(cx, -np.inf, np.max) + reach, _chunked(cy, -np.inf, np.max) + reach], axis=-1)
+    xs, ys = ego_corners_xy(s)
+    reach = MARGIN_M + reach_s * _chunked(np.hypot(s[..., 3], s[..., 4]), 0.0, np.max, size)
+    return np.stack([_chunked(xs.min(-1), np.inf, np.min, size) - reach,
+                     _chunked(ys.min(-1), np.inf, np.min, size) - reach,
+                     _chunked(xs.max(-1), -np.inf, np.max, size) + reach,
+                     _chunked(ys.max(-1), -np.inf, np.max, size) + reach], axis=-1)
 
 
 def agent_chunk_bboxes(agents: Agents, chunks: int, ahead: int = 0) -> np.ndarray:
@@ -386,7 +432,7 @@ def contact_pairs(agents: Agents, states: np.ndarray, steps: int, ahead: int = 0
 
     ``agents`` [B, N] (the culled agents the rules will read), ``states`` [B, K, T, 11].
     """
-    ego = ego_chunk_bboxes(states, steps, reach_s)[:, :, None]  # [B, K, 1, C, 4]
+    ego = ego_chunk_bboxes(states, CONTACT_STEPS, steps, reach_s)[:, :, None]  # [B, K, 1, C, 4]
     obj = agent_chunk_bboxes(agents, ego.shape[-2], ahead)[:, None]  # [B, 1, N, C, 4]
     keep = ((ego[..., 0] <= obj[..., 2]) & (obj[..., 0] <= ego[..., 2]) & (ego[..., 1] <= obj[..., 3])
             & (obj[..., 1] <= ego[..., 3]) & np.asarray(agents.valid)[:, None, :, None])  # [B, K, N, C]

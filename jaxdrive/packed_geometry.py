@@ -1,9 +1,9 @@
 """Point-in-polygon and box-polygon contact on the broad phase's edge tiles (``jaxdrive.broadphase.EdgeTiles``).
 
 The same per-edge predicates as ``jaxdrive.geometry.point_in_polygon`` and ``box_intersects_polygon`` (the same float
-expressions), evaluated tile by tile on the edges of the polygons each proposal kept instead of on every padded ring;
-per-pair counts come from a sorted segment sum over the tiles. All proposals of a tile group (one device's scenes)
-at once. Padded edges (zero length at ``FAR``) and padding pairs never count."""
+expressions), evaluated tile by tile on the edges each (proposal, chunk of steps, polygon) kept instead of on every
+padded ring; per-pair counts come from a sorted segment sum over the tiles. All proposals of a tile group (one
+device's scenes) at once. Padded edges (zero length at ``FAR``) and padding pairs never count."""
 
 from __future__ import annotations
 
@@ -17,46 +17,47 @@ from kernels.tile_crossings import ON_WEIGHT, tile_counts
 
 
 
-def pair_sums(x: Int[Array, "P *n"], tiles: EdgeTiles, num_proposals: int) -> Int[Array, "K *n"]:
-    """Per-pair values summed per proposal (pairs are sorted by proposal)."""
-    return jax.ops.segment_sum(x, tiles.pair_owner, num_segments=num_proposals, indices_are_sorted=True)
+def slot_sums(x: Int[Array, "P *n"], tiles: EdgeTiles, num_slots: int) -> Int[Array, "S *n"]:
+    """Per-pair values summed per (proposal, chunk) slot (pairs are sorted by slot)."""
+    return jax.ops.segment_sum(x, tiles.pair_slot, num_segments=num_slots, indices_are_sorted=True)
 
 
 def _tile_sums(per_tile: Int[Array, "NT *n"], tiles: EdgeTiles) -> Int[Array, "P *n"]:
-    """Per-tile counts summed per (proposal, polygon) pair (tiles are sorted by pair)."""
-    return jax.ops.segment_sum(per_tile, tiles.tile_pair, num_segments=tiles.pair_owner.shape[0],
+    """Per-tile counts summed per pair (tiles are sorted by pair)."""
+    return jax.ops.segment_sum(per_tile, tiles.tile_pair, num_segments=tiles.pair_slot.shape[0],
                                indices_are_sorted=True)
 
 
-def points_in_tiles(points: Float[Array, "K N 2"], tiles: EdgeTiles) -> Bool[Array, "P N"]:
-    """Strict point-in-polygon (even-odd crossings, boundary outside) of each pair's proposal's N points in the pair's
-    polygon, from one group's flat ``EdgeTiles`` (pair_owner = proposal index < K).
+def points_in_tiles(points: Float[Array, "S N 2"], tiles: EdgeTiles) -> Bool[Array, "P N"]:
+    """Strict point-in-polygon (even-odd crossings, boundary outside) of each pair's slot's N points in the pair's
+    polygon, from one group's flat ``EdgeTiles`` (pair_slot = (proposal, chunk) slot < S).
 
-    Every tile tests its proposal's points against its 8 edges with ``jaxdrive.geometry.point_in_polygon``'s
-    per-edge predicates (``kernels.tile_crossings``: coordinates split by axis so the test vectorises over points);
-    the per-tile crossing / boundary counts are summed per pair.
+    Every tile tests its slot's points against its 8 edges with ``jaxdrive.geometry.point_in_polygon``'s per-edge
+    predicates (``kernels.tile_crossings``: coordinates split by axis so the test vectorises over points); the
+    per-tile crossing / boundary counts are summed per pair. The edges a pair dropped (``broadphase._edge_keep``)
+    count nothing at its points, so the counts are the whole ring's.
     """
-    owner = tiles.pair_owner[tiles.tile_pair]  # [NT]
+    slot = tiles.pair_slot[tiles.tile_pair]  # [NT]
     a, b = tiles.start, tiles.end  # [NT, TILE, 2]
-    per_tile = tile_counts(points[..., 0][owner], points[..., 1][owner], a[..., 0], a[..., 1], b[..., 0],
+    per_tile = tile_counts(points[..., 0][slot], points[..., 1][slot], a[..., 0], a[..., 1], b[..., 0],
                            b[..., 1])  # [NT, N]
     counts = _tile_sums(per_tile, tiles)
     return (counts % 2 == 1) & (counts < ON_WEIGHT) & (tiles.pair_poly >= 0)[:, None]
 
 
-def boxes_touch_tiles(boxes: Float[Array, "K T 4 2"], tiles: EdgeTiles,
-                      first: Float[Array, "P 2"]) -> Bool[Array, "P T"]:
-    """Closed box-polygon intersection (``jaxdrive.geometry.box_intersects_polygon``) of each pair's proposal's boxes
-    with the pair's polygon, from one group's flat ``EdgeTiles``: a box edge meets a polygon edge, the box's first
-    corner is inside the polygon, or the polygon's first vertex ``first`` is in the box.
+def boxes_touch_tiles(boxes: Float[Array, "S L 4 2"], tiles: EdgeTiles,
+                      first: Float[Array, "P 2"]) -> Bool[Array, "P L"]:
+    """Closed box-polygon intersection (``jaxdrive.geometry.box_intersects_polygon``) of each pair's slot's boxes
+    with the pair's polygon, from one group's flat ``EdgeTiles``: a box edge meets a (kept) polygon edge, the box's
+    first corner is inside the polygon, or the polygon's first vertex ``first`` is in the box.
     """
-    box = boxes[tiles.pair_owner[tiles.tile_pair]]  # [NT, T, 4, 2]
+    box = boxes[tiles.pair_slot[tiles.tile_pair]]  # [NT, L, 4, 2]
     ba, bb = box, jnp.roll(box, -1, axis=-2)  # box edges
     pair = jax.vmap(jax.vmap(segments_intersect, in_axes=(None, None, 0, 0)), in_axes=(0, 0, None, None))  # [4, E]
-    per_step = jax.vmap(pair, in_axes=(0, 0, None, None))  # [T, 4, E]
-    edge_hit = jax.vmap(per_step)(ba, bb, tiles.start, tiles.end)  # [NT, T, 4, TILE]
-    hit = _tile_sums(jnp.any(edge_hit, axis=(2, 3)).astype(jnp.int32), tiles) > 0  # [P, T]
-    corner_in = points_in_tiles(boxes[:, :, 0], tiles)  # [P, T]
-    own = boxes[tiles.pair_owner]  # [P, T, 4, 2]
-    vertex_in = jax.vmap(jax.vmap(point_in_box, in_axes=(None, 0)))(first, own)  # [P, T]
+    per_step = jax.vmap(pair, in_axes=(0, 0, None, None))  # [L, 4, E]
+    edge_hit = jax.vmap(per_step)(ba, bb, tiles.start, tiles.end)  # [NT, L, 4, TILE]
+    hit = _tile_sums(jnp.any(edge_hit, axis=(2, 3)).astype(jnp.int32), tiles) > 0  # [P, L]
+    corner_in = points_in_tiles(boxes[:, :, 0], tiles)  # [P, L]
+    own = boxes[tiles.pair_slot]  # [P, L, 4, 2]
+    vertex_in = jax.vmap(jax.vmap(point_in_box, in_axes=(None, 0)))(first, own)  # [P, L]
     return (hit | corner_in | vertex_in) & (tiles.pair_poly >= 0)[:, None]

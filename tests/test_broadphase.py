@@ -26,8 +26,8 @@ import shapely
 sys.path.insert(0, os.path.dirname(__file__))
 from reference_rules import ego_center_and_corners  # noqa: E402
 
-from jaxdrive.broadphase import (TILE_EDGES, PackSpec, cull_agents, overlaps, pack_batch, pack_map,  # noqa: E402
-                                 polygon_bboxes, swept_bboxes)
+from jaxdrive.broadphase import (MAP_CHUNK_STEPS, MARGIN_M, TILE_EDGES, PackSpec, cull_agents,  # noqa: E402
+                                 contact_pairs, ego_chunk_bboxes, overlaps, pack_batch, pack_map, polygon_bboxes)
 from jaxdrive.data.scene_json import read_scene  # noqa: E402
 from jaxdrive.data.synthetic import generate_scene  # noqa: E402
 from jaxdrive.rules.areas import batch_ego_areas  # noqa: E402
@@ -105,10 +105,23 @@ def test_packed_identical_on_synthetic(synthetic_scenes):
     _assert_identical(synthetic_scenes)
 
 
+def test_packed_identical_on_dense_traffic_in_groups():
+    """The reference mix (~32 agents, the largest maps, 16 proposals) packed in 4 groups (as for 4 devices): every
+    flag, value and step equals the dense batch's, and the collision rules fire often enough to be tested."""
+    scenes = [generate_scene(seed, profile="reference") for seed in range(8)]
+    spec = dataclasses.replace(PadSpec.fit(scenes), proposals=16)
+    scene, props, _ = batch_scenes(scenes, spec, validate=False)
+    dense = jax.device_get(RULES(scene, props.states))
+    packed_scene, _ = pack_batch(scene, props.states, groups=4)
+    packed = jax.device_get(RULES(packed_scene, props.states))
+    for name, want in dense.items():
+        np.testing.assert_array_equal(packed[name], want, err_msg=name)
+    assert (dense["nc"] < 1).sum() >= 5 and (dense["ttc"] < 1).sum() >= 10, (dense["nc"], dense["ttc"])
+
+
 def _dropped_never_touched(scene):
     """For every proposal and every polygon the broad phase drops: no ego footprint touches it (shapely, float64)."""
     batch, props, _ = batch_scenes([scene], PadSpec.fit([scene]), validate=False)
-    swept = swept_bboxes(np.asarray(props.states))
     k = scene.num_proposals
     boxes = np.array([[ego_center_and_corners(s)[1] for s in traj] for traj in scene.proposal_states])  # [K,T,4,2]
     footprints = shapely.polygons(boxes.reshape(-1, 4, 2)).reshape(k, -1)
@@ -137,13 +150,14 @@ def _dropped_never_touched(scene):
                 assert not shapely.intersects(moved, obj).any(), \
                     f"scene {scene.id}: dropped agent {agent.id} touches an ego box at step {t - s} (+{s})"
                 checked += 1
+    chunk = MAP_CHUNK_STEPS
     for polys, host in ((batch.map.areas, scene.areas), (batch.map.lanes, scene.lanes)):
-        keep = overlaps(swept, polygon_bboxes(polys), polys.valid)[0]
+        keep = overlaps(ego_chunk_bboxes(np.asarray(props.states), chunk), polygon_bboxes(polys), polys.valid)[0]
         for p, item in enumerate(host):
             poly = shapely.Polygon(item.polygon)
-            for j in np.flatnonzero(~keep[:k, p]):
-                assert not shapely.intersects(footprints[j], poly).any(), \
-                    f"scene {scene.id}: proposal {j} touches dropped polygon {item.id}"
+            for j, c in np.argwhere(~keep[:k, :, p]):
+                assert not shapely.intersects(footprints[j, c * chunk:(c + 1) * chunk], poly).any(), \
+                    f"scene {scene.id}: proposal {j} touches dropped polygon {item.id} in chunk {c}"
                 checked += 1
     return checked
 
@@ -155,38 +169,149 @@ def _kept_agents(batch, states):
     return [int(v) for v, ok in zip(culled.type[0], culled.valid[0]) if ok]
 
 
+def test_dropped_contact_triples_never_touch():
+    """Soundness of the contact triples against shapely: for every (proposal, agent, chunk) the broad phase drops,
+    no ego box at the chunk's steps touches the agent's box at the same frame (NC), and no TTC translation of it
+    (speed x 0.1 s x {0, 3, 6, 9}) touches the agent's box at frame t + s."""
+    from jaxdrive.broadphase import CONTACT_STEPS, NC_STEPS, TTC_FRAMES_AHEAD, TTC_HORIZON_S, TTC_STEPS
+
+    checked = 0
+    for seed in range(3):
+        scene = generate_scene(seed, profile="reference")
+        batch, props, _ = batch_scenes([scene], PadSpec.fit([scene]), validate=False)
+        states = np.asarray(props.states, np.float64)[0]  # ego-centred, as the packing sees them
+        agents = batch.agents
+        center, heading = np.asarray(agents.center, np.float64)[0], np.asarray(agents.heading, np.float64)[0]
+        live = np.asarray(agents.present)[0] & np.asarray(agents.valid)[0][:, None]
+        length, width = np.asarray(agents.length)[0], np.asarray(agents.width)[0]
+        ego = np.array([[ego_center_and_corners(st)[1] for st in traj] for traj in states])  # [K, T, 4, 2]
+        speed = np.hypot(states[..., 3], states[..., 4])
+
+        def agent_box(n, f):
+            u = np.array([np.cos(heading[n, f]), np.sin(heading[n, f])])
+            v = np.array([-u[1], u[0]])
+            hl, hw = 0.5 * length[n], 0.5 * width[n]
+            return shapely.Polygon([center[n, f] + hl * u + hw * v, center[n, f] - hl * u + hw * v,
+                                    center[n, f] - hl * u - hw * v, center[n, f] + hl * u - hw * v])
+
+        for steps, ahead, reach, offsets in ((NC_STEPS, 0, 0.0, (0,)), (TTC_STEPS, TTC_FRAMES_AHEAD, TTC_HORIZON_S,
+                                                                        (0, 3, 6, 9))):
+            pairs = contact_pairs(agents, props.states, steps, ahead, reach)
+            kept = {(int(o), int(a), int(c)) for o, a, c, ok in zip(pairs.owner[0], pairs.agent[0], pairs.chunk[0],
+                                                                    pairs.valid[0]) if ok}
+            for j in range(scene.num_proposals):
+                for n in np.flatnonzero(np.asarray(agents.valid)[0]):
+                    for c in range(-(-steps // CONTACT_STEPS)):
+                        if (j, n, c) in kept:
+                            continue
+                        for t in range(c * CONTACT_STEPS, min(steps, (c + 1) * CONTACT_STEPS)):
+                            h = states[j, t, 2]
+                            for s in offsets:
+                                if t + s >= live.shape[1] or not live[n, t + s]:
+                                    continue
+                                shift = speed[j, t] * 0.1 * s * np.array([np.cos(h), np.sin(h)])
+                                assert not shapely.intersects(shapely.Polygon(ego[j, t] + shift), agent_box(n, t + s)), \
+                                    f"dropped triple (proposal {j}, agent {n}, chunk {c}) touches at step {t} (+{s})"
+                                checked += 1
+    assert checked > 10000
+
+
 def test_dropped_polygons_and_agents_are_never_touched(fixture_scenes, synthetic_scenes):
     checked = sum(_dropped_never_touched(s) for s in fixture_scenes + synthetic_scenes[:60])
     assert checked > 1000  # the criterion was exercised on many dropped (proposal, polygon) pairs
 
 
-def test_packed_edges_are_the_ring_edges(fixture_scenes):
-    """Each kept (scene, proposal, lane) pair's tiles hold exactly its ring's edges, in order, bit for bit."""
+def _chunk_points(states: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray]:
+    """Footprints [L, 4, 2] and every tested point (corners, centre, rear axle) [L * 6, 2] of one proposal's chunk c,
+    in float64 from the reference geometry."""
+    steps = states[c * MAP_CHUNK_STEPS:(c + 1) * MAP_CHUNK_STEPS].astype(np.float64)
+    geo = [ego_center_and_corners(st) for st in steps]
+    boxes = np.stack([corners for _, corners in geo])
+    points = np.concatenate([boxes.reshape(-1, 2), np.stack([centre for centre, _ in geo]), steps[:, :2]])
+    return boxes, points
+
+
+def test_packed_edges_are_the_kept_ring_edges(fixture_scenes):
+    """Each (scene, proposal, chunk, lane) pair's tiles hold exactly the ring edges that reach its chunk's footprints
+    (y-range within the chunk's y-range +- margin, not entirely left of it), in ring order, bit for bit; units
+    without such edges are dropped."""
     scenes = fixture_scenes[:6]
     batch, props, _ = batch_scenes(scenes, PadSpec.fit(scenes), validate=False)
     packed, _ = pack_map(batch, props.states)
-    keep = overlaps(swept_bboxes(np.asarray(props.states)), polygon_bboxes(batch.map.lanes), batch.map.lanes.valid)
+    states = np.asarray(props.states)
+    keep = overlaps(ego_chunk_bboxes(states, MAP_CHUNK_STEPS), polygon_bboxes(batch.map.lanes),
+                    batch.map.lanes.valid)  # [B, K, C, P]
     verts = np.asarray(batch.map.lanes.vertices)
-    nv, k = verts.shape[2], props.states.shape[1]
+    nv, k, nc = verts.shape[2], states.shape[1], keep.shape[2]
     tiles = packed.lanes
     start, end = tiles.start.reshape(-1, TILE_EDGES, 2), tiles.end.reshape(-1, TILE_EDGES, 2)
-    tile_pair, owner, poly = tiles.tile_pair.reshape(-1), tiles.pair_owner.reshape(-1), tiles.pair_poly.reshape(-1)
-    assert np.all(np.diff(tile_pair) >= 0) and np.all(np.diff(owner) >= 0)  # sorted for the segment sums
+    tile_pair, slot, poly = tiles.tile_pair.reshape(-1), tiles.pair_slot.reshape(-1), tiles.pair_poly.reshape(-1)
+    assert np.all(np.diff(tile_pair) >= 0) and np.all(np.diff(slot) >= 0)  # sorted for the segment sums
     real = poly >= 0
-    assert real.sum() == keep.sum()  # one pair per kept (scene, proposal, lane)
+    checked = 0
     for b, scene in enumerate(scenes):
         for j in range(scene.num_proposals):
-            mine = np.flatnonzero(real & (owner == b * k + j))
-            np.testing.assert_array_equal(poly[mine], np.flatnonzero(keep[b, j]))
-            for i in mine:
-                p = poly[i]
-                got_start, got_end = start[tile_pair == i].reshape(-1, 2), end[tile_pair == i].reshape(-1, 2)
-                n = min(len(scene.lanes[p].polygon) + 1, nv)
-                np.testing.assert_array_equal(got_start[:n], verts[b, p, :n])
-                np.testing.assert_array_equal(got_end[:n], verts[b, p, (np.arange(n) + 1) % nv])
-                # The rest of the polygon's last tile is zero-length padding at FAR.
-                assert np.all(got_start[n:] == FAR) and np.all(got_end[n:] == FAR)
-                assert len(got_start) == -(-n // TILE_EDGES) * TILE_EDGES
+            for c in range(nc):
+                footprints, _ = _chunk_points(states[b, j], c)
+                lo, hi = footprints.reshape(-1, 2).min(0) - MARGIN_M, footprints.reshape(-1, 2).max(0) + MARGIN_M
+                mine = np.flatnonzero(real & (slot == (b * k + j) * nc + c))
+                expected = {}
+                for p in np.flatnonzero(keep[b, j, c]):
+                    n = min(len(scene.lanes[p].polygon) + 1, nv)
+                    a, e = verts[b, p, :n].astype(np.float64), verts[b, p, (np.arange(n) + 1) % nv].astype(np.float64)
+                    reach = ((np.minimum(a[:, 1], e[:, 1]) <= hi[1]) & (np.maximum(a[:, 1], e[:, 1]) >= lo[1])
+                             & (np.maximum(a[:, 0], e[:, 0]) >= lo[0]))
+                    if reach.any():
+                        expected[p] = np.flatnonzero(reach)
+                np.testing.assert_array_equal(poly[mine], sorted(expected))
+                for i in mine:
+                    edges = expected[poly[i]]
+                    got_start, got_end = start[tile_pair == i].reshape(-1, 2), end[tile_pair == i].reshape(-1, 2)
+                    np.testing.assert_array_equal(got_start[:len(edges)], verts[b, poly[i], edges])
+                    np.testing.assert_array_equal(got_end[:len(edges)], verts[b, poly[i], (edges + 1) % nv])
+                    # The rest of the pair's last tile is zero-length padding at FAR.
+                    assert np.all(got_start[len(edges):] == FAR) and np.all(got_end[len(edges):] == FAR)
+                    assert len(got_start) == -(-len(edges) // TILE_EDGES) * TILE_EDGES
+                    checked += 1
+    assert checked > 500
+
+
+def test_dropped_edges_never_matter(fixture_scenes, synthetic_scenes):
+    """Soundness of the edge rule in float64: every ring edge a (proposal, chunk, lane / area) unit drops neither
+    straddles the horizontal ray of nor holds any point the chunk tests (or, straddling, lies on its -x side), and
+    touches none of the chunk's footprints (shapely), so no per-edge predicate could differ."""
+    scenes = fixture_scenes[:20] + synthetic_scenes[:20]
+    dropped = 0
+    for scene in scenes:
+        batch, props, _ = batch_scenes([scene], PadSpec.fit([scene]), validate=False)
+        states = np.asarray(props.states)[0]
+        box = ego_chunk_bboxes(states[None], MAP_CHUNK_STEPS)[0]  # [K, C, 4]
+        for polys in (batch.map.areas, batch.map.lanes):
+            verts = np.asarray(polys.vertices)[0].astype(np.float64)
+            counts = np.asarray(polys.vertex_valid)[0].sum(-1)
+            for p in np.flatnonzero(np.asarray(polys.valid)[0]):
+                a = verts[p, :counts[p]]
+                e = np.roll(a, -1, axis=0)
+                for j in range(scene.num_proposals):
+                    for c in range(box.shape[1]):
+                        bx = box[j, c]
+                        keep = ((np.minimum(a[:, 1], e[:, 1]) <= bx[3]) & (np.maximum(a[:, 1], e[:, 1]) >= bx[1])
+                                & (np.maximum(a[:, 0], e[:, 0]) >= bx[0]))
+                        if keep.all():
+                            continue
+                        footprints, pts = _chunk_points(states[j], c)
+                        da, de = a[~keep][:, None], e[~keep][:, None]  # [E, 1, 2] against points [N, 2]
+                        px, py = pts[None, :, 0], pts[None, :, 1]
+                        straddle = (da[..., 1] > py) != (de[..., 1] > py)
+                        cross = (de[..., 0] - da[..., 0]) * (py - da[..., 1]) - (de[..., 1] - da[..., 1]) * (px - da[..., 0])
+                        crossing = straddle & (cross * np.sign(de[..., 1] - da[..., 1]) > 0)
+                        on = ((cross == 0) & (np.minimum(da[..., 0], de[..., 0]) <= px) & (px <= np.maximum(da[..., 0], de[..., 0]))
+                              & (np.minimum(da[..., 1], de[..., 1]) <= py) & (py <= np.maximum(da[..., 1], de[..., 1])))
+                        assert not (crossing | on).any(), f"scene {scene.id}: a dropped edge of polygon {p} matters"
+                        lines = shapely.linestrings(np.stack([a[~keep], e[~keep]], axis=1))
+                        assert not shapely.intersects(lines[:, None], shapely.polygons(footprints)[None]).any()
+                        dropped += int((~keep).sum())
+    assert dropped > 10000  # the rule was exercised on many dropped edges
 
 
 def test_pack_spec_is_a_floor_and_grows():

@@ -47,9 +47,10 @@ def test_pallas_interpret_equals_jnp_twin_on_packed_fixture_tiles():
     batch, props, _ = batch_scenes(scenes, PadSpec.fit(scenes), validate=False)
     packed, _ = pack_map(batch, props.states)
     lanes = jax.tree_util.tree_map(lambda x: np.asarray(x).reshape((-1,) + x.shape[2:]), packed.lanes)
-    corners = np.asarray(jax.jit(jax.vmap(ego_boxes))(props.states)).reshape(-1, 41 * 4, 2)  # [B*K, 4T, 2]
-    owner = lanes.pair_owner[lanes.tile_pair]
-    args = (corners[owner, :, 0], corners[owner, :, 1], lanes.start[..., 0], lanes.start[..., 1],
+    states = np.pad(np.asarray(props.states), ((0, 0), (0, 0), (0, 1), (0, 0)))  # 42 steps: 3 chunks of 14
+    corners = np.asarray(jax.jit(jax.vmap(ego_boxes))(states)).reshape(-1, 14 * 4, 2)  # [B*K*C, 4L, 2] per slot
+    slot = lanes.pair_slot[lanes.tile_pair]
+    args = (corners[slot, :, 0], corners[slot, :, 1], lanes.start[..., 0], lanes.start[..., 1],
             lanes.end[..., 0], lanes.end[..., 1])
     np.testing.assert_array_equal(np.asarray(tile_counts_pallas(*args, interpret=True)),
                                   np.asarray(jax.jit(tile_counts_jnp)(*args)))

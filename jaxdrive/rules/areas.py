@@ -28,9 +28,9 @@ import jax.numpy as jnp
 from flax import struct
 from jaxtyping import Array, Bool, Float, Int
 
-from jaxdrive.broadphase import PackedMap
+from jaxdrive.broadphase import MAP_CHUNK_STEPS, PackedMap
 from jaxdrive.geometry import box_intersects_polygon, ego_center, ego_corners, point_in_polygon
-from jaxdrive.packed_geometry import boxes_touch_tiles, pair_sums, points_in_tiles
+from jaxdrive.packed_geometry import boxes_touch_tiles, points_in_tiles, slot_sums
 from jaxdrive.scene import AreaKind, MapData
 
 
@@ -86,25 +86,31 @@ def _flags(lane_corner: Bool[Array, "L *k T 4"], area_corner: Bool[Array, "A *k 
 
 
 def _packed_areas(map: PackedMap, states: Float[Array, "K T 11"]) -> EgoAreas:
-    """Area flags of one tile group's K proposals from its flat packed map (pairs owned by proposals < K)."""
+    """Area flags of one tile group's K proposals from its flat packed map (pairs in (proposal, chunk) slots)."""
     k, t = states.shape[:2]
-    boxes = ego_boxes(states)
-    corners = boxes.reshape(k, 4 * t, 2)
-    centers = ego_centers(states)
-    lane_in = points_in_tiles(jnp.concatenate([corners, centers], axis=1), map.lanes)  # [Pl, 5T]
-    area_in = points_in_tiles(jnp.concatenate([corners, centers, states[..., :2]], axis=1), map.areas)  # [Pa, 6T]
-    red = boxes_touch_tiles(boxes, map.red_lanes, map.red_first) & map.red  # [Pr, T]
-    n = 4 * t
-    lane_corner, area_corner = lane_in[:, :n].reshape(-1, t, 4), area_in[:, :n].reshape(-1, t, 4)
-    per = lambda x, tiles: pair_sums(x.astype(jnp.int32), tiles, k)  # over each proposal's pairs -> [K, ...]
+    size = MAP_CHUNK_STEPS
+    steps = -(-t // size) * size
+    padded = jnp.pad(states, ((0, 0), (0, steps - t), (0, 0)))  # padded steps' flags are dropped below
+    slots = lambda x: x.reshape((-1, size) + x.shape[2:])  # [K, steps, ...] -> [K * C, L, ...]
+    boxes = slots(ego_boxes(padded))  # [S, L, 4, 2]
+    corners = boxes.reshape(-1, 4 * size, 2)
+    centers = slots(ego_centers(padded))
+    lane_in = points_in_tiles(jnp.concatenate([corners, centers], axis=1), map.lanes)  # [Pl, 5L]
+    area_in = points_in_tiles(jnp.concatenate([corners, centers, slots(padded[..., :2])], axis=1), map.areas)  # [Pa, 6L]
+    red = boxes_touch_tiles(boxes, map.red_lanes, map.red_first) & map.red  # [Pr, L]
+    n = 4 * size
+    lane_corner, area_corner = lane_in[:, :n].reshape(-1, size, 4), area_in[:, :n].reshape(-1, size, 4)
+    num = boxes.shape[0]
+    per = lambda x, tiles: slot_sums(x.astype(jnp.int32), tiles, num)  # over each slot's pairs -> [S, L, ...]
     junction = map.junction[:, None]
-    return EgoAreas(
+    flags = EgoAreas(
         multiple_lanes=(per(jnp.any(lane_corner, -1), map.lanes) > 1) & ~(per(jnp.all(lane_corner, -1), map.lanes) > 0),
         non_drivable=~jnp.all(per(area_corner, map.areas) > 0, axis=-1),
         oncoming=~(per(lane_in[:, n:] & map.lane_on_route[:, None], map.lanes) > 0),
-        center_in_intersection=per(area_in[:, n:n + t] & junction, map.areas) > 0,
-        rear_axle_in_intersection=per(area_in[:, n + t:] & junction, map.areas) > 0,
+        center_in_intersection=per(area_in[:, n:n + size] & junction, map.areas) > 0,
+        rear_axle_in_intersection=per(area_in[:, n + size:] & junction, map.areas) > 0,
         red_light=per(red, map.red_lanes) > 0)
+    return jax.tree_util.tree_map(lambda x: x.reshape(k, steps)[:, :t], flags)
 
 
 def ego_areas(map: MapData, states: Float[Array, "K T 11"]) -> EgoAreas:
@@ -143,7 +149,7 @@ def batch_ego_areas(map: MapData | PackedMap, states: Float[Array, "B K T 11"]) 
     g = map.lanes.groups
     grouped = lambda x: x.reshape((g, -1) + x.shape[2:])  # [B, n, ...] -> [G, B / G * n, ...]
     tiles = lambda t: t.replace(start=grouped(t.start), end=grouped(t.end), tile_pair=grouped(t.tile_pair),
-                                pair_owner=grouped(t.pair_owner), pair_poly=grouped(t.pair_poly))
+                                pair_slot=grouped(t.pair_slot), pair_poly=grouped(t.pair_poly))
     by_group = map.replace(areas=tiles(map.areas), lanes=tiles(map.lanes), red_lanes=tiles(map.red_lanes),
                            junction=grouped(map.junction), lane_on_route=grouped(map.lane_on_route),
                            red_first=grouped(map.red_first), red=grouped(map.red))
