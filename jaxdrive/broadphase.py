@@ -214,40 +214,46 @@ def _gather(leaf: np.ndarray, idx: np.ndarray, fill) -> np.ndarray:
     return np.where(mask, np.asarray(fill, leaf.dtype), out)
 
 
-def _edge_keep(verts: np.ndarray, n_edges: np.ndarray, box: np.ndarray) -> np.ndarray:
-    """[U, V] which ring edges (j -> j + 1, j < ``n_edges``) of the units' polygons ``verts`` [U, V, 2] can change a
-    predicate at points inside the units' chunk bbox ``box`` [U, 4] (margin included).
+def _edge_units(polys: Polygons, keep: np.ndarray, box: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The kept (scene, proposal, chunk, polygon) units ``keep`` [B, K, C, P] that hold an edge able to change a
+    predicate at points inside the unit's chunk bbox (``box`` [B, K, C, 4], margin included), in that order:
+    (b, k, c, p) [U] each and the kept edges [U, E] of each unit's ring (edge j: v[j] -> v[(j + 1) % V]).
 
     An edge entirely above or below the bbox (in y) never straddles a point's ray nor holds a point; an edge entirely
     left of it (in x) holds no point and, by more than the margin, cannot be rounded into a crossing of a ray towards
     +x (the two products of the crossing test then differ by far more than float32 rounding). TLC's box-edge contacts
-    need an edge point inside the box, so they keep the same edges.
+    need an edge point inside the box, so they keep the same edges. A unit with no such edge holds no point.
     """
-    a = verts.astype(np.float64)
-    b = np.roll(a, -1, axis=1)
-    ymin, ymax = np.minimum(a[..., 1], b[..., 1]), np.maximum(a[..., 1], b[..., 1])
-    xmax = np.maximum(a[..., 0], b[..., 0])
-    return ((np.arange(verts.shape[1]) < n_edges[:, None]) & (ymin <= box[:, 3:4]) & (ymax >= box[:, 1:2])
-            & (xmax >= box[:, 0:1]))
+    verts = np.asarray(polys.vertices)  # [B, P, V, 2] float32
+    nv = verts.shape[2]
+    n_edges = np.minimum(np.asarray(polys.vertex_valid).sum(-1) + 1, nv)  # + one degenerate v0 -> v0 if padded
+    ne = int(n_edges.max(initial=1))
+    a = verts[:, :, :ne].astype(np.float64)
+    e = verts[:, :, (np.arange(ne) + 1) % nv].astype(np.float64)
+    ymin, ymax = np.minimum(a[..., 1], e[..., 1]), np.maximum(a[..., 1], e[..., 1])  # [B, P, E]
+    xmax = np.maximum(a[..., 0], e[..., 0])
+    ub, uk, uc, up = np.nonzero(keep)
+    bx = box[ub, uk, uc]  # [U, 4]
+    poly = ub * verts.shape[1] + up  # flat (scene, polygon)
+    flat = lambda x: x.reshape((-1,) + x.shape[2:])[poly]
+    edge = ((np.arange(ne) < flat(n_edges)[:, None]) & (flat(ymin) <= bx[:, 3:4]) & (flat(ymax) >= bx[:, 1:2])
+            & (flat(xmax) >= bx[:, 0:1]))
+    live = edge.any(-1)
+    return ub[live], uk[live], uc[live], up[live], edge[live]
 
 
-def _tile(polys: Polygons, keep: np.ndarray, box: np.ndarray, min_pairs: int, min_tiles: int,
-          groups: int) -> tuple[EdgeTiles, np.ndarray, np.ndarray, np.ndarray]:
-    """Edge tiles of the kept (scene, proposal, chunk, polygon) units ``keep`` [B, K, C, P] (chunk bboxes ``box``
-    [B, K, C, 4]), per group of B / ``groups`` scenes.
+def _tile(polys: Polygons, units: tuple[np.ndarray, ...], shape: tuple[int, int, int], min_pairs: int,
+          min_tiles: int, groups: int) -> tuple[EdgeTiles, np.ndarray, np.ndarray, np.ndarray]:
+    """Edge tiles of ``_edge_units`` (a batch of shape (B, K, C)), per group of B / ``groups`` scenes.
 
     Returns the tiles and, per pair row [B, Pb], the scene, polygon (-1 for padding pairs) and chunk index.
     """
     verts = np.asarray(polys.vertices)  # [B, P, V, 2] float32
-    nb, k, nc = keep.shape[:3]
     nv = verts.shape[2]
+    nb, k, nc = shape
+    ub, uk, uc, up, edge = units
     per_group = nb // groups
-    n_edges = np.minimum(np.asarray(polys.vertex_valid).sum(-1) + 1, nv)  # + one degenerate v0 -> v0 if padded
-    ub, uk, uc, up = np.nonzero(keep)  # units in (scene, proposal, chunk, polygon) order
-    edge = _edge_keep(verts[ub, up], n_edges[ub, up], box[ub, uk, uc])  # [U, V]
     count = edge.sum(-1)
-    live = count > 0  # a unit without edges holds no point: drop it
-    ub, uk, uc, up, edge, count = ub[live], uk[live], uc[live], up[live], edge[live], count[live]
     group = ub // per_group
     slot = ((ub % per_group) * k + uk) * nc + uc
     tiles = -(-count // TILE_EDGES)
@@ -306,13 +312,14 @@ def pack_map(scene: Scene, states: np.ndarray, spec: PackSpec = PackSpec(),
         raise ValueError(f"pack_map: groups: expected a positive divisor of the batch size {states.shape[0]}, "
                          f"got {groups}")
     box = ego_chunk_bboxes(states, MAP_CHUNK_STEPS)  # [B, K, C, 4]
-    keep_a = overlaps(box, polygon_bboxes(m.areas), m.areas.valid)  # [B, K, C, P]
-    keep_l = overlaps(box, polygon_bboxes(m.lanes), m.lanes.valid)
+    shape = box.shape[:3]
+    area_units = _edge_units(m.areas, overlaps(box, polygon_bboxes(m.areas), m.areas.valid), box)
+    lane_units = _edge_units(m.lanes, overlaps(box, polygon_bboxes(m.lanes), m.lanes.valid), box)
     red_any = np.asarray(m.lane_on_route) & np.asarray(m.lane_red).any(-1)
-    areas, a_scene, a_poly, _ = _tile(m.areas, keep_a, box, spec.area_pairs, spec.area_tiles, groups)
-    lanes, l_scene, l_poly, _ = _tile(m.lanes, keep_l, box, spec.lane_pairs, spec.lane_tiles, groups)
-    red_lanes, r_scene, r_poly, r_chunk = _tile(m.lanes, keep_l & red_any[:, None, None, :], box, spec.red_pairs,
-                                                spec.red_tiles, groups)
+    red_units = tuple(x[red_any[lane_units[0], lane_units[3]]] for x in lane_units)
+    areas, a_scene, a_poly, _ = _tile(m.areas, area_units, shape, spec.area_pairs, spec.area_tiles, groups)
+    lanes, l_scene, l_poly, _ = _tile(m.lanes, lane_units, shape, spec.lane_pairs, spec.lane_tiles, groups)
+    red_lanes, r_scene, r_poly, r_chunk = _tile(m.lanes, red_units, shape, spec.red_pairs, spec.red_tiles, groups)
     red = np.asarray(m.lane_red)  # [B, L, T] -> the pair's chunk's steps [B, Pr, MAP_CHUNK_STEPS]
     chunks = box.shape[2]
     red = np.pad(red, ((0, 0), (0, 0), (0, chunks * MAP_CHUNK_STEPS - red.shape[-1])))
@@ -385,44 +392,31 @@ def _chunked(x: np.ndarray, fill: float, reduce, size: int) -> np.ndarray:
     return reduce(padded.reshape(x.shape[:-1] + (n, size)), axis=-1)
 
 
-def ego_corners_xy(states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """x and y [..., T, 4] (m, float64) of the ego footprint corners (``geometry.ego_corners``) of rear-axle states."""
-    s = np.asarray(states, np.float64)
-    c, sn = np.cos(s[..., 2]), np.sin(s[..., 2])
-    cx, cy = s[..., 0] + EGO_REAR_AXLE_TO_CENTER * c, s[..., 1] + EGO_REAR_AXLE_TO_CENTER * sn
-    hl, hw = 0.5 * EGO_LENGTH, 0.5 * EGO_WIDTH
-    signs = ((1, 1), (-1, 1), (-1, -1), (1, -1))
-    xs = np.stack([cx + a * hl * c - b * hw * sn for a, b in signs], axis=-1)
-    ys = np.stack([cy + a * hl * sn + b * hw * c for a, b in signs], axis=-1)
-    return xs, ys
-
-
 def ego_chunk_bboxes(states: np.ndarray, size: int, steps: int | None = None, reach_s: float = 0.0) -> np.ndarray:
     """[B, K, C, 4] bbox (m) of each proposal's ego footprints at the steps (< ``steps``) of each chunk of ``size``
     steps, plus ``MARGIN_M``, widened by the chunk's top speed x ``reach_s`` (TTC's forward translation of the box by
-    speed x 0.1 s x s, s <= 9). Every point the rules test (corners, centre, rear axle) lies in a footprint."""
+    speed x 0.1 s x s, s <= 9). Every point the rules test (corners, centre, rear axle) lies in a footprint, whose
+    x extent about its centre is |hl cos h| + |hw sin h| (y: |hl sin h| + |hw cos h|), in float64."""
     s = np.asarray(states, np.float64)[..., :steps, :]
-    xs, ys = ego_corners_xy(s)
+    c, sn = np.cos(s[..., 2]), np.sin(s[..., 2])
+    cx, cy = s[..., 0] + EGO_REAR_AXLE_TO_CENTER * c, s[..., 1] + EGO_REAR_AXLE_TO_CENTER * sn
+    hl, hw = 0.5 * EGO_LENGTH, 0.5 * EGO_WIDTH
+    ex, ey = np.abs(hl * c) + np.abs(hw * sn), np.abs(hl * sn) + np.abs(hw * c)
     reach = MARGIN_M + reach_s * _chunked(np.hypot(s[..., 3], s[..., 4]), 0.0, np.max, size)
-    return np.stack([_chunked(xs.min(-1), np.inf, np.min, size) - reach,
-                     _chunked(ys.min(-1), np.inf, np.min, size) - reach,
-                     _chunked(xs.max(-1), -np.inf, np.max, size) + reach,
-                     _chunked(ys.max(-1), -np.inf, np.max, size) + reach], axis=-1)
+    return np.stack([_chunked(cx - ex, np.inf, np.min, size) - reach, _chunked(cy - ey, np.inf, np.min, size) - reach,
+                     _chunked(cx + ex, -np.inf, np.max, size) + reach, _chunked(cy + ey, -np.inf, np.max, size) + reach],
+                    axis=-1)
 
 
 def agent_chunk_bboxes(agents: Agents, chunks: int, ahead: int = 0) -> np.ndarray:
     """[B, N, C, 4] bbox (m) of each agent's present boxes at the frames of chunk c: [8c, 8c + 8 + ``ahead``)
     (an empty box far away where it is absent throughout)."""
-    live = np.asarray(agents.present) & np.asarray(agents.valid)[..., None]  # [B, N, T]
+    live = (np.asarray(agents.present) & np.asarray(agents.valid)[..., None])[:, :, None]  # [B, N, 1, T]
     c = np.moveaxis(np.asarray(agents.center, np.float64), -1, -2)  # [B, N, 2, T]
-    r = 0.5 * np.hypot(np.asarray(agents.length, np.float64), np.asarray(agents.width, np.float64))[..., None]
-    out = []
-    for i in range(chunks):
-        frames = slice(i * CONTACT_STEPS, (i + 1) * CONTACT_STEPS + ahead)
-        here, at = live[..., None, frames], c[..., frames]
-        out.append(np.concatenate([np.where(here, at, np.inf).min(-1) - r, np.where(here, at, -np.inf).max(-1) + r],
-                                  axis=-1))
-    return np.stack(out, axis=-2)
+    r = 0.5 * np.hypot(np.asarray(agents.length, np.float64), np.asarray(agents.width, np.float64))[..., None, None]
+    lo, hi = np.where(live, c - r, np.inf), np.where(live, c + r, -np.inf)
+    windows = [slice(i * CONTACT_STEPS, (i + 1) * CONTACT_STEPS + ahead) for i in range(chunks)]
+    return np.stack([np.concatenate([lo[..., w].min(-1), hi[..., w].max(-1)], axis=-1) for w in windows], axis=-2)
 
 
 def contact_pairs(agents: Agents, states: np.ndarray, steps: int, ahead: int = 0, reach_s: float = 0.0,

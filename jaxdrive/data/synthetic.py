@@ -59,6 +59,8 @@ class Profile:
     max_cross: int = 4
     max_agents: int = 24
     background_vehicles: int = 0  # extra vehicles anywhere on the lanes (dense-traffic load)
+    road_segments: int = 0  # > 0: roads cut lengthwise into this many roadblocks (0: by length)
+    arm_segments: int = 0  # > 0: junction arms cut lengthwise into this many roadblocks (0: by length)
 
 
 PROFILES = {
@@ -68,10 +70,11 @@ PROFILES = {
                     p_lead=0.75, p_blocker=0.5, p_cut_in=0.45, p_pedestrian=0.5, max_oncoming=3, max_adjacent=3,
                     max_cross=6, max_agents=30),
     # the throughput benchmark's reference mix: 32 agents (dense background traffic), the generator's largest maps
-    # (4-arm junctions or 7-lane divided roads with shoulders and car parks: ~42 polygons, up to ~52)
+    # (4-arm junctions with arms of 2 roadblocks, or 7-lane divided roads with shoulders and car parks cut into 6
+    # roadblocks along their length: ~60 polygons)
     "reference": Profile(p_intersection=0.7, forward_lanes=(4,), opposite_lanes=(3,), p_median=1.0, p_shoulder=1.0,
                          p_carpark=1.0, p_four_arm=1.0, p_lead=1.0, p_blocker=0.5, p_pedestrian=0.8, max_oncoming=4,
-                         max_adjacent=4, max_cross=8, max_agents=32, background_vehicles=40),
+                         max_adjacent=4, max_cross=8, max_agents=32, background_vehicles=40, road_segments=6, arm_segments=2),
 }
 
 

@@ -150,7 +150,7 @@ def build_linear(rng: np.random.Generator, prof) -> RoadMap:
     idx = np.arange(0, s.shape[0], step)
     if idx[-1] != s.shape[0] - 1:
         idx = np.append(idx, s.shape[0] - 1)
-    n_seg = max(4, math.ceil(idx.shape[0] / 36))
+    n_seg = prof.road_segments or max(4, math.ceil(idx.shape[0] / 36))
     cuts = np.linspace(0, idx.shape[0] - 1, n_seg + 1).round().astype(int)
 
     areas, lanes = [], []
@@ -365,7 +365,10 @@ def build_junction(rng: np.random.Generator, prof) -> RoadMap:
         if not arm.exists:
             continue
         a = arm.index
-        splits = [0.0, arm.length] if arm.length < 100 else [0.0, rng.uniform(35.0, 60.0), arm.length]
+        if prof.arm_segments:
+            splits = list(np.linspace(0.0, arm.length, prof.arm_segments + 1))
+        else:
+            splits = [0.0, arm.length] if arm.length < 100 else [0.0, rng.uniform(35.0, 60.0), arm.length]
         for g in range(len(splits) - 1):
             d0, d1 = arm.mouth + splits[g], arm.mouth + splits[g + 1]
             for inbound, n, tag in ((True, arm.n_in, "in"), (False, arm.n_out, "out")):
