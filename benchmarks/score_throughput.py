@@ -1,7 +1,7 @@
 """EPDMS scoring throughput: the jitted scorer (dense and with the exact broad phase) vs the per-proposal reference.
 
 On identical synthetic scenes (``jaxdrive.data.synthetic``, by default its "reference" profile: 41 steps, ~32 agents,
-~42 map polygons; padded to the job's default ``PadSpec``: K = 16, 32 agents, 24 areas x 96 vertices, 64 lanes x 96
+~57 map polygons; padded to the job's default ``PadSpec``: K = 16, 32 agents, 24 areas x 96 vertices, 64 lanes x 96
 vertices), it measures
 
 * the scorer ``jaxdrive score`` runs (``jaxdrive.scoring.runner.build_step``: map predicates over the broad phase's
@@ -11,8 +11,8 @@ vertices), it measures
 * the in-repo per-proposal reference (``tests/reference_rules.py`` + ``tests/reference_collision.py``: shapely/numpy
   map rules, NC, TTC, HC and EC), timed on a few scenes and extrapolated per proposal;
 
-prints the ratio measured in this run, then a scaling table over proposals per scene K, agents N and batch B (time per
-batch should grow linearly in B*K: constant us/proposal). Runs unchanged on CPU, GPU or TPU (whatever
+prints the ratio measured in this run, then a scaling table over proposals per scene K, agents N and batch B, and the
+least-squares line batch time = fixed + per-proposal x B*K over the N = 32 rows (linear scaling: the line fits). Runs unchanged on CPU, GPU or TPU (whatever
 ``jax.devices()`` gives; the batch is sharded over all local devices):
 
     python benchmarks/score_throughput.py            # full run (a few minutes on a 2-core CPU)
@@ -175,6 +175,7 @@ def main() -> None:
     ks, ns, bs = ((4, 16), (8, 32), (4, 8, 16)) if args.quick else ((4, 8, 16, 32), (8, 32, 64), (4, 8, 16, 32))
     configs = [(max(bs) // 2, k, 32) for k in ks] + [(max(bs) // 2, 16, n) for n in ns if n != 32] + \
               [(b, 16, 32) for b in bs]
+    line = []
     for b, k, n in dict.fromkeys(configs):
         # N agents: the profile with at most N agents (its background traffic scaled to fill them)
         base = PROFILES[args.profile]
@@ -182,10 +183,17 @@ def main() -> None:
         scenes_bkn = [generate_scene(seed, num_proposals=k, profile=prof) for seed in range(b)]
         spec = PadSpec(**{**DEFAULT_PAD, "proposals": k, "agents": n})
         batch, _ = build(scenes_bkn, spec, packed=True)
-        first, best = timed(scorer, jax.device_put(batch), args.reps)
+        first, best = timed(scorer, jax.device_put(batch), max(args.reps, 5))
         n_mean = np.mean([len(s.agents) for s in scenes_bkn])
         print(f"{b:>4} {k:>4} {n_mean:>4.0f} {first:>10.1f} {best * 1e3:>10.1f} {b * k / best:>10,.0f} "
               f"{best / (b * k) * 1e6:>8.0f}")
+        if n == 32:
+            line.append((b * k, best))
+    x, y = np.array(line, float).T
+    slope, fixed = np.polyfit(x, y, 1)
+    worst = np.max(np.abs(fixed + slope * x - y) / y)
+    print(f"\nlinear fit over the N = 32 rows: batch time = {fixed * 1e3:.2f} ms + {slope * 1e6:.1f} us x B*K "
+          f"(largest deviation {worst:.0%}); asymptotic {1 / slope:,.0f} proposals/s")
 
 
 if __name__ == "__main__":

@@ -1,34 +1,36 @@
-"""Exact host-side broad phase: the map polygons and agents each proposal can touch, packed for the kernels.
+"""Exact host-side broad phase: the map edges and agents each proposal can touch, packed for the kernels.
 
 Every map predicate of the EPDMS rules tests ego geometry *at the proposal's own states*: strict point-in-polygon of
 the four corners, the box centre and the rear axle (area flags for DAC / DDC / LK / NC / TTC), and TLC's closed
-box-polygon contact. All of these lie inside the ego footprints, so a polygon whose bounding box misses the bounding
-box of a proposal's 41 footprints cannot change any of its results (a strict interior point lies in the polygon's
-bbox; a closed contact needs touching bboxes). ``pack_map`` keeps, per proposal, only the polygons whose bbox overlaps
-the proposal's swept bbox (plus ``MARGIN_M``); every kept (proposal, polygon) pair's edges are cut into tiles of 8
-edges for the whole batch (``EdgeTiles``), so the kernels test each proposal's points against the few dozen real
-edges near it, the padding is paid once per batch (not for every proposal up to the one with the most edges), and
-per-proposal flags are sorted segment sums over its pairs. TLC gets its own tiles with only the on-route lanes that
-are red at some step.
+box-polygon contact. All of these lie inside the ego footprints. ``pack_map`` cuts each proposal's 41 steps into
+chunks of 14 (``MAP_CHUNK_STEPS``) and keeps, per (proposal, chunk), the polygons whose bbox overlaps the chunk's
+footprint bbox (plus ``MARGIN_M``), and of each such polygon only the ring edges that reach that bbox: an edge
+entirely above or below it never straddles the +x ray of, nor holds, any of the chunk's points, and one entirely to
+its left (by more than the margin) cannot be rounded into a crossing (``_edge_units``). The kept edges of every
+(proposal, chunk, polygon) unit are cut into tiles of 8 for the whole batch (``EdgeTiles``): the kernels test each
+chunk's points against the few dozen edges near them, padding is paid once per batch, and per-step flags are sorted
+segment sums over the units of each (proposal, chunk) slot. TLC gets its own tiles with only the on-route lanes
+that are red at some step (a box-edge contact needs an edge point in the box, so the same edges serve it).
 
-Exactness (flags identical to the unculled map's): kept edges are the padded ring's edges bit for bit
-(``start = v[j]``, ``end = v[(j + 1) % V]``); each padded polygon keeps one of its identical degenerate edges
-``v0 -> v0`` (the rest are copies of it, and a degenerate edge never changes a crossing count), so every per-edge
-predicate the ring kernels evaluate is evaluated on the same floats. The swept bbox is computed in float64 from the
-float32 states with a margin far above the float32 rounding of the device's corner computation. The centreline is
-trimmed to the longest real one of the batch plus one padded point (the first zero-length segment stays, so
+Exactness (flags identical to the unculled map's, tested bit for bit): kept edges are the padded ring's edges
+(``start = v[j]``, ``end = v[(j + 1) % V]``) in ring order, and a dropped edge adds 0 to every crossing and
+boundary count of the unit's points, so every count equals the whole ring's. The bboxes are computed in float64 from
+the float32 states with a margin far above the float32 rounding of the device's corner computation. The centreline
+is trimmed to the longest real one of the batch plus one padded point (the first zero-length segment stays, so
 ``project_to_polyline`` picks the same segment on ties); progress projects onto the whole of it, while LK measures
 only the segments within 0.5 m of a proposal's swept bbox (``near_segments``): LK only asks whether the centre is
 more than 0.5 m away.
 
-Agents are culled per scene the same way (``cull_agents``): NC and TTC only ever act on an agent whose box touches
-an ego box, or an ego box translated forward by speed x 0.9 s (TTC), so an agent whose box never comes near the
-swept bbox of any proposal, widened by that projection, is dropped; the survivors (order kept) are padded to a
-bucketed count with ``jaxdrive.scene``'s conventions (absent, at ``FAR``).
+Agents are culled per scene (``cull_agents``): NC and TTC only ever act on an agent whose box touches an ego box, or
+an ego box translated forward by speed x 0.9 s (TTC), so an agent whose box never comes near the swept bbox of any
+proposal, widened by that projection, is dropped; the survivors (order kept) are padded to a bucketed count with
+``jaxdrive.scene``'s conventions (absent, at ``FAR``). Then NC and TTC each get the (proposal, agent, chunk of 8
+steps) triples whose boxes can touch (``ContactPairs``, ``contact_pairs``): their kernels test only those.
 
-Layout: ``PackedMap`` replaces ``Scene.map`` (``scene.replace(map=packed)``); its map predicates (area flags and
-TLC's red-light contacts) are computed for the whole batch by ``jaxdrive.rules.areas.batch_ego_areas``; the
-centreline leaves keep ``MapData``'s names, so LK and progress read it unchanged. Sizes are bucketed and never
+Layout: ``PackedMap`` replaces ``Scene.map`` and ``PackedAgents`` ``Scene.agents`` (``pack_batch``); the map
+predicates (area flags and TLC's red-light contacts) are computed for the whole batch by
+``jaxdrive.rules.areas.batch_ego_areas``, NC and TTC by ``batch_no_at_fault_collisions`` / ``batch_time_to_collision``;
+the centreline leaves keep ``MapData``'s names, so LK and progress read it unchanged. Sizes are bucketed and never
 shrink below a ``PackSpec`` (grow it like a ``PadSpec`` to keep one compiled shape per run).
 """
 
@@ -394,18 +396,20 @@ def _chunked(x: np.ndarray, fill: float, reduce, size: int) -> np.ndarray:
 
 def ego_chunk_bboxes(states: np.ndarray, size: int, steps: int | None = None, reach_s: float = 0.0) -> np.ndarray:
     """[B, K, C, 4] bbox (m) of each proposal's ego footprints at the steps (< ``steps``) of each chunk of ``size``
-    steps, plus ``MARGIN_M``, widened by the chunk's top speed x ``reach_s`` (TTC's forward translation of the box by
-    speed x 0.1 s x s, s <= 9). Every point the rules test (corners, centre, rear axle) lies in a footprint, whose
-    x extent about its centre is |hl cos h| + |hw sin h| (y: |hl sin h| + |hw cos h|), in float64."""
+    steps, each footprint swept forward along its heading by up to speed x ``reach_s`` (TTC's translation of the box
+    by speed x 0.1 s x s, s <= 9), plus ``MARGIN_M``. Every point the rules test (corners, centre, rear axle) lies in
+    a footprint, whose x extent about its centre is |hl cos h| + |hw sin h| (y: |hl sin h| + |hw cos h|); float64."""
     s = np.asarray(states, np.float64)[..., :steps, :]
     c, sn = np.cos(s[..., 2]), np.sin(s[..., 2])
     cx, cy = s[..., 0] + EGO_REAR_AXLE_TO_CENTER * c, s[..., 1] + EGO_REAR_AXLE_TO_CENTER * sn
     hl, hw = 0.5 * EGO_LENGTH, 0.5 * EGO_WIDTH
     ex, ey = np.abs(hl * c) + np.abs(hw * sn), np.abs(hl * sn) + np.abs(hw * c)
-    reach = MARGIN_M + reach_s * _chunked(np.hypot(s[..., 3], s[..., 4]), 0.0, np.max, size)
-    return np.stack([_chunked(cx - ex, np.inf, np.min, size) - reach, _chunked(cy - ey, np.inf, np.min, size) - reach,
-                     _chunked(cx + ex, -np.inf, np.max, size) + reach, _chunked(cy + ey, -np.inf, np.max, size) + reach],
-                    axis=-1)
+    reach = reach_s * np.hypot(s[..., 3], s[..., 4])
+    dx, dy = reach * c, reach * sn
+    low = lambda x: _chunked(x, np.inf, np.min, size) - MARGIN_M
+    high = lambda x: _chunked(x, -np.inf, np.max, size) + MARGIN_M
+    return np.stack([low(cx - ex + np.minimum(dx, 0.0)), low(cy - ey + np.minimum(dy, 0.0)),
+                     high(cx + ex + np.maximum(dx, 0.0)), high(cy + ey + np.maximum(dy, 0.0))], axis=-1)
 
 
 def agent_chunk_bboxes(agents: Agents, chunks: int, ahead: int = 0) -> np.ndarray:
