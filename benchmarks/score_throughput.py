@@ -4,10 +4,11 @@ On identical synthetic scenes (``jaxdrive.data.synthetic``, by default its "refe
 ~57 map polygons; padded to the job's default ``PadSpec``: K = 16, 32 agents, 24 areas x 96 vertices, 64 lanes x 96
 vertices), it measures
 
-* the scorer ``jaxdrive score`` runs (``jaxdrive.scoring.runner.build_step``: map predicates over the broad phase's
-  edge tiles, then every rule and the EPDMS aggregation) on device-resident batches, after compile (compile time
-  reported separately), with the broad phase's host time per batch as its own column; also the same full EPDMS as
-  ONE fused jitted program (``jax.jit(jaxdrive.rules.epdms.score)``) on the packed and on the dense padded map;
+* the scorer ``jaxdrive score`` runs (``jaxdrive.scoring.runner.build_step``: one jitted program with the map
+  predicates over the broad phase's edge tiles, NC / TTC over its contact triples, every other rule and the EPDMS
+  aggregation) on device-resident batches, after compile (compile time reported separately), with the broad phase's
+  host time per batch as its own column; also the same full EPDMS (``jax.jit(jaxdrive.rules.epdms.score)``) on the
+  dense padded batch, without the broad phase;
 * the in-repo per-proposal reference (``tests/reference_rules.py`` + ``tests/reference_collision.py``: shapely/numpy
   map rules, NC, TTC, HC and EC), timed on a few scenes and extrapolated per proposal;
 
@@ -129,14 +130,13 @@ def main() -> None:
     ap.add_argument("--scenes", type=int, default=16, help="scenes per batch (B) for the main comparison")
     ap.add_argument("--ref-scenes", type=int, default=3, help="scenes timed with the slow reference")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--skip-dense", action="store_true", help="skip the (slow on CPU) dense-map fused run")
+    ap.add_argument("--skip-dense", action="store_true", help="skip the (slow on CPU) dense run without the broad phase")
     ap.add_argument("--quick", action="store_true", help="smaller scaling table")
     ap.add_argument("--profile", default="reference", help="synthetic scene profile (default: the reference mix)")
     ap.add_argument("--rules", action="store_true", help="also time each rule group alone (us/proposal)")
     args = ap.parse_args()
 
     scorer = job_scorer()
-    fused = jax.jit(score)
     print(f"device: {jax.devices()[0].platform} x{jax.device_count()} ({jax.devices()[0].device_kind}); "
           f"scorer: full EPDMS")
     pad = PadSpec(**DEFAULT_PAD)
@@ -152,10 +152,9 @@ def main() -> None:
           f"proposals/s ({ref_s * 1e3:.1f} ms/proposal, {args.ref_scenes} scenes)")
     n_prop = len(scenes) * pad.proposals
     (packed_batch, host) = build(scenes, pad, True, args.reps)
-    runs = [("jaxdrive score step", scorer, packed_batch, host, args.reps),
-            ("one fused jit, packed", fused, packed_batch, host, args.reps)]
+    runs = [("jaxdrive score step", scorer, packed_batch, host, args.reps)]
     if not args.skip_dense:
-        runs.append(("one fused jit, dense", fused, build(scenes, pad, False)[0], 0.0, 1))
+        runs.append(("dense, no broad phase", jax.jit(score), build(scenes, pad, False)[0], 0.0, 1))
     print(f"\n{'scorer':<24} {'compile+1st s':>13} {'batch ms':>9} {'prop/s':>10} {'x reference':>12} "
           f"{'host pack ms':>13} {'prop/s incl. pack':>18}")
     for label, fn, batch, host_s, reps in runs:
