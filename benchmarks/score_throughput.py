@@ -4,11 +4,11 @@ On identical synthetic scenes (``jaxdrive.data.synthetic``, by default its "refe
 ~57 map polygons; padded to the job's default ``PadSpec``: K = 16, 32 agents, 24 areas x 96 vertices, 64 lanes x 96
 vertices), it measures
 
-* the scorer ``jaxdrive score`` runs (``jaxdrive.scoring.runner.build_step``: one jitted program with the map
-  predicates over the broad phase's edge tiles, NC / TTC over its contact triples, every other rule and the EPDMS
-  aggregation) on device-resident batches, after compile (compile time reported separately), with the broad phase's
-  host time per batch as its own column; also the same full EPDMS (``jax.jit(jaxdrive.rules.epdms.score)``) on the
-  dense padded batch, without the broad phase;
+* the scorer ``jaxdrive score`` runs (``jaxdrive.scoring.runner.build_step``: the map predicates over the broad
+  phase's edge tiles, then NC / TTC over its contact triples, every other rule and the EPDMS aggregation) on
+  device-resident batches, after compile (compile time reported separately), with the broad phase's host time per
+  batch as its own column; also the same full EPDMS as one fused jitted program (``jax.jit(jaxdrive.rules.epdms.
+  score)``) on the packed batch and on the dense padded batch (no broad phase);
 * the in-repo per-proposal reference (``tests/reference_rules.py`` + ``tests/reference_collision.py``: shapely/numpy
   map rules, NC, TTC, HC and EC), timed on a few scenes and extrapolated per proposal;
 
@@ -73,11 +73,13 @@ def reference_per_proposal_s(scenes) -> float:
     return (time.perf_counter() - t0) / n
 
 
-def timed(fn, args, reps: int) -> tuple[float, float]:
-    """(compile + first run s, best steady-state s per call)."""
+def timed(fn, args, reps: int, warmup: int = 2) -> tuple[float, float]:
+    """(compile + first run s, best steady-state s per call over ``reps`` calls after ``warmup`` untimed ones)."""
     t0 = time.perf_counter()
     jax.block_until_ready(fn(*args))
     first = time.perf_counter() - t0
+    for _ in range(warmup):
+        jax.block_until_ready(fn(*args))
     best = float("inf")
     for _ in range(reps):
         t0 = time.perf_counter()
@@ -129,7 +131,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scenes", type=int, default=16, help="scenes per batch (B) for the main comparison")
     ap.add_argument("--ref-scenes", type=int, default=3, help="scenes timed with the slow reference")
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5, help="timed calls per configuration (the best is reported)")
     ap.add_argument("--skip-dense", action="store_true", help="skip the (slow on CPU) dense run without the broad phase")
     ap.add_argument("--quick", action="store_true", help="smaller scaling table")
     ap.add_argument("--profile", default="reference", help="synthetic scene profile (default: the reference mix)")
@@ -137,6 +139,7 @@ def main() -> None:
     args = ap.parse_args()
 
     scorer = job_scorer()
+    fused = jax.jit(score)
     print(f"device: {jax.devices()[0].platform} x{jax.device_count()} ({jax.devices()[0].device_kind}); "
           f"scorer: full EPDMS")
     pad = PadSpec(**DEFAULT_PAD)
@@ -152,9 +155,10 @@ def main() -> None:
           f"proposals/s ({ref_s * 1e3:.1f} ms/proposal, {args.ref_scenes} scenes)")
     n_prop = len(scenes) * pad.proposals
     (packed_batch, host) = build(scenes, pad, True, args.reps)
-    runs = [("jaxdrive score step", scorer, packed_batch, host, args.reps)]
+    runs = [("jaxdrive score step", scorer, packed_batch, host, args.reps),
+            ("one fused jit, packed", fused, packed_batch, host, args.reps)]
     if not args.skip_dense:
-        runs.append(("dense, no broad phase", jax.jit(score), build(scenes, pad, False)[0], 0.0, 1))
+        runs.append(("fused, dense (no culling)", fused, build(scenes, pad, False)[0], 0.0, 1))
     print(f"\n{'scorer':<24} {'compile+1st s':>13} {'batch ms':>9} {'prop/s':>10} {'x reference':>12} "
           f"{'host pack ms':>13} {'prop/s incl. pack':>18}")
     for label, fn, batch, host_s, reps in runs:
@@ -182,7 +186,7 @@ def main() -> None:
         scenes_bkn = [generate_scene(seed, num_proposals=k, profile=prof) for seed in range(b)]
         spec = PadSpec(**{**DEFAULT_PAD, "proposals": k, "agents": n})
         batch, _ = build(scenes_bkn, spec, packed=True)
-        first, best = timed(scorer, jax.device_put(batch), max(args.reps, 5))
+        first, best = timed(scorer, jax.device_put(batch), args.reps)
         n_mean = np.mean([len(s.agents) for s in scenes_bkn])
         print(f"{b:>4} {k:>4} {n_mean:>4.0f} {first:>10.1f} {best * 1e3:>10.1f} {b * k / best:>10,.0f} "
               f"{best / (b * k) * 1e6:>8.0f}")

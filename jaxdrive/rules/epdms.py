@@ -220,7 +220,8 @@ def score(scene: Scene, proposals: Proposals, *, ep_mode: EpMode = "scene",
         ``human_filter`` where ``scene.has_human``; ``epdms`` is then the filtered (ungated) score unless ``gates``.
       comfort_precision: "float64" (default, scoped x64) or "float32" for devices without float64.
       areas: the batch's map predicates ``batch_ego_areas(scene.map, proposals.states)`` [B, K, T] if computed
-        already (e.g. to inspect or time them separately).
+        already; ``jaxdrive.scoring`` jits that call and this one separately (on CPU XLA fuses the two badly at some
+        shapes).
 
     Padded proposals (``proposals.valid`` False) never enter the EP normaliser; their rows are not meaningful.
     """

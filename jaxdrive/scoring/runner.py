@@ -21,6 +21,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxdrive.broadphase import PackSpec, pack_batch
+from jaxdrive.rules.areas import batch_ego_areas
 from jaxdrive.rules.epdms import SubScores, score as score_fn
 from jaxdrive.scene import HostScene, PadSpec, batch_scenes
 from jaxdrive.scoring.outputs import RunDir
@@ -118,16 +119,24 @@ def make_mesh(num_devices: int | None = None) -> Mesh:
 
 
 def build_step(mesh: Mesh, options: ScoreOptions) -> Callable:
-    """(scene[B], proposals[B,K], gates[B,9], reference[B]) -> SubScores[B,K], sharded over data: one jitted program
-    (map predicates over the batch's edge tiles, NC / TTC over its contact triples, every other rule, aggregation)."""
-    data = NamedSharding(mesh, PartitionSpec("data"))
+    """(scene[B], proposals[B,K], gates[B,9], reference[B]) -> SubScores[B,K], sharded over data.
 
-    def step(scene, proposals, gates, reference):
+    Two jitted programs, dispatched back to back (asynchronously): the map predicates over the batch's edge tiles
+    (``batch_ego_areas``), then every rule and the aggregation. On CPU one fused program is about as fast at 16
+    proposals per scene but 1.5x slower at 32 (XLA fuses the two parts badly there); the split is never far off.
+    """
+    data = NamedSharding(mesh, PartitionSpec("data"))
+    areas_fn = jax.jit(lambda scene, proposals: batch_ego_areas(scene.map, proposals.states),
+                       in_shardings=(data, data), out_shardings=data)
+
+    def rules(scene, proposals, gates, reference, areas):
         return score_fn(scene, proposals, ep_mode=options.ep_mode,
                         reference_progress=reference if options.ep_mode == "reference" else None,
-                        gates=None if options.gates is None else gates[:, None, :])
+                        gates=None if options.gates is None else gates[:, None, :], areas=areas)
 
-    return jax.jit(step, in_shardings=(data,) * 4, out_shardings=data)
+    rules_fn = jax.jit(rules, in_shardings=(data,) * 5, out_shardings=data)
+    return lambda scene, proposals, gates, reference: rules_fn(scene, proposals, gates, reference,
+                                                              areas_fn(scene, proposals))
 
 
 def resimulate(states: jnp.ndarray) -> jnp.ndarray:
