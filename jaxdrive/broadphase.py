@@ -157,12 +157,13 @@ class PackSpec:
     nc_pairs: int = 16  # NC's / TTC's (proposal, agent, chunk) triples per scene of the batch
     ttc_pairs: int = 16
 
-    def grow(self, used: "PackSpec", headroom: float = 1.0) -> "PackSpec":
-        """This spec, with every field ``used`` exceeded raised to ``used`` x ``headroom`` (room for the next batches:
-        each growth is a recompile). Fields ``used`` does not exceed stay, so a steady run settles on one shape."""
+    def grow(self, used: "PackSpec", headroom: float = 1.0, growth: float = 1.0) -> "PackSpec":
+        """This spec, with every field ``used`` exceeded raised to ``used`` x ``headroom``, and at least to its old
+        value x ``growth`` (room for the next batches: each growth is a recompile). Fields ``used`` does not exceed
+        stay, so a steady run settles on one shape."""
         def field(name: str) -> int:
             mine, need = getattr(self, name), getattr(used, name)
-            return mine if need <= mine else math.ceil(need * headroom)
+            return mine if need <= mine else math.ceil(max(need * headroom, mine * growth))
 
         return PackSpec(**{f.name: field(f.name) for f in dataclasses.fields(PackSpec)})
 
