@@ -87,7 +87,8 @@ class EdgeTiles:
 
 @struct.dataclass
 class PackedMap:
-    """A scene map culled per proposal and cut into edge tiles (stands in for ``MapData`` in ``Scene.map``).
+    """A scene map culled per (proposal, chunk of steps) and cut into edge tiles (stands in for ``MapData`` in
+    ``Scene.map``).
 
     Per-pair attributes follow the pair rows of their ``EdgeTiles``.
     """
