@@ -67,7 +67,7 @@ class EdgeTiles:
     """The edges each (scene, proposal, polygon, chunk) of a batch must test, cut into tiles of ``TILE_EDGES`` edges.
 
     Chunk c is ego steps [14c, 14c + 14) (``MAP_CHUNK_STEPS``). A unit ("pair") keeps only the ring edges that can
-    change a predicate at its chunk's points (``_edge_keep``); units with none are dropped. A batch-level structure,
+    change a predicate at its chunk's points (``_edge_units``); units with none are dropped. A batch-level structure,
     in ``groups`` groups of B / G consecutive scenes (one per device the batch is sharded over, so nothing crosses
     devices). Within a group, pair i is (slot ``pair_slot[i]`` = (b * K + k) * C + c within the group, polygon
     ``pair_poly[i]`` of that scene; -1 pads), pairs sorted by (slot, polygon); tile j holds 8 kept edges of pair
@@ -196,6 +196,12 @@ def overlaps(swept: np.ndarray, boxes: np.ndarray, valid: np.ndarray) -> np.ndar
     s, p = swept[..., None, :], lead(boxes)
     hit = (s[..., 0] <= p[..., 2]) & (p[..., 0] <= s[..., 2]) & (s[..., 1] <= p[..., 3]) & (p[..., 1] <= s[..., 3])
     return hit & lead(np.asarray(valid))
+
+
+def group_rows(x, groups: int):
+    """A batch-level leaf stored as rows [B, n, ...] (``EdgeTiles``, ``ContactPairs``) read per group of scenes:
+    [G, B / G * n, ...]."""
+    return x.reshape((groups, -1) + x.shape[2:])
 
 
 def _select(keep: np.ndarray, minimum: int, multiple: int) -> np.ndarray:

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from jaxdrive.broadphase import ContactPairs
+from jaxdrive.broadphase import ContactPairs, group_rows
 from jaxdrive.scene import Agents
 
 
@@ -56,7 +56,10 @@ def over_groups(fn: Callable, agents: Agents, pairs: ContactPairs, states: Float
     """``fn(agents[Bg, N], pairs[P], states[Bg * K, T, 11], flags[Bg * K, T])`` per group of scenes -> [B, K] leaves."""
     b, k = states.shape[:2]
     g = pairs.groups
-    grouped = lambda x: x.reshape((g, -1) + x.shape[2:])  # [B, n, ...] -> [G, B / G * n, ...]
+    if pairs.owner.shape[0] != b or agents.valid.shape[0] != b or b % g:
+        raise ValueError(f"PackedAgents: packed for {agents.valid.shape[0]} scenes in {g} groups, got states of "
+                         f"{b} scenes; pack the batch for these states (jaxdrive.broadphase.pack_batch)")
+    grouped = lambda x: group_rows(x, g)  # [B, n, ...] -> [G, B / G * n, ...]
     by_scene = lambda x: x.reshape((g, b // g) + x.shape[1:])  # [B, ...] -> [G, B / G, ...]
     out = jax.vmap(fn)(jax.tree_util.tree_map(by_scene, agents), jax.tree_util.tree_map(grouped, pairs),
                        grouped(states), grouped(flags))

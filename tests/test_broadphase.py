@@ -34,7 +34,7 @@ from jaxdrive.rules.areas import batch_ego_areas  # noqa: E402
 from jaxdrive.rules.dac import drivable_area_compliance  # noqa: E402
 from jaxdrive.rules.ddc import driving_direction_compliance  # noqa: E402
 from jaxdrive.rules.lk import lane_keeping  # noqa: E402
-from jaxdrive.rules.nc import batch_no_at_fault_collisions  # noqa: E402
+from jaxdrive.rules.nc import batch_no_at_fault_collisions, no_at_fault_collisions  # noqa: E402
 from jaxdrive.rules.progress import raw_progress  # noqa: E402
 from jaxdrive.rules.tlc import traffic_light_compliance  # noqa: E402
 from jaxdrive.rules.ttc import batch_time_to_collision  # noqa: E402
@@ -343,6 +343,10 @@ def test_bad_inputs_name_the_argument(fixture_scenes):
     from jaxdrive.rules.epdms import score
 
     areas = batch_ego_areas(packed.map, props.states)
+    with pytest.raises(ValueError, match="pack the batch for these states"):
+        batch_no_at_fault_collisions(packed, np.concatenate([props.states, props.states]), areas)
+    with pytest.raises(ValueError, match="batch_no_at_fault_collisions"):
+        jax.vmap(no_at_fault_collisions)(packed, props.states, areas)
     with pytest.raises(ValueError, match=r"areas: expected flags of shape \(B, K, T\)"):
         score(packed, props, areas=jax.tree_util.tree_map(lambda x: x[:, :, :-1], areas))
 

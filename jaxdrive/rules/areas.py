@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from flax import struct
 from jaxtyping import Array, Bool, Float, Int
 
-from jaxdrive.broadphase import MAP_CHUNK_STEPS, PackedMap
+from jaxdrive.broadphase import MAP_CHUNK_STEPS, PackedMap, group_rows
 from jaxdrive.geometry import box_intersects_polygon, ego_center, ego_corners, point_in_polygon
 from jaxdrive.packed_geometry import boxes_touch_tiles, points_in_tiles, slot_sums
 from jaxdrive.scene import AreaKind, MapData
@@ -146,11 +146,8 @@ def batch_ego_areas(map: MapData | PackedMap, states: Float[Array, "B K T 11"]) 
     if map.near_segments.shape[:2] != (b, k):
         raise ValueError(f"batch_ego_areas: a PackedMap packed for {map.near_segments.shape[:2]} (scenes, proposals) "
                          f"was given states of {states.shape[:2]}; pack the map for these states (jaxdrive.broadphase)")
-    g = map.lanes.groups
-    grouped = lambda x: x.reshape((g, -1) + x.shape[2:])  # [B, n, ...] -> [G, B / G * n, ...]
-    tiles = lambda t: t.replace(start=grouped(t.start), end=grouped(t.end), tile_pair=grouped(t.tile_pair),
-                                pair_slot=grouped(t.pair_slot), pair_poly=grouped(t.pair_poly))
-    by_group = map.replace(areas=tiles(map.areas), lanes=tiles(map.lanes), red_lanes=tiles(map.red_lanes),
+    grouped = lambda x: jax.tree_util.tree_map(lambda leaf: group_rows(leaf, map.lanes.groups), x)
+    by_group = map.replace(areas=grouped(map.areas), lanes=grouped(map.lanes), red_lanes=grouped(map.red_lanes),
                            junction=grouped(map.junction), lane_on_route=grouped(map.lane_on_route),
                            red_first=grouped(map.red_first), red=grouped(map.red))
     axes = PackedMap(areas=0, junction=0, lanes=0, lane_on_route=0, red_lanes=0, red_first=0, red=0, centerline=None,

@@ -232,9 +232,9 @@ def score(scene: Scene, proposals: Proposals, *, ep_mode: EpMode = "scene",
                          f"(batch_ego_areas of these proposals), got {areas.multiple_lanes.shape}")
     collisions = (batch_no_at_fault_collisions(scene, proposals.states, areas)
                   + batch_time_to_collision(scene, proposals.states, areas))
-    dense = scene.replace(agents=scene.agents.agents) if isinstance(scene.agents, PackedAgents) else scene
+    per_scene = scene.replace(agents=scene.agents.agents) if isinstance(scene.agents, PackedAgents) else scene
     raw = jax.vmap(lambda sc, pr, ar, co: compute_metrics(sc, pr, ar, comfort_precision=comfort_precision,
-                                                          collisions=co))(dense, proposals, areas, collisions)
+                                                          collisions=co))(per_scene, proposals, areas, collisions)
     ep = normalize_progress(raw.raw_progress, raw.multiplier, proposals.valid, ep_mode, reference_progress)
     out = aggregate(raw.replace(ep=ep), proposals.valid)
     if apply_human_filter:
