@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 from jaxdrive.train import jobs
-from jaxdrive.train.testing import tiny_vlm, warm_vs_zero_configs
+from jaxdrive.train.tiny_recipes import tiny_vlm, warm_vs_zero_configs
 
 
 def curves(steps: int, sft_steps: int, eval_every: int, lr: float | None):

@@ -20,6 +20,8 @@ def get_config() -> ml_collections.ConfigDict:
                                                 lora_targets=r"language_model\..*_proj", seed=0))
     c.data = ml_collections.ConfigDict(dict(kind="tiny_bright", num_examples=64, seed=0, shuffle_labels=False))
     c.eval_data = ml_collections.ConfigDict(dict(kind="tiny_bright", num_examples=32, seed=1, shuffle_labels=False))
+    c.rewards = ml_collections.ConfigDict({"exact_match": dict(weight=1.0, key="answer_text")})  # registry.REWARDS
+    c.decoder = ml_collections.ConfigDict(dict(kind="tiny_words"))  # registry.DECODERS
     c.grpo = ml_collections.ConfigDict(dict(
         seed=0, group_size=8, prompts_per_step=4, prompt_len=6, completion_len=3, temperature=1.0,
         advantage="verl",  # trl | verl | tunix | drgrpo (scale/eps below override it when set)

@@ -8,7 +8,7 @@ from jaxdrive.train import jobs
 from jaxdrive.train.grpo_trainer import Rollouts
 from jaxdrive.train.metrics import read_jsonl
 from jaxdrive.train.rewards import Reward
-from jaxdrive.train.testing import bright_examples, decode, tiny_vlm, warm_vs_zero_configs
+from jaxdrive.train.tiny_recipes import bright_examples, decode, tiny_vlm, warm_vs_zero_configs
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ import numpy as np
 from flax import nnx
 
 from jaxdrive.train import data, optim, sft
-from jaxdrive.train.testing import TOKENS, memorise_examples, tiny_vlm
+from jaxdrive.train.tiny_recipes import TOKENS, memorise_examples, tiny_vlm
 from jaxdrive.train.trainer import Trainer, grad_step
 
 

@@ -12,7 +12,7 @@ import pytest
 from jaxdrive.train import data, jobs, optim, sft
 from jaxdrive.train.checkpoint import Checkpointer
 from jaxdrive.train.metrics import read_jsonl
-from jaxdrive.train.testing import memorise_examples, tiny_vlm
+from jaxdrive.train.tiny_recipes import memorise_examples, tiny_vlm
 from jaxdrive.train.trainer import Trainer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,6 +1,7 @@
 """SFT and GRPO jobs assembled from an ml_collections config (``configs/sft_tiny.py``, ``configs/grpo_tiny.py``):
-model (tiny random preset or a pretrained directory), fine-tuning mode (full / LoRA, frozen vision tower), dataset,
-optimizer, checkpointing, metrics, and the trainer run."""
+model (tiny random preset or a pretrained directory with its tokenizer), fine-tuning mode (full / LoRA, frozen vision tower), dataset,
+optimizer, checkpointing, metrics, and the trainer run. Datasets, rewards and decoders are looked up by name in
+``jaxdrive.train.registry``."""
 from __future__ import annotations
 
 import os
@@ -14,14 +15,14 @@ from jaxdrive.train import data, optim, sft
 from jaxdrive.train.checkpoint import Checkpointer
 from jaxdrive.train.grpo_trainer import Rollouts, grpo_loss_fn, grpo_summary
 from jaxdrive.train.metrics import MetricsLogger
-from jaxdrive.train.rewards import exact_match_reward
+from jaxdrive.train.registry import DATASETS, DECODERS, REWARDS
 from jaxdrive.train.trainer import Trainer
 
 
 def build_model(cfg: ml_collections.ConfigDict):
     """``model.kind``: "tiny" (random tiny Qwen2.5-VL, ``model.seed``) or "pretrained" (``model.path``)."""
     if cfg.kind == "tiny":
-        from jaxdrive.train.testing import tiny_vlm
+        from jaxdrive.train.tiny_recipes import tiny_vlm
 
         return tiny_vlm(cfg.seed)
     if cfg.kind == "pretrained":
@@ -40,19 +41,33 @@ def prepare_finetuning(model, cfg: ml_collections.ConfigDict):
     return optim.trainable_filter(cfg.mode, cfg.get("freeze_vision", False))
 
 
-def build_examples(cfg: ml_collections.ConfigDict) -> list[dict]:
-    """``data.kind``: "tiny_memorise" or "tiny_bright" (see ``jaxdrive.train.testing``); ``data.shuffle_labels``
-    replaces the answers by random ones (a format-only SFT set)."""
-    from jaxdrive.train import testing
+def load_tokenizer(cfg: ml_collections.ConfigDict):
+    """The pretrained model directory's own tokenizer (``model.kind == "pretrained"``), else None (tiny recipes)."""
+    if cfg.kind != "pretrained":
+        return None
+    from transformers import AutoTokenizer
 
-    if cfg.kind == "tiny_memorise":
-        return testing.memorise_examples(cfg.num_examples, cfg.get("answer_len", 3), cfg.seed)
-    if cfg.kind == "tiny_bright":
-        exs = testing.bright_examples(cfg.num_examples, cfg.seed)
-        if cfg.get("shuffle_labels", False):
-            exs = testing.shuffle_answers(exs, cfg.seed + 1)
-        return exs
-    raise ValueError(f"data.kind: expected 'tiny_memorise' or 'tiny_bright', got {cfg.kind!r}")
+    try:
+        return AutoTokenizer.from_pretrained(cfg.path, local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"model.path {cfg.path!r}: cannot load its tokenizer ({e})") from None
+
+
+def build_examples(cfg: ml_collections.ConfigDict, tokenizer=None) -> list[dict]:
+    """The examples of the dataset ``cfg.kind`` names in ``registry.DATASETS``."""
+    return DATASETS.get(cfg.kind)(cfg, tokenizer)
+
+
+def build_rewards(cfg: ml_collections.ConfigDict) -> list:
+    """One ``Reward`` per entry of the ``rewards`` block (entry name = ``registry.REWARDS`` name, or its ``kind``)."""
+    if not cfg:
+        raise ValueError("rewards: expected at least one entry, e.g. rewards.exact_match.weight=1.0")
+    return [REWARDS.get(block.get("kind", name))(block) for name, block in cfg.items()]
+
+
+def build_decoder(cfg: ml_collections.ConfigDict, tokenizer=None):
+    """The completion decoder ``cfg.kind`` names in ``registry.DECODERS``."""
+    return DECODERS.get(cfg.kind)(cfg, tokenizer)
 
 
 def _infra(cfg: ml_collections.ConfigDict):
@@ -75,7 +90,7 @@ def run_sft(cfg: ml_collections.ConfigDict, model=None):
     """Runs (or resumes) an SFT job; returns (trainer, records)."""
     model = build_model(cfg.model) if model is None else model
     trainable = prepare_finetuning(model, cfg.finetune)
-    examples = build_examples(cfg.data)
+    examples = build_examples(cfg.data, load_tokenizer(cfg.model))
     arrays = data.stack_examples([
         sft.sft_example(e["prompt"], e["answer"], cfg.data.max_len, cfg.data.get("pad_id", 0),
                         **{k: e[k] for k in ("pixel_values", "image_grid_thw") if k in e}) for e in examples])
@@ -106,11 +121,10 @@ def run_grpo(cfg: ml_collections.ConfigDict, model=None):
     if cfg.grpo.beta != 0.0 and cfg.finetune.mode != "lora":
         raise ValueError("grpo.beta: the KL reference is the base model with LoRA disabled; set finetune.mode='lora' "
                          "or beta=0")
-    examples = build_examples(cfg.data)
-    from jaxdrive.train.testing import decode
-
+    tokenizer = load_tokenizer(cfg.model)
+    examples = build_examples(cfg.data, tokenizer)
     g = cfg.grpo
-    rollouts = Rollouts(examples, [exact_match_reward("answer_text")], decode, g)
+    rollouts = Rollouts(examples, build_rewards(cfg.rewards), build_decoder(cfg.decoder, tokenizer), g)
     logger, ckpt, mesh = _infra(cfg)
     trainer = Trainer(model, loss_fn=grpo_loss_fn(g),
                       tx=optim.make_optimizer(cfg.optim, cfg.steps * g.policy_epochs), trainable=trainable,
@@ -118,7 +132,7 @@ def run_grpo(cfg: ml_collections.ConfigDict, model=None):
                       logger=logger, log_every=cfg.get("log_every", 1), seed=cfg.seed,
                       progress=cfg.get("progress", True))
     trainer.restore()
-    eval_examples = build_examples(cfg.eval_data) if cfg.get("eval_data") else None
+    eval_examples = build_examples(cfg.eval_data, tokenizer) if cfg.get("eval_data") else None
     eval_fns = {"greedy": (cfg.eval_every, lambda tr, step: rollouts.evaluate(tr, eval_examples))} if eval_examples else {}
     records = trainer.run(cfg.steps, rollouts, updates_per_batch=g.policy_epochs, eval_fns=eval_fns,
                           position_fn=rollouts.sampler.position, best_metric_source="greedy" if eval_fns else None,

@@ -99,3 +99,9 @@ def exact_match_reward(answer_key: str = "answer", *, strip: bool = True) -> Rew
         return [float(norm(c) == norm(str(e[answer_key]))) for c, e in zip(completions, examples)]
 
     return Reward(name=f"exact_match[{answer_key}]", fn=fn)
+
+
+def exact_match_from_config(cfg) -> Reward:
+    """Registry factory ``rewards.exact_match``: ``key`` (example field, default "answer_text"), ``weight``."""
+    r = exact_match_reward(cfg.get("key", "answer_text"))
+    return dataclasses.replace(r, weight=float(cfg.get("weight", 1.0)))

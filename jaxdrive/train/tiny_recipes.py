@@ -1,4 +1,5 @@
-"""A tiny random Qwen2.5-VL and synthetic multimodal tasks for training tests, smoke runs and benchmarks.
+"""The tiny recipe: a tiny random Qwen2.5-VL and synthetic multimodal tasks for tests, smoke runs and benchmarks,
+registered in ``jaxdrive.train.registry`` (datasets "tiny_memorise" / "tiny_bright", decoder "tiny_words").
 
 No tokenizer or download: token ids are fixed (``TOKENS``) and decoded through a small word table, which is all a
 verifiable reward needs. Images are ``IMAGE_SIZE`` x ``IMAGE_SIZE`` RGB, i.e. ``IMAGE_PATCHES`` patches of
@@ -111,3 +112,42 @@ def warm_vs_zero_configs(grpo_steps: int, sft_steps: int = 40, workdir: str = ""
     g.steps, g.progress, g.workdir = grpo_steps, False, workdir
     g.checkpoint.enabled = False
     return s, g
+
+
+# Registry factories (``jaxdrive.train.registry``): the tiny token-id recipes need no tokenizer.
+
+def memorise_dataset(cfg, tokenizer=None) -> list[dict]:
+    """``data.kind = "tiny_memorise"``: ``num_examples``, ``answer_len``, ``seed``."""
+    del tokenizer
+    return memorise_examples(cfg.num_examples, cfg.get("answer_len", 3), cfg.seed)
+
+
+def bright_dataset(cfg, tokenizer=None) -> list[dict]:
+    """``data.kind = "tiny_bright"``: ``num_examples``, ``seed``; ``shuffle_labels`` gives a format-only set."""
+    del tokenizer
+    exs = bright_examples(cfg.num_examples, cfg.seed)
+    return shuffle_answers(exs, cfg.seed + 1) if cfg.get("shuffle_labels", False) else exs
+
+
+def words_decoder(cfg=None, tokenizer=None):
+    """``decoder.kind = "tiny_words"``: the tiny word table (``decode``)."""
+    del cfg, tokenizer
+    return decode
+
+
+def tokenizer_decoder(cfg, tokenizer):
+    """``decoder.kind = "tokenizer"``: the pretrained model's tokenizer; stops at the first masked slot, special
+    tokens skipped (``cfg.skip_special_tokens``, default True)."""
+    if tokenizer is None:
+        raise ValueError("decoder.kind='tokenizer' needs a pretrained model directory with a tokenizer (model.path)")
+    skip = cfg.get("skip_special_tokens", True) if cfg is not None else True
+
+    def fn(ids, mask=None) -> str:
+        ids = np.asarray(ids)
+        if mask is not None:
+            m = np.asarray(mask).astype(bool)
+            stop = int(np.argmin(m)) if not m.all() else len(ids)
+            ids = ids[:stop]
+        return tokenizer.decode(ids.tolist(), skip_special_tokens=skip)
+
+    return fn
