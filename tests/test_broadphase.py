@@ -39,8 +39,9 @@ from jaxdrive.rules.progress import raw_progress  # noqa: E402
 from jaxdrive.rules.tlc import traffic_light_compliance  # noqa: E402
 from jaxdrive.rules.ttc import batch_time_to_collision  # noqa: E402
 from jaxdrive.scene import FAR, PadSpec, batch_scenes  # noqa: E402
+from conftest import EPDMS_FIXTURES
 
-FIXTURES = "/work/shared/fixtures/epdms"
+FIXTURES = str(EPDMS_FIXTURES)
 FLAGS = ("multiple_lanes", "non_drivable", "oncoming", "center_in_intersection", "rear_axle_in_intersection",
          "red_light")
 NUM_SYNTHETIC = 200

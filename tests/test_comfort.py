@@ -16,8 +16,9 @@ from jaxdrive.rules.comfort import (HC_CHECKS, extended_comfort, extended_comfor
 from jaxdrive.rules.savgol import savgol_matrix
 from jaxdrive.scene import StateIndex as S, batch_scenes, pad_history
 from reference_collision import comfort_signals, extended_comfort_ref, extended_comfort_rms_ref, history_comfort_ref
+from conftest import EPDMS_FIXTURES
 
-FIXTURES = "/work/shared/fixtures/epdms"
+FIXTURES = str(EPDMS_FIXTURES)
 FILES = sorted(glob.glob(os.path.join(FIXTURES, "*.json"))) + sorted(glob.glob(os.path.join(FIXTURES, "sanity", "*.json")))
 CONFIGS = [(8, 2, 0), (15, 2, 1), (5, 2, 1), (5, 3, 2), (5, 2, 2), (41, 2, 0), (41, 2, 1)]
 

@@ -14,8 +14,9 @@ from jaxdrive.data.scene_json import read_scene
 from jaxdrive.rules import SubScores, gated_score, human_filter, normalize_progress, score
 from jaxdrive.rules.epdms import aggregate
 from jaxdrive.scene import PadSpec, batch_scenes
+from conftest import EPDMS_FIXTURES
 
-FIXTURES = "/work/shared/fixtures/epdms"
+FIXTURES = str(EPDMS_FIXTURES)
 FILES = sorted(glob.glob(f"{FIXTURES}/*.json")) + sorted(glob.glob(f"{FIXTURES}/sanity/*.json"))
 EXACT = {"nc": "no_at_fault_collisions", "dac": "drivable_area_compliance", "ddc": "driving_direction_compliance",
          "tlc": "traffic_light_compliance", "ttc": "time_to_collision_within_bound", "lk": "lane_keeping",

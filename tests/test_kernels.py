@@ -18,6 +18,7 @@ from jaxdrive.data.scene_json import read_scene
 from jaxdrive.rules.areas import ego_boxes
 from jaxdrive.scene import FAR, PadSpec, batch_scenes
 from kernels.tile_crossings import ON_WEIGHT, tile_counts, tile_counts_jnp, tile_counts_pallas
+from conftest import EPDMS_FIXTURES
 
 
 def _random_tiles(rng, nt: int, n: int):
@@ -42,7 +43,7 @@ def test_pallas_interpret_equals_jnp_twin_on_random_tiles():
 
 
 def test_pallas_interpret_equals_jnp_twin_on_packed_fixture_tiles():
-    files = sorted(glob.glob("/work/shared/fixtures/epdms/scene_*.json"))[:8]
+    files = sorted(glob.glob(str(EPDMS_FIXTURES / "scene_*.json")))[:8]
     scenes = [read_scene(f) for f in files]
     batch, props, _ = batch_scenes(scenes, PadSpec.fit(scenes), validate=False)
     packed, _ = pack_map(batch, props.states)

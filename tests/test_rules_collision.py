@@ -15,6 +15,7 @@ from jaxdrive.rules.nc import no_at_fault_collisions
 from jaxdrive.rules.ttc import time_to_collision
 from jaxdrive.scene import Agent, AgentType, Area, AreaKind, HostScene, Lane, LaneKind, PadSpec, batch_scenes
 from reference_collision import nc_ref, ttc_ref
+from conftest import EPDMS_FIXTURES
 
 T = 41
 DT = 0.1
@@ -193,7 +194,7 @@ def _perturbed(base: HostScene, rng: np.random.Generator) -> HostScene:
 
 @pytest.mark.slow
 def test_nc_ttc_agree_with_reference_on_generated_scenes():
-    bases = [read_scene(f) for f in sorted(glob.glob("/work/shared/fixtures/epdms/scene_*.json"))]
+    bases = [read_scene(f) for f in sorted(glob.glob(str(EPDMS_FIXTURES / "scene_*.json")))]
     rng = np.random.default_rng(1234)
     scenes = [_perturbed(bases[i % len(bases)], rng) for i in range(N_SCENES)]
     spec = PadSpec.fit(scenes, multiple=1)

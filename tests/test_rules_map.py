@@ -42,8 +42,9 @@ from jaxdrive.rules.progress import raw_progress  # noqa: E402
 from jaxdrive.rules.tlc import traffic_light_compliance  # noqa: E402
 from jaxdrive.scene import (Area, AreaKind, HostScene, Lane, LaneKind, PadSpec, StateIndex, batch_scenes,  # noqa: E402
                             wrap_angle)
+from conftest import EPDMS_FIXTURES  # noqa: E402
 
-FIXTURES = "/work/shared/fixtures/epdms"
+FIXTURES = str(EPDMS_FIXTURES)
 FLAGS = ("multiple_lanes", "non_drivable", "oncoming", "center_in_intersection", "rear_axle_in_intersection")
 RULES = ("dac", "ddc", "tlc", "lk")
 EXPECTED_KEY = {"dac": "drivable_area_compliance", "ddc": "driving_direction_compliance",

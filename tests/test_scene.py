@@ -11,8 +11,9 @@ import pytest
 from jaxdrive.data.scene_json import SceneFileError, read_scene, scene_from_dict, scene_to_dict, write_scene
 from jaxdrive.scene import (FAR, NUM_HISTORY_PADDED, PadSpec, SceneValidationError, batch_scenes, pad_history,
                             validate_batch, validate_host_scene)
+from conftest import EPDMS_FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "epdms"
+FIXTURES = EPDMS_FIXTURES
 FILES = sorted(FIXTURES.glob("scene_*.json")) + sorted((FIXTURES / "sanity").glob("*.json"))
 
 

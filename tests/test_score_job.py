@@ -18,8 +18,9 @@ from jaxdrive.cli import EXIT_PARTIAL, EXIT_USAGE, main
 from jaxdrive.scoring.outputs import MANIFEST, read_results
 from jaxdrive.scoring.runner import ScoreOptions, score_source
 from jaxdrive.scoring.sources import SceneDirSource, SyntheticSource
+from conftest import EPDMS_FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "epdms"
+FIXTURES = EPDMS_FIXTURES
 REPO = Path(__file__).resolve().parents[1]
 COLUMNS = ["scene_id", "proposal", "nc", "dac", "ddc", "tlc", "ep", "ttc", "lk", "hc", "ec", "pdm_score", "epdms"]
 DISCRETE = ["nc", "dac", "ddc", "tlc", "ttc", "lk", "hc", "ec"]

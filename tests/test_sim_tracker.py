@@ -17,10 +17,9 @@ from jaxdrive.sim.interpolate import reference_states
 from jaxdrive.sim.lqr import banded_difference_matrix
 from jaxdrive.sim.state import FIELD_NAMES
 from jaxdrive.sim.times import knot_and_query_offsets_us
+from conftest import SHARED
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "tracker"
-if not FIXTURES.is_dir():
-    FIXTURES = Path("/work/shared/fixtures/tracker")
+FIXTURES = SHARED / "fixtures" / "tracker"
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,9 @@ import pytest
 from jaxdrive.data.scene_json import read_scene
 from jaxdrive.data.synthetic import generate_scene
 from jaxdrive.viz import DERIVED_FIELDS, preview_main, proposal_values, render_scene
+from conftest import EPDMS_FIXTURES
 
-FIXTURE = Path(__file__).resolve().parents[2] / "shared/fixtures/epdms/scene_0000.json"
+FIXTURE = EPDMS_FIXTURES / "scene_0000.json"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -29,7 +30,6 @@ def test_render_family_values_and_derived(tmp_path):
     assert "m/s" in label and set(DERIVED_FIELDS) >= {"final_speed", "max_speed", "distance"}
 
 
-@pytest.mark.skipif(not FIXTURE.exists(), reason="shared fixtures not present")
 def test_preview_cli_on_fixture_coloured_by_expected_field(tmp_path, capsys):
     out = tmp_path / "fix.png"
     assert preview_main(["--scene", str(FIXTURE), "--color-by", "epdms", "--out", str(out)]) == 0
