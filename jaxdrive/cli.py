@@ -1,29 +1,46 @@
-"""The ``jaxdrive`` command line: ``score``, ``scenes generate|preview`` and ``train sft|grpo``."""
+"""jaxdrive: rule-grounded scoring of driving trajectories (EPDMS kernels in JAX) and post-training of driving VLMs.
+
+Exit status: 0 success; 1 failure during the run; 2 bad usage or input (reported before the run starts);
+3 finished, but some scenes could not be read (score: named in OUT/errors.jsonl) or none was scored; 130 interrupted
+(Ctrl-C; a scoring run continues with --resume --out OUT).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
+EXIT_OK = 0
+EXIT_FAILURE = 1  # an error during the run (a traceback is printed: it is a bug or an environment problem)
 EXIT_USAGE = 2
-EXIT_PARTIAL = 3  # the run finished, but some scenes could not be read (named in errors.jsonl)
+EXIT_PARTIAL = 3  # the run finished, but some scenes could not be read (named in errors.jsonl), or none was scored
+EXIT_INTERRUPTED = 130
+
+
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends "(default: X)" only where the help text does not mention a default already and X is not None."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
 
 
 def _add_score(sub) -> None:
     p = sub.add_parser("score", help="score trajectories with the EPDMS rule kernels (default: built-in synthetic scenes)",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=_Help)
     src = p.add_argument_group("inputs")
-    src.add_argument("--scenes", type=Path, help="directory of epdms-scene/1 JSON files (default: synthetic scenes)")
+    src.add_argument("--scenes", type=Path,
+                     help="directory of epdms-scene/1 JSON files, searched recursively (default: synthetic scenes)")
     src.add_argument("--count", type=int, default=1024, help="number of synthetic scenes")
     src.add_argument("--seed", type=int, default=0, help="seed of the synthetic scenes")
     src.add_argument("--proposals", type=int, default=16, help="proposals per synthetic scene")
     p.add_argument("--out", type=Path, help="output directory (default: runs/score-<time>)")
-    p.add_argument("--resume", action="store_true", help="continue the run recorded in --out")
+    p.add_argument("--resume", action="store_true", help="continue the run recorded in --out (needs --out)")
     p.add_argument("--batch-size", type=int, default=16,
                    help="scenes per batch, sharded over the devices (CPU: ~16 per device is fastest; "
                         "accelerators: raise it)")
@@ -31,10 +48,13 @@ def _add_score(sub) -> None:
     p.add_argument("--ep-mode", default="scene", choices=["scene", "batch", "reference"],
                    help="EP normaliser: max over the scene's proposals (NAVSIM), over the batch, or a fixed reference")
     p.add_argument("--reference-progress", type=Path, help="JSON {scene_id: metres} for --ep-mode reference")
-    p.add_argument("--gates", type=Path, help="JSON list of 9 booleans (nc,dac,ddc,tlc,ep,ttc,lk,hc,ec); default all on")
+    p.add_argument("--gates", type=Path, help="JSON list of 9 booleans (nc,dac,ddc,tlc,ep,ttc,lk,hc,ec); all on if omitted")
     p.add_argument("--simulate", action="store_true",
                    help="run NAVSIM's LQR tracker + bicycle model on each proposal before scoring")
-    p.add_argument("--devices", type=int, help="number of local devices for the data mesh axis (default: all)")
+    p.add_argument("--devices", type=int, help="number of local devices for the data mesh axis (all if omitted)")
+    p.add_argument("--cpu-devices", type=int,
+                   help="split the host CPU into N JAX devices (sets XLA_FLAGS=--xla_force_host_platform_device_count=N "
+                        "before JAX starts), e.g. --cpu-devices 8 --devices 8 to try data sharding on a laptop")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_run_score)
 
@@ -47,12 +67,19 @@ def _load_json(path: Path, what: str):
 
 
 def _run_score(args) -> int:
+    import numpy as np
+
     from jaxdrive.scoring.outputs import RunDirError
     from jaxdrive.scoring.runner import ScoreOptions, score_source
     from jaxdrive.scoring.sources import SceneDirSource, SyntheticSource
-    from jaxdrive.scoring.summary import plot_summary, summary_table
+    from jaxdrive.scoring.summary import plot_summary, summary_table, whole_run_stats
 
+    if args.resume and not args.out:
+        raise ValueError("--resume: name the run to continue with --out DIR")
     source = SceneDirSource(args.scenes) if args.scenes else SyntheticSource(args.count, args.seed, args.proposals)
+    if args.scenes and source.skipped:
+        print(f"--scenes {args.scenes}: skipped {len(source.skipped)} .json file(s) that are not scene files "
+              f"(e.g. {source.skipped[0]})", file=sys.stderr)
     gates = None
     if args.gates:
         g = _load_json(args.gates, "--gates")
@@ -67,16 +94,24 @@ def _run_score(args) -> int:
         options.pad = pad_spec(args.proposals)
     out = args.out or Path("runs") / time.strftime("score-%Y%m%d-%H%M%S")
     try:
-        stats = score_source(source, out, options, resume=args.resume, progress=not args.no_progress)
+        live = score_source(source, out, options, resume=args.resume, progress=not args.no_progress)
     except RunDirError as e:
-        print(f"jaxdrive score: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        raise ValueError(str(e)) from None
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: completed shards are kept in {out}; continue with the same arguments plus "
+              f"--resume --out {out}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    stats = whole_run_stats(out, live)
+    for e in stats.errors:
+        print(f"unreadable scene: {e['error']}", file=sys.stderr)
+    if stats.proposals == 0:
+        print(f"no scenes scored: none of the {len(source)} inputs could be read (see {out}/errors.jsonl)",
+              file=sys.stderr)
+        return EXIT_PARTIAL
     print(summary_table(stats))
     png = plot_summary(stats, Path(out) / "summary.png")
     print(f"results: {out}/part-*.parquet   plot: {png}")
-    for e in stats.errors:
-        print(f"unreadable scene {e['name']}: {e['error']}", file=sys.stderr)
-    return EXIT_PARTIAL if stats.errors else 0
+    return EXIT_PARTIAL if stats.errors else EXIT_OK
 
 
 def _add_scenes(sub) -> None:
@@ -106,31 +141,15 @@ def _run_generate(args) -> int:
     return 0
 
 
-SCORE_FIELDS = ("nc", "dac", "ddc", "tlc", "ep", "ttc", "lk", "hc", "ec", "pdm_score", "epdms")
-
-
 def _run_preview(args) -> int:
-    from jaxdrive.viz import preview_main, render_scene
+    from jaxdrive.viz import preview_main
 
-    if args.color_by not in SCORE_FIELDS:
-        return preview_main(args)
-    from jaxdrive.data.scene_json import read_scene
-    from jaxdrive.data.synthetic import generate_scene
-    from jaxdrive.rules.epdms import score
-    from jaxdrive.scene import batch_scenes
-
-    scene = (read_scene(args.scene) if args.scene
-             else generate_scene(args.seed, num_proposals=args.num_proposals, profile=args.profile))
-    sc, props, _ = batch_scenes([scene])
-    values = np.asarray(getattr(score(sc, props), args.color_by))[0, : scene.num_proposals]
-    out = render_scene(scene, args.out, color_by=args.color_by, values=values, title=f"{scene.id}: {args.color_by}",
-                       extent=args.extent)
-    print(f"wrote {out}")
-    return 0
+    return preview_main(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="jaxdrive", description=__doc__)
+    parser = argparse.ArgumentParser(prog="jaxdrive", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     _add_score(sub)
     _add_scenes(sub)
@@ -142,8 +161,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _enable_compilation_cache() -> None:
     """Reuse compiled XLA programs across runs (the scorer compiles in seconds; a rerun then starts at once)."""
-    import os
-
     import jax
 
     if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
@@ -151,15 +168,29 @@ def _enable_compilation_cache() -> None:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
 
 
+def _force_cpu_devices(n: int | None) -> None:
+    """``--cpu-devices N``: must run before JAX initialises its backends."""
+    if n is None:
+        return
+    if n < 1:
+        raise ValueError(f"--cpu-devices: expected a positive number of devices, got {n}")
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device_count")]
+    os.environ["XLA_FLAGS"] = " ".join(flags + [f"--xla_force_host_platform_device_count={n}"])
+
+
 def main(argv: list[str] | None = None) -> int:
-    _enable_compilation_cache()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        _force_cpu_devices(getattr(args, "cpu_devices", None))
+        _enable_compilation_cache()
         return args.func(args)
     except ValueError as e:
         print(f"jaxdrive {args.command}: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"\njaxdrive {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

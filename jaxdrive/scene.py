@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
+from jaxdrive import pytree as struct
 from jaxtyping import Array, Bool, Float, Int
 
 NUM_STEPS = 41  # 0.0 .. 4.0 s at 0.1 s

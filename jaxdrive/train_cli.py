@@ -10,21 +10,28 @@ import argparse
 import ast
 import importlib.util
 import os
+from typing import TYPE_CHECKING
 
-import ml_collections
+if TYPE_CHECKING:
+    import ml_collections
 
 
-def load_config(path: str) -> ml_collections.ConfigDict:
-    """``get_config()`` of a config file."""
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"--config: no such file {path}")
+def load_config(path: str) -> "ml_collections.ConfigDict":
+    """``get_config()`` of a config file; a missing file or one without ``get_config`` is a ``ValueError``."""
+    if not os.path.isfile(path):
+        raise ValueError(f"--config: no such file {path}")
     spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    try:
+        spec.loader.exec_module(mod)
+    except ImportError as e:
+        raise ValueError(f"--config {path}: {e} (training needs the [train] extra: pip install 'jaxdrive[train]')") from None
+    if not hasattr(mod, "get_config"):
+        raise ValueError(f"--config {path}: defines no get_config()")
     return mod.get_config()
 
 
-def apply_overrides(cfg: ml_collections.ConfigDict, overrides: list[str]) -> ml_collections.ConfigDict:
+def apply_overrides(cfg: "ml_collections.ConfigDict", overrides: list[str]) -> "ml_collections.ConfigDict":
     """Sets ``a.b.c=value`` overrides in place (value parsed as a Python literal, else kept as a string)."""
     for item in overrides:
         if "=" not in item:
@@ -44,12 +51,21 @@ def apply_overrides(cfg: ml_collections.ConfigDict, overrides: list[str]) -> ml_
         current = node[parts[-1]]
         if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
-        node[parts[-1]] = value
+        if current is not None and not isinstance(value, type(current)) and not hasattr(current, "keys"):
+            raise ValueError(f"override {key}={raw}: expected a {type(current).__name__} "
+                             f"(current value {current!r}), got {type(value).__name__} {value!r}")
+        try:
+            node[parts[-1]] = value
+        except TypeError as e:
+            raise ValueError(f"override {key}={raw}: {e}") from None
     return cfg
 
 
 def _run(args: argparse.Namespace) -> int:
-    from jaxdrive.train import jobs
+    try:
+        from jaxdrive.train import jobs
+    except ImportError as e:
+        raise ValueError(f"training needs the [train] extra: pip install 'jaxdrive[train]' ({e})") from None
 
     cfg = apply_overrides(load_config(args.config), args.overrides)
     _, records = (jobs.run_sft if args.job == "sft" else jobs.run_grpo)(cfg)

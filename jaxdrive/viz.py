@@ -27,6 +27,8 @@ DERIVED_FIELDS = {
     "max_yaw_rate": ("max |yaw rate| [rad/s]", lambda s: np.abs(s[:, :, StateIndex.ANGULAR_VELOCITY]).max(1)),
     "distance": ("path length [m]", lambda s: np.linalg.norm(np.diff(s[:, :, :2], axis=1), axis=-1).sum(1)),
 }
+#: per-proposal fields the EPDMS kernels compute (``--color-by`` scores the scene first)
+SCORE_FIELDS = ("nc", "dac", "ddc", "tlc", "ep", "ttc", "lk", "hc", "ec", "pdm_score", "epdms")
 _AREA_STYLE = {AreaKind.ROADBLOCK: "#d9d9d9", AreaKind.INTERSECTION: "#c8c8c8", AreaKind.CARPARK: "#e8dcc0",
                AreaKind.DRIVABLE_AREA: "#d9d9d9"}
 _AGENT_COLOR = {AgentType.VEHICLE: "#1f5fbf", AgentType.PEDESTRIAN: "#e07b00", AgentType.BICYCLE: "#8e44ad"}
@@ -41,8 +43,40 @@ def proposal_values(scene: HostScene, field: str) -> tuple[np.ndarray, str]:
     exp = (scene.expected or {}).get("proposals")
     if exp and field in exp[0] and isinstance(exp[0][field], (int, float)):
         return np.array([float(p[field]) for p in exp]), field
-    keys = sorted(DERIVED_FIELDS) + (sorted(k for k, v in exp[0].items() if isinstance(v, (int, float))) if exp else [])
-    raise ValueError(f"color_by: expected 'family' or one of {keys}, got {field!r}")
+    keys = (sorted(DERIVED_FIELDS) + list(SCORE_FIELDS)
+            + (sorted(k for k, v in exp[0].items() if isinstance(v, (int, float))) if exp else []))
+    raise ValueError(f"--color-by: expected 'family', 'none' or one of {', '.join(dict.fromkeys(keys))}, got {field!r}")
+
+
+def _bucket(n: int) -> int:
+    p = 8
+    while p < n:
+        p *= 2
+    return p
+
+
+_jit_score = None
+
+
+def kernel_values(scene: HostScene, field: str) -> np.ndarray:
+    """(K,) values of a ``SCORE_FIELDS`` field, scored by the EPDMS kernels.
+
+    One jitted program over pad sizes rounded up to powers of two, so scenes of similar size share a compiled shape
+    and a rerun loads it from the persistent compilation cache instead of compiling again."""
+    import dataclasses
+
+    import jax
+
+    from jaxdrive.rules.epdms import score
+    from jaxdrive.scene import PadSpec, batch_scenes
+
+    global _jit_score
+    if _jit_score is None:
+        _jit_score = jax.jit(score)
+    fit = PadSpec.fit([scene])
+    spec = PadSpec(**{f.name: _bucket(getattr(fit, f.name)) for f in dataclasses.fields(PadSpec)})
+    sc, props, _ = batch_scenes([scene], spec)
+    return np.asarray(getattr(_jit_score(sc, props), field))[0, : scene.num_proposals]
 
 
 class _EgoFrame:
@@ -193,8 +227,8 @@ def preview_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Ar
     p.add_argument("--scene", type=str, default=None, help="an epdms-scene/1 JSON file instead of a synthetic scene")
     p.add_argument("--out", type=str, required=True, help="output PNG path")
     p.add_argument("--color-by", type=str, default="family",
-                   help=f"'family', 'none', or a field: {', '.join(sorted(DERIVED_FIELDS))}, or an expected key "
-                        "(e.g. epdms) of a scored scene file")
+                   help=f"'family', 'none', a kernel score ({', '.join(SCORE_FIELDS)}: the scene is scored first), "
+                        f"a state field ({', '.join(sorted(DERIVED_FIELDS))}) or an expected key of a scored scene file")
     p.add_argument("--profile", type=str, default="default", help="synthetic profile (default | hard)")
     p.add_argument("--num-proposals", type=int, default=16)
     p.add_argument("--extent", type=float, default=60.0, help="half-width of the view, m")
@@ -214,7 +248,11 @@ def preview_main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
 
         scene = generate_scene(args.seed, num_proposals=args.num_proposals, profile=args.profile)
     color_by = None if args.color_by == "none" else args.color_by
-    out = render_scene(scene, args.out, color_by=color_by, extent=args.extent)
+    if color_by in SCORE_FIELDS:
+        out = render_scene(scene, args.out, color_by=color_by, values=kernel_values(scene, color_by),
+                           title=f"{scene.id}: {color_by}", extent=args.extent)
+    else:
+        out = render_scene(scene, args.out, color_by=color_by, extent=args.extent)
     print(f"wrote {out}")
     return 0
 

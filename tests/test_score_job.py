@@ -47,8 +47,8 @@ def test_cli_contract_and_navsim_parity(fixture_run):
     out, df = fixture_run
     assert set(COLUMNS) <= set(df.columns)
     assert (out / "summary.png").stat().st_size > 10_000
-    files = sorted(FIXTURES.glob("*.json"))
-    assert df["scene_id"].nunique() == len(files)
+    files = sorted(FIXTURES.rglob("*.json"))  # sanity/ included: --scenes recurses
+    assert df["scene_id"].nunique() == len(files) == 61
     mismatches = []
     for f in files:
         sc = json.loads(f.read_text())
@@ -108,7 +108,7 @@ def test_sigkill_then_resume_gives_identical_rows(tmp_path):
     assert 3 <= len(partial) < 12
     r = subprocess.run(_score_cmd(killed, ["--resume"]), env=env, cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert "shards resumed" in r.stdout
+    assert "shards already complete (resumed)" in r.stdout
     a, b = _sorted(read_results(full)), _sorted(read_results(killed))
     assert len(a) == 48 * 8 and not a.duplicated(["scene_id", "proposal"]).any()
     pd.testing.assert_frame_equal(a, b)

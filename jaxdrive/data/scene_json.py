@@ -222,12 +222,17 @@ def write_scene(scene: HostScene, path: str | os.PathLike) -> None:
     os.replace(tmp, path)
 
 
+#: JSON files that sit beside scene files but are not scenes (a fixture folder's index)
+NOT_SCENE_FILES = ("index.json",)
+
+
 def scene_files(directory: str | os.PathLike) -> list[Path]:
-    """Scene JSON files of a directory (not recursive), sorted by name."""
+    """Scene JSON files of a directory and its subfolders, sorted by relative path (``index.json`` files excluded)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise SceneFileError(f"{directory}: not a directory")
-    return sorted(p for p in directory.iterdir() if p.suffix == ".json" and p.is_file() and p.name != "index.json")
+    return sorted((p for p in directory.rglob("*.json") if p.is_file() and p.name not in NOT_SCENE_FILES),
+                  key=lambda p: p.relative_to(directory).parts)
 
 
 def iter_scene_dir(directory: str | os.PathLike, on_error=None) -> Iterator[HostScene]:

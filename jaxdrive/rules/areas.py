@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from flax import struct
+from jaxdrive import pytree as struct
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.broadphase import MAP_CHUNK_STEPS, PackedMap, group_rows

@@ -24,7 +24,7 @@ from typing import Literal
 
 import jax
 import jax.numpy as jnp
-from flax import struct
+from jaxdrive import pytree as struct
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.broadphase import PackedAgents
@@ -223,7 +223,8 @@ def score(scene: Scene, proposals: Proposals, *, ep_mode: EpMode = "scene",
         already; ``jaxdrive.scoring`` jits that call and this one separately (on CPU XLA fuses the two badly at some
         shapes).
 
-    Padded proposals (``proposals.valid`` False) never enter the EP normaliser; their rows are not meaningful.
+    Padded proposals (``proposals.valid`` False) never enter the EP normaliser; their rows are masked: every float
+    field NaN, every ``*_step`` -1, ``hc_checks`` False (``proposals.valid`` tells the real ones).
     """
     if areas is None:
         areas = batch_ego_areas(scene.map, proposals.states)
@@ -241,7 +242,20 @@ def score(scene: Scene, proposals: Proposals, *, ep_mode: EpMode = "scene",
         out = human_filter(out, _human_scores(scene, comfort_precision), scene.has_human[:, None])
     if gates is not None:
         out = out.replace(epdms=gated_score(out, gates))
-    return out
+    return mask_padded(out, proposals.valid)
+
+
+def mask_padded(sub: SubScores, valid: Bool[Array, "*b"]) -> SubScores:
+    """``sub`` with the rows of padded proposals (``valid`` False) set to NaN (floats), -1 (steps), False (checks)."""
+    def one(x):
+        v = valid.reshape(valid.shape + (1,) * (x.ndim - valid.ndim))
+        if jnp.issubdtype(x.dtype, jnp.floating):
+            return jnp.where(v, x, jnp.nan)
+        if jnp.issubdtype(x.dtype, jnp.integer):
+            return jnp.where(v, x, -1)
+        return x & v
+
+    return jax.tree_util.tree_map(one, sub)
 
 
 def _human_scores(scene: Scene, comfort_precision: str) -> SubScores:

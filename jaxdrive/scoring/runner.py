@@ -116,7 +116,9 @@ def make_mesh(num_devices: int | None = None) -> Mesh:
     devices = jax.devices()
     if num_devices is not None:
         if not 1 <= num_devices <= len(devices):
-            raise ValueError(f"--devices: expected 1..{len(devices)} (available: {len(devices)}), got {num_devices}")
+            raise ValueError(f"--devices: expected 1..{len(devices)} (available: {len(devices)}), got {num_devices}"
+                             + ("; on a CPU, add --cpu-devices N to split it into N devices"
+                                if devices[0].platform == "cpu" else ""))
         devices = devices[:num_devices]
     return Mesh(np.array(devices), ("data",))
 

@@ -47,7 +47,7 @@ class SyntheticSource(SceneSource):
         if count < 1:
             raise ValueError(f"--count: expected a positive number of scenes, got {count}")
         if not 1 <= num_proposals <= 256:
-            raise ValueError(f"--proposals: expected 1..256 proposals per scene, got {num_proposals}")
+            raise ValueError(f"--proposals: expected 1..256 proposals per synthetic scene, got {num_proposals}")
         self.count, self.seed, self.num_proposals = count, seed, num_proposals
 
     def __len__(self) -> int:
@@ -66,15 +66,21 @@ class SyntheticSource(SceneSource):
 
 
 class SceneDirSource(SceneSource):
-    """Every ``*.json`` scene file of a directory, in name order. A malformed file becomes a ``SourceError``."""
+    """Every ``*.json`` scene file of a directory and its subfolders, in relative-path order (``index.json`` files
+    are not scenes: they are listed in ``skipped``). A malformed file becomes a ``SourceError``."""
 
     def __init__(self, directory: str | Path):
-        from jaxdrive.data.scene_json import scene_files
+        from jaxdrive.data.scene_json import NOT_SCENE_FILES, SceneFileError, scene_files
 
         self.directory = Path(directory)
-        self.files = scene_files(self.directory)
+        try:
+            self.files = scene_files(self.directory)
+        except SceneFileError as e:
+            raise ValueError(f"--scenes {e}") from None
+        self.skipped = sorted(str(p.relative_to(self.directory)) for name in NOT_SCENE_FILES
+                              for p in self.directory.rglob(name))
         if not self.files:
-            raise ValueError(f"--scenes {self.directory}: no *.json scene files found")
+            raise ValueError(f"--scenes {self.directory}: no *.json scene files found (searched recursively)")
 
     def __len__(self) -> int:
         return len(self.files)
@@ -88,4 +94,5 @@ class SceneDirSource(SceneSource):
             return SourceError(name=str(self.files[i]), message=str(e))
 
     def describe(self) -> dict:
-        return {"kind": "scene_dir", "directory": str(self.directory.resolve()), "files": [f.name for f in self.files]}
+        return {"kind": "scene_dir", "directory": str(self.directory.resolve()),
+                "files": [str(f.relative_to(self.directory)) for f in self.files]}

@@ -1,4 +1,8 @@
-"""Human-facing results of a scoring run: a summary table on stdout and a PNG of score histograms / violation rates."""
+"""Human-facing results of a scoring run: a summary table on stdout and a PNG of score histograms / shares below 1.
+
+Both always describe the whole run: ``whole_run_stats`` reads back every shard the manifest names (earlier
+invocations' too, after ``--resume``), with this invocation's timings.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxdrive.scoring.outputs import iter_shard_columns, run_errors
 from jaxdrive.scoring.runner import AGGREGATES, METRICS, RunStats
 
 NAMES = {"nc": "no at-fault collision", "dac": "drivable area", "ddc": "driving direction", "tlc": "traffic light",
@@ -13,16 +18,41 @@ NAMES = {"nc": "no at-fault collision", "dac": "drivable area", "ddc": "driving 
          "ec": "extended comfort", "pdm_score": "PDM score", "epdms": "EPDMS"}
 
 
+#: The only continuous sub-metric: "below 1" means progress short of the normaliser, not a rule violation.
+CONTINUOUS = ("ep",)
+_W = 30  # name column width: the longest name + code fits
+
+
+def whole_run_stats(out_dir: str | Path, live: RunStats) -> RunStats:
+    """The statistics of every completed shard of ``out_dir`` (read back) with ``live``'s timings and resume count."""
+    stats = RunStats(compile_s=live.compile_s, score_s=live.score_s, scored_after_compile=live.scored_after_compile,
+                     skipped_shards=live.skipped_shards)
+    for cols in iter_shard_columns(out_dir):
+        stats.add(cols)
+        stats.scenes += len(np.unique(cols["scene_id"]))
+    stats.errors = [dict(e) for e in run_errors(out_dir)]
+    return stats
+
+
 def summary_table(stats: RunStats) -> str:
-    lines = [f"{'metric':<24}{'mean':>10}{'violations':>12}{'n':>12}", "-" * 58]
+    """The run's table: mean and share of proposals below 1 per sub-metric, aggregates, counts and throughput."""
+    rule = "-" * (_W + 34)
+    lines = [f"{'metric':<{_W}}{'mean':>10}{'share < 1':>12}{'n':>12}", rule]
     for m in METRICS + AGGREGATES:
-        rate = f"{100 * stats.rate(m):.2f}%" if m in METRICS else ""
-        lines.append(f"{NAMES[m] + ' (' + m + ')':<24}{stats.mean(m):>10.4f}{rate:>12}{stats.counts[m]:>12,}")
-    lines.append("-" * 58)
+        share = f"{100 * stats.rate(m):.2f}%" if m in METRICS else ""
+        lines.append(f"{NAMES[m] + ' (' + m + ')':<{_W}}{stats.mean(m):>10.4f}{share:>12}{stats.counts[m]:>12,}")
+    lines.append(rule)
+    lines.append("share < 1: proposals scoring below 1; a violation for the rule metrics,")
+    lines.append("           progress short of the normaliser for the continuous ep")
     lines.append(f"scenes {stats.scenes:,}   proposals {stats.proposals:,}   unreadable scenes {len(stats.errors)}"
-                 + (f"   shards resumed {stats.skipped_shards}" if stats.skipped_shards else ""))
-    lines.append(f"first batch incl. compile {stats.compile_s:.2f} s   throughput after compile "
-                 f"{stats.proposals_per_s:,.0f} proposals/s")
+                 + (f"   shards already complete (resumed) {stats.skipped_shards}" if stats.skipped_shards else ""))
+    if stats.compile_s == 0.0:
+        lines.append("this invocation scored nothing: every shard was already complete")
+    elif stats.score_s > 0:
+        lines.append(f"this invocation: first batch incl. compile {stats.compile_s:.2f} s   throughput after compile "
+                     f"{stats.proposals_per_s:,.0f} proposals/s")
+    else:
+        lines.append(f"this invocation: one batch, {stats.compile_s:.2f} s incl. compile (too short for a throughput)")
     return "\n".join(lines)
 
 
@@ -46,8 +76,8 @@ def plot_summary(stats: RunStats, path: str | Path) -> Path:
     bars = axes[2].barh([NAMES[m] for m in METRICS][::-1], rates[::-1], color="#c0504d")
     for b, r in zip(bars, rates[::-1]):
         axes[2].text(b.get_width(), b.get_y() + b.get_height() / 2, f" {r:.1f}%", va="center", fontsize=8)
-    axes[2].set_xlabel("proposals violating (value < 1), %")
-    axes[2].set_title("violation rate per sub-metric")
+    axes[2].set_xlabel("proposals scoring below 1, % (ep: progress short of the normaliser)")
+    axes[2].set_title("share below 1 per sub-metric")
     axes[2].set_xlim(0, max(5.0, max(np.nan_to_num(rates)) * 1.2))
     fig.suptitle(f"jaxdrive score: {stats.proposals:,} proposals in {stats.scenes:,} scenes")
     fig.tight_layout()
