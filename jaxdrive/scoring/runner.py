@@ -281,6 +281,17 @@ class _Producer(threading.Thread):
             self.out.put(("end", None))
 
 
+def _drain(q: queue.Queue, producer: threading.Thread) -> None:
+    """Unblocks a stopped producer (it may wait on the full queue) and waits for it to end: a thread still inside
+    JAX when the interpreter exits (after Ctrl-C) aborts the process instead of letting it exit cleanly."""
+    while producer.is_alive():
+        try:
+            q.get(timeout=0.1)
+        except queue.Empty:
+            pass
+    producer.join()
+
+
 def _round_up(n: int) -> int:
     """Bucket sizes so a run with varied scenes compiles only a few shapes."""
     p = 8
@@ -357,6 +368,7 @@ def score_source(source: SceneSource, out_dir, options: ScoreOptions, *, resume:
             finish(*pending)
     finally:
         producer.stop.set()
+        _drain(q, producer)
         bar.close()
     if producer.failure is not None:
         raise producer.failure
