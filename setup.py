@@ -10,6 +10,7 @@ BASE = [
     "pandas",       # read_results(): a run's rows as one DataFrame
     "matplotlib",   # BEV previews, score histograms
     "tqdm",         # progress bars
+    "flatbuffers",  # jax.export serialisation: traced scorer programs kept on disk (jaxdrive.exported)
 ]
 
 # Qwen-VL / Qwen3 in Flax NNX and HF checkpoint conversion.

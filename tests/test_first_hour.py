@@ -206,3 +206,28 @@ def test_ctrl_c_cpu_devices_and_scoring_without_model_stacks(tmp_path):
     assert proc.returncode == EXIT_INTERRUPTED, stderr[-3000:]
     assert "Traceback" not in stderr and "blocked" not in stderr, stderr[-3000:]
     assert f"--resume --out {out}" in stderr
+
+
+def test_preview_scores_through_a_program_kept_on_disk(tmp_path, monkeypatch):
+    """kernel_values == the jitted scorer; the exported program is written once, reused, and rewritten if corrupt."""
+    import jax
+
+    from jaxdrive.data.synthetic import generate_scene
+    from jaxdrive.rules.epdms import score
+    from jaxdrive.scene import batch_scenes
+    from jaxdrive.viz import kernel_values
+
+    monkeypatch.setenv("JAXDRIVE_EXPORT_CACHE", str(tmp_path / "exp"))
+    scene = generate_scene(3, num_proposals=5)
+    sc, props, _ = batch_scenes([scene])
+    want = np.asarray(jax.jit(score)(sc, props).epdms)[0, :5]
+    first = kernel_values(scene, "epdms")
+    files = list((tmp_path / "exp").glob("preview_epdms-*.bin"))
+    assert len(files) == 1
+    stamp = files[0].stat().st_mtime_ns
+    np.testing.assert_allclose(first, want, atol=1e-6)
+    np.testing.assert_array_equal(kernel_values(scene, "epdms"), first)
+    assert files[0].stat().st_mtime_ns == stamp  # reused, not re-exported
+    files[0].write_bytes(b"garbage")
+    np.testing.assert_array_equal(kernel_values(scene, "epdms"), first)
+    assert files[0].stat().st_size > 1000
