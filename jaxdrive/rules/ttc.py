@@ -8,7 +8,7 @@ or non_drivable(t) or rear axle in an intersection at t] and it is not behind (a
 object is ignored for the rest of the proposal. Hence only each (proposal, object) pair's first non-skipped event
 matters. Ego flags and the rear axle come from step t, the object's position from frame t + s. Red lights are never
 partners. ``time_to_collision`` takes one scene; ``batch_time_to_collision`` a batch, dense or packed by the broad
-phase (only the (proposal, agent, chunk) triples whose boxes can touch are tested, ``jaxdrive.packed_contacts``).
+phase (only the (proposal, agent, chunk) triples whose boxes can touch are tested, ``jaxdrive.broadphase.contacts``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.broadphase import CONTACT_STEPS, TTC_FRAMES_AHEAD, TTC_STEPS, ContactPairs, PackedAgents
 from jaxdrive.geometry import boxes_intersect_xy
-from jaxdrive.packed_contacts import box_rows, corners, first_of_run, over_groups, per_proposal_min, windows
+from jaxdrive.broadphase.contacts import box_rows, corners, first_of_run, over_groups, per_proposal_min, windows
 from jaxdrive.rules.areas import EgoAreas, ego_boxes
 from jaxdrive.rules.nc import COS_AHEAD, COS_BEHIND, first_true, heading_cosine, object_boxes
 from jaxdrive.scene import DT, Agents, Scene, StateIndex
