@@ -220,8 +220,12 @@ def validate_host_scene(scene: HostScene) -> HostScene:
         _check_finite(sid, "human.states", scene.human_states)
     if not scene.areas:
         _fail(sid, "map.drivable_areas", "at least one drivable polygon", "an empty list")
+    area_ids = set()
     for i, area in enumerate(scene.areas):
         _check_polygon(sid, f"map.drivable_areas[{i}].polygon", area.polygon)
+        if area.id in area_ids:
+            _fail(sid, f"map.drivable_areas[{i}].id", "unique area ids", f"duplicate {area.id!r}")
+        area_ids.add(area.id)
     lane_ids = set()
     for i, lane in enumerate(scene.lanes):
         _check_polygon(sid, f"map.lanes[{i}].polygon", lane.polygon)
@@ -232,15 +236,31 @@ def validate_host_scene(scene: HostScene) -> HostScene:
     if scene.centerline.shape[0] < 2:
         _fail(sid, "route.centerline", "at least 2 points", f"{scene.centerline.shape[0]}")
     _check_finite(sid, "route.centerline", scene.centerline)
+    connectors = {lane.id for lane in scene.lanes if lane.kind == LaneKind.LANE_CONNECTOR}
     for lc_id, status in scene.traffic_lights.items():
-        if lc_id not in lane_ids:
-            _fail(sid, f"traffic_lights[{lc_id!r}]", "the id of a lane connector in map.lanes", "an unknown id")
+        if lc_id not in connectors:
+            got = ("the id of a lane (not a connector)" if lc_id in lane_ids else
+                   "the id of a drivable area" if lc_id in area_ids else "an unknown id")
+            _fail(sid, f"traffic_lights[{lc_id!r}]", "the id of a lane connector in map.lanes", got)
         if len(status) != NUM_STEPS or set(status) - set("GYRU"):
             _fail(sid, f"traffic_lights[{lc_id!r}].status", f"{NUM_STEPS} characters from G/Y/R/U", repr(status))
+    agent_ids = set()
     for i, agent in enumerate(scene.agents):
+        if agent.id in agent_ids:
+            _fail(sid, f"agents[{i}].id", "unique agent ids", f"duplicate {agent.id!r}")
+        agent_ids.add(agent.id)
         _check_shape(sid, f"agents[{i}].track", agent.track, (NUM_STEPS, 5))
-        present = ~np.any(np.isnan(agent.track), axis=1)
+        nan = np.isnan(agent.track)
+        partial = nan.any(axis=1) & ~nan.all(axis=1)
+        if partial.any():
+            t = int(np.argmax(partial))
+            _fail(sid, f"agents[{i}].track[{t}]", "5 numbers (x, y, heading, vx, vy) or null (absent)",
+                  f"a partial row {agent.track[t].tolist()}")
+        present = ~nan.any(axis=1)
         _check_finite(sid, f"agents[{i}].track (present rows)", agent.track[present])
+        if np.any(np.abs(agent.track[present, 2]) > math.pi + 1e-3):
+            _fail(sid, f"agents[{i}].track[:, heading]", "headings in (-pi, pi]",
+                  f"max |heading| {np.abs(agent.track[present, 2]).max():.4f}")
         if not (agent.length > 0 and agent.width > 0 and math.isfinite(agent.length) and math.isfinite(agent.width)):
             _fail(sid, f"agents[{i}].length/width", "positive finite box size", f"{agent.length} x {agent.width}")
     return scene
@@ -468,7 +488,7 @@ def pad_scene(scene: HostScene, spec: PadSpec) -> tuple[dict, dict]:
 
     scene_leaves = dict(
         history=_to_local_states(scene.history_states, o).astype(f32),
-        history_padded=_to_local_states(pad_history(scene.history_states), o).astype(f32),
+        history_padded=pad_history(_to_local_states(scene.history_states, o)).astype(f32),  # frame-invariant
         map=dict(
             areas=dict(vertices=av.astype(f32), vertex_valid=avm, valid=avalid),
             area_kind=akind,

@@ -41,6 +41,9 @@ class _Reader:
         if key not in obj:
             self.fail(f"{path}.{key}" if path else key, "missing")
         val = obj[key]
+        numeric = typ is not None and bool not in (typ if isinstance(typ, tuple) else (typ,))
+        if numeric and isinstance(val, bool):  # bool is an int subclass: true is not a length
+            self.fail(f"{path}.{key}" if path else key, "expected a number, got a boolean")
         if typ is not None and not isinstance(val, typ):
             names = typ.__name__ if isinstance(typ, type) else "/".join(t.__name__ for t in typ)
             self.fail(f"{path}.{key}" if path else key, f"expected {names}, got {type(val).__name__}")
@@ -50,6 +53,8 @@ class _Reader:
         if allow_null_rows and isinstance(val, list):
             width = shape[-1]
             val = [[np.nan] * width if row is None else row for row in val]
+        if _holds_bool(val):
+            self.fail(path, f"expected numbers of shape {shape}, got a boolean among them")
         try:
             arr = np.asarray(val, dtype=np.float64)
         except (TypeError, ValueError) as e:
@@ -64,6 +69,18 @@ class _Reader:
             allowed = ", ".join(m.lower() for m in enum_cls.__members__)
             self.fail(path, f"expected one of {allowed}, got {val!r}")
         return enum_cls[val.upper()]
+
+
+def _holds_bool(val: Any) -> bool:
+    """Whether a nested list holds a JSON boolean (numpy would read true as 1.0)."""
+    stack = [val]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, bool):
+            return True
+    return False
 
 
 _AREA_KINDS = {"roadblock": AreaKind.ROADBLOCK, "intersection": AreaKind.INTERSECTION, "carpark": AreaKind.CARPARK,
@@ -119,7 +136,7 @@ def scene_from_dict(d: dict, source: str = "<dict>", validate: bool = True) -> H
         agents.append(Agent(
             id=r.get(a, "id", p, str), type=r.enum(AgentType, r.get(a, "type", p), f"{p}.type"),
             length=float(r.get(a, "length", p, (int, float))), width=float(r.get(a, "width", p, (int, float))),
-            height=float(a.get("height", 0.0)), role=str(a.get("role", "")),
+            height=float(r.get(a, "height", p, (int, float)) if "height" in a else 0.0), role=str(a.get("role", "")),
             track=r.array(r.get(a, "track", p, list), f"{p}.track", (NUM_STEPS, 5), allow_null_rows=True)))
 
     props = r.get(d, "proposals", "", list)

@@ -153,7 +153,8 @@ def _v1_progress(s: SubScores, valid: Bool[Array, "B K"]) -> Float[Array, "B K"]
 def gated_score(s: SubScores, gates: Bool[Array, "*b 9"] | None = None) -> Float[Array, "*b"]:
     """DriveJudge Eq. 14 over (nc, dac, ddc, tlc) x weighted (ep 5, ttc 5, lk 2, hc 2, ec 2).
 
-    prod_m (g_m s_m + 1 - g_m) * sum_m g_m w_m s_m / sum_m g_m w_m. A NaN EC counts as gated off (NAVSIM's /14). If
+    prod_m (g_m s_m + 1 - g_m) * sum_m g_m w_m s_m / sum_m g_m w_m. A NaN EC (no previous frame) counts as gated
+    off (NAVSIM's /14); a NaN in any other metric makes the score NaN (a bug upstream, never hidden). If
     every weighted metric is gated off, the weighted factor is 1 (the score is the gated product alone).
     All gates on (``None``) gives EPDMS.
     """
@@ -167,7 +168,7 @@ def gated_score(s: SubScores, gates: Bool[Array, "*b 9"] | None = None) -> Float
     den = jnp.zeros_like(s.nc)
     for m, w in WEIGHTS.items():
         value = getattr(s, m)
-        on = gate[m] & ~jnp.isnan(value)
+        on = gate[m] & ~jnp.isnan(value) if m == "ec" else gate[m]  # only a missing EC leaves; other NaNs surface
         num = num + jnp.where(on, w * jnp.nan_to_num(value), 0.0)
         den = den + jnp.where(on, w, 0.0)
     return (prod * jnp.where(den > 0, num / jnp.where(den > 0, den, 1.0), 1.0)).astype(jnp.float32)

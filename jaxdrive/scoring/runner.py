@@ -15,11 +15,14 @@ the scorer compiles once per run unless a scene outgrows the ``PadSpec``.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import itertools
+import math
 import queue
 import threading
 import time
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -52,28 +55,59 @@ class ScoreOptions:
     ep_mode: str = "scene"
     simulate: bool = False  # run NAVSIM's LQR/bicycle simulation on the proposals first
     num_devices: int | None = None  # None = all local devices
-    gates: np.ndarray | None = None  # bool [9] (all scenes) in METRICS order; None = all on (EPDMS)
+    gates: np.ndarray | dict | None = None  # bool [9] (all scenes) in METRICS order, or scene id -> bool [9] or
+    # [K, 9] (per scene / per proposal); None = all on (EPDMS)
+    human_filter: bool = False  # NAVSIM's human penalty filter where a scene has a logged human future
     reference_progress: dict[str, float] | None = None  # scene id -> metres, for ep_mode="reference"
     pad: PadSpec = DEFAULT_PAD
+    workers: int = 1  # processes reading / generating scenes (1: the producer thread reads them itself)
 
     def validate(self) -> None:
         if self.batch_size < 1:
             raise ValueError(f"--batch-size: expected >= 1 scenes per batch, got {self.batch_size}")
+        if self.workers < 1:
+            raise ValueError(f"--workers: expected >= 1 processes, got {self.workers}")
         if self.shard_size < 1:
             raise ValueError(f"--shard-size: expected >= 1 scenes per shard, got {self.shard_size}")
         if self.ep_mode not in EP_MODES:
             raise ValueError(f"--ep-mode: expected one of {', '.join(EP_MODES)}, got {self.ep_mode!r}")
         if self.ep_mode == "reference" and not self.reference_progress:
             raise ValueError("--ep-mode reference needs --reference-progress FILE (scene id -> metres)")
-        if self.gates is not None and (self.gates.shape != (len(METRICS),) or self.gates.dtype != bool):
-            raise ValueError(f"--gates: expected {len(METRICS)} booleans in the order {', '.join(METRICS)}, "
-                             f"got {self.gates!r}")
+        for sid, value in (self.reference_progress or {}).items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"--reference-progress: scene {sid!r}: expected a finite number of metres, "
+                                 f"got {value!r}")
+        if self.reference_progress is not None and not isinstance(self.reference_progress, dict):
+            raise ValueError(f"--reference-progress: expected a JSON object {{scene id: metres}}, "
+                             f"got {type(self.reference_progress).__name__}")
+        if isinstance(self.gates, dict):
+            for sid, g in self.gates.items():
+                _gate_rows(g, f"--gates: scene {sid!r}")
+        elif self.gates is not None:
+            _gate_rows(self.gates, "--gates")
+            if np.asarray(self.gates).ndim != 1:
+                raise ValueError(f"--gates: a global vector is {len(METRICS)} booleans; per-proposal gates are given "
+                                 f"per scene ({{scene id: [[...] per proposal]}})")
 
     def identity(self) -> dict:
         """The options that change results (stored in the manifest; a resume must match them)."""
         return {"ep_mode": self.ep_mode, "simulate": self.simulate, "shard_size": self.shard_size,
-                "gates": None if self.gates is None else self.gates.tolist(),
+                # with --ep-mode batch a proposal's EP depends on the other scenes of its batch
+                "batch_size": self.batch_size if self.ep_mode == "batch" else None,
+                "gates": None if self.gates is None else {k: np.asarray(v).tolist() for k, v in self.gates.items()}
+                if isinstance(self.gates, dict) else np.asarray(self.gates).tolist(),
+                "human_filter": self.human_filter,
                 "reference_progress": self.reference_progress}
+
+
+def _gate_rows(g, what: str) -> np.ndarray:
+    """bool [9] or [K, 9] gates from JSON (booleans only), or a ValueError naming ``what``."""
+    arr = np.asarray(g, dtype=object)
+    if arr.ndim not in (1, 2) or arr.shape[-1] != len(METRICS) or not all(isinstance(x, (bool, np.bool_))
+                                                                            for x in arr.ravel()):
+        raise ValueError(f"{what}: expected {len(METRICS)} booleans in the order {', '.join(METRICS)} (or one such "
+                         f"list per proposal), got {g!r}")
+    return arr.astype(bool)
 
 
 @dataclasses.dataclass
@@ -130,7 +164,7 @@ def make_mesh(num_devices: int | None = None) -> Mesh:
 
 
 def build_step(mesh: Mesh, options: ScoreOptions, capacity: PackSpec, stats: RunStats | None = None) -> Callable:
-    """(scene[B], proposals[B,K], gates[B,9], reference[B]) -> (SubScores[B,K], overflow), sharded over data.
+    """(scene[B], proposals[B,K], gates[B,K,9], reference[B]) -> (SubScores[B,K], overflow), sharded over data.
 
     One jitted program (``jaxdrive.scorer.score_with_overflow``): the broad phase at ``capacity``, per device group
     of scenes, then every rule and the aggregation. ``stats.compiles`` counts its traces.
@@ -143,7 +177,8 @@ def build_step(mesh: Mesh, options: ScoreOptions, capacity: PackSpec, stats: Run
             stats.compiles += 1  # runs only while tracing
         return score_with_overflow(scene, proposals, capacity=capacity, ep_mode=options.ep_mode,
                                    reference_progress=reference if options.ep_mode == "reference" else None,
-                                   gates=None if options.gates is None else gates[:, None, :], groups=groups)
+                                   gates=None if options.gates is None else gates,
+                                   apply_human_filter=options.human_filter, groups=groups)
 
     return jax.jit(step, in_shardings=(data,) * 4, out_shardings=(data, NamedSharding(mesh, PartitionSpec())))
 
@@ -242,7 +277,18 @@ class _Producer(threading.Thread):
         props = props.replace(valid=props.valid & (np.arange(b) < len(scenes))[:, None])
         if self.options.simulate:
             props = props.replace(states=np.asarray(_resimulate_jit(props.states)))
-        gates = np.ones((b, 9), bool) if self.options.gates is None else np.tile(self.options.gates, (b, 1))
+        gates = np.ones((b, self.pad.proposals, len(METRICS)), bool)
+        if isinstance(self.options.gates, dict):
+            for i, s in enumerate(scenes):
+                if s.id not in self.options.gates:
+                    raise ValueError(f"--gates: no entry for scene {s.id!r}")
+                rows = _gate_rows(self.options.gates[s.id], f"--gates: scene {s.id!r}")
+                if rows.ndim == 2 and rows.shape[0] != s.num_proposals:
+                    raise ValueError(f"--gates: scene {s.id!r}: expected {s.num_proposals} rows (one per proposal), "
+                                     f"got {rows.shape[0]}")
+                gates[i, :s.num_proposals] = rows
+        elif self.options.gates is not None:
+            gates[:] = _gate_rows(self.options.gates, "--gates")
         ref = np.zeros((b,), np.float32)
         if self.options.reference_progress:
             for i, s in enumerate(scenes):
@@ -264,36 +310,47 @@ class _Producer(threading.Thread):
             batch.arrays = jax.device_put(arrays, NamedSharding(self.mesh, PartitionSpec("data")))
         self.out.put(("batch", batch))
 
+    def _plan(self) -> list[tuple]:
+        """("skip", shard, scenes) for completed shards, ("batch", shard, start, stop, last) for the rest."""
+        n, size, bs = len(self.source), self.options.shard_size, self.options.batch_size
+        plan = []
+        for shard in range((n + size - 1) // size):
+            start, stop = shard * size, min(n, (shard + 1) * size)
+            if self.rundir.is_done(shard):
+                plan.append(("skip", shard, stop - start))
+                continue
+            plan.extend(("batch", shard, b, min(stop, b + bs), b + bs >= stop) for b in range(start, stop, bs))
+        return plan
+
     def run(self) -> None:
         try:
-            n = len(self.source)
-            size = self.options.shard_size
+            plan = self._plan()
+            ranges = [(entry[2], entry[3]) for entry in plan if entry[0] == "batch"]
+            items_of = read_batches(self.source, ranges, self.options.workers, self.stop)
             held: list = []  # the first batches, read before the capacities are fixed
-            for shard in range((n + size - 1) // size):
-                if self.rundir.is_done(shard):
-                    self.out.put(("skip", shard, min(size, n - shard * size)))
+            for entry in plan:
+                if entry[0] == "skip":
+                    self.out.put(entry)
                     continue
-                start, stop = shard * size, min(n, (shard + 1) * size)
-                for bstart in range(start, stop, self.options.batch_size):
-                    if self.stop.is_set():
-                        return
-                    items = list(self.source.iter_range(bstart, min(stop, bstart + self.options.batch_size)))
-                    scenes = [s for s in items if isinstance(s, HostScene)]
-                    errors = [{"name": e.name, "error": e.message} for e in items if isinstance(e, SourceError)]
-                    arrays = self._host_batch(scenes) if scenes else None
-                    last = bstart + self.options.batch_size >= stop
-                    batch = _Batch(shard, last, None, [s.id for s in scenes], [s.proposal_names for s in scenes],
-                                   [s.num_proposals for s in scenes], errors)
-                    if self.capacity is None:
-                        held.append((batch, arrays))
-                        if len(held) < PRESCAN_BATCHES:
-                            continue
-                        self._prescan(held)
-                        for item in held:
-                            self._emit(*item)
-                        held = []
-                    else:
-                        self._emit(batch, arrays)
+                if self.stop.is_set():
+                    return
+                _, shard, _, _, last = entry
+                items = next(items_of)
+                scenes = [s for s in items if isinstance(s, HostScene)]
+                errors = [{"name": e.name, "error": e.message} for e in items if isinstance(e, SourceError)]
+                arrays = self._host_batch(scenes) if scenes else None
+                batch = _Batch(shard, last, None, [s.id for s in scenes], [s.proposal_names for s in scenes],
+                               [s.num_proposals for s in scenes], errors)
+                if self.capacity is None:
+                    held.append((batch, arrays))
+                    if len(held) < PRESCAN_BATCHES:
+                        continue
+                    self._prescan(held)
+                    for item in held:
+                        self._emit(*item)
+                    held = []
+                else:
+                    self._emit(batch, arrays)
             if held:
                 self._prescan(held)
                 for item in held:
@@ -302,6 +359,34 @@ class _Producer(threading.Thread):
             self.failure = e
         finally:
             self.out.put(("end", None))
+
+
+def _read_range(source: SceneSource, start: int, stop: int) -> list:
+    return list(source.iter_range(start, stop))
+
+
+def read_batches(source: SceneSource, ranges: list[tuple[int, int]], workers: int,
+                 stop: threading.Event | None = None) -> Iterator[list]:
+    """The items of each (start, stop) range, in order: read here (``workers`` <= 1) or by ``workers`` processes
+    (spawned, so no JAX state is forked), at most 2 x ``workers`` ranges ahead."""
+    if workers <= 1:
+        for start, end in ranges:
+            yield _read_range(source, start, end)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pending: collections.deque = collections.deque()
+        todo = iter(ranges)
+        for start, end in itertools.islice(todo, 2 * workers):
+            pending.append(pool.submit(_read_range, source, start, end))
+        while pending:
+            items = pending.popleft().result()
+            nxt = next(todo, None)
+            if nxt is not None and not (stop is not None and stop.is_set()):
+                pending.append(pool.submit(_read_range, source, *nxt))
+            yield items
 
 
 def _round_up(n: int) -> int:
