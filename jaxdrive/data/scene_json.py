@@ -13,14 +13,17 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from jaxdrive import constants as C
+
 from jaxdrive.scene import (NUM_STEPS, STATE_DIM, STATE_FIELDS, Agent, AgentType, Area, AreaKind, HostScene, Lane,
                             LaneKind, SceneValidationError, validate_host_scene)
 
 FORMAT = "epdms-scene/1"
 _KNOWN_KEYS = {"format", "id", "units", "generator", "time", "ego", "map", "route", "traffic_lights", "agents",
                "agent_track_fields", "proposals", "expected", "human"}
-_VEHICLE = {"length": 5.176, "width": 2.297, "height": 1.777, "front_length": 4.049, "rear_length": 1.127,
-            "wheel_base": 3.089, "rear_axle_to_center": 1.461}
+_VEHICLE = {"length": C.EGO_LENGTH, "width": C.EGO_WIDTH, "height": C.EGO_HEIGHT, "front_length": C.EGO_FRONT_LENGTH,
+            "rear_length": C.EGO_REAR_LENGTH,
+            "wheel_base": C.EGO_WHEEL_BASE, "rear_axle_to_center": C.EGO_REAR_AXLE_TO_CENTER}
 _TRACK_FIELDS = ["x", "y", "heading", "velocity_x", "velocity_y"]
 
 

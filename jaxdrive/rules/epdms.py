@@ -28,6 +28,7 @@ from flax import struct
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.broadphase import PackedAgents
+from jaxdrive.metrics import GATES, MULTIPLIERS, WEIGHTS
 from jaxdrive.rules.areas import EgoAreas, batch_ego_areas, ego_areas
 from jaxdrive.rules.comfort import comfort_v1, extended_comfort, history_comfort
 from jaxdrive.rules.dac import drivable_area_compliance
@@ -39,9 +40,7 @@ from jaxdrive.rules.tlc import traffic_light_compliance
 from jaxdrive.rules.ttc import batch_time_to_collision, time_to_collision
 from jaxdrive.scene import Proposals, Scene
 
-METRICS = ("nc", "dac", "ddc", "tlc", "ep", "ttc", "lk", "hc", "ec")  # gate order
-MULTIPLIERS = ("nc", "dac", "ddc", "tlc")
-WEIGHTS = {"ep": 5.0, "ttc": 5.0, "lk": 2.0, "hc": 2.0, "ec": 2.0}
+METRICS = GATES  # gate order (jaxdrive.metrics)
 PROGRESS_THRESHOLD = 5.0  # m: D <= 5 m -> EP = 1 for every proposal (v2)
 HUMAN_FILTERED = ("nc", "dac", "ddc", "tlc", "ep", "ttc", "lk", "hc")
 EpMode = Literal["scene", "batch", "reference"]

@@ -17,7 +17,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from jaxdrive.broadphase import CONTACT_STEPS, TTC_FRAMES_AHEAD, TTC_STEPS, ContactPairs, PackedAgents
+from jaxdrive.broadphase import CONTACT_STEPS, ContactPairs, PackedAgents
+from jaxdrive.constants import TTC_LAST_EGO_STEP, TTC_OFFSETS
 from jaxdrive.geometry import boxes_intersect_xy
 from jaxdrive.broadphase.contacts import box_rows, corners, first_of_run, over_groups, per_proposal_min, windows
 from jaxdrive.rules.areas import EgoAreas, ego_boxes
@@ -25,10 +26,8 @@ from jaxdrive.rules.nc import COS_AHEAD, COS_BEHIND, first_true, heading_cosine,
 from jaxdrive.scene import DT, Agents, Scene, StateIndex
 
 TTC_STOPPED_SPEED = 5e-3  # m/s (PDMScorerConfig.stopped_speed_threshold)
-OFFSETS = (0, 3, 6, 9)  # np.arange(0, int(1.0 * 10), 3): projection steps
-LAST_EGO_STEP = 31  # 40 - 9
-# The broad phase's TTC triples (host side, no rules import) must describe exactly these steps and offsets.
-assert LAST_EGO_STEP + 1 == TTC_STEPS and TTC_STEPS % CONTACT_STEPS == 0 and OFFSETS[-1] == TTC_FRAMES_AHEAD
+OFFSETS = TTC_OFFSETS  # projection steps (jaxdrive.constants, shared with the broad phase)
+LAST_EGO_STEP = TTC_LAST_EGO_STEP
 
 
 def event_violation(rear_axle: Float[Array, "*p 2"], heading: Float[Array, "*p"], centroid: Float[Array, "*p 2"],

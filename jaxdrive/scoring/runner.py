@@ -31,15 +31,14 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxdrive.broadphase import PackSpec
 from jaxdrive.broadphase.device import needs
+from jaxdrive.metrics import AGGREGATES, GATES, STEPS
 from jaxdrive.rules.epdms import SubScores
 from jaxdrive.scorer import capacity_for, score_with_overflow
 from jaxdrive.scene import HostScene, PadSpec, batch_scenes
 from jaxdrive.scoring.outputs import RunDir
 from jaxdrive.scoring.sources import SceneSource, SourceError
 
-METRICS = ("nc", "dac", "ddc", "tlc", "ep", "ttc", "lk", "hc", "ec")
-AGGREGATES = ("pdm_score", "epdms")
-STEPS = ("nc_step", "dac_step", "ddc_step", "tlc_step", "ttc_step", "lk_step")
+METRICS = GATES  # the gated sub-metrics, in gate order (jaxdrive.metrics)
 EP_MODES = ("scene", "batch", "reference")
 DEFAULT_PAD = PadSpec(proposals=16, agents=32, areas=24, area_vertices=96, lanes=64, lane_vertices=96, centerline=512)
 
