@@ -4,7 +4,7 @@ On identical synthetic scenes (``jaxdrive.data.synthetic``, by default its "refe
 ~57 map polygons; padded to the job's default ``PadSpec``: K = 16, 32 agents, 24 areas x 96 vertices, 64 lanes x 96
 vertices), it measures
 
-* the scorer ``jaxdrive score`` runs (``jaxdrive.scoring.runner.build_step``: the map predicates over the broad
+* the host-packed scorer ``jaxdrive score`` ran before issue 12 (``job_scorer``: the map predicates over the broad
   phase's edge tiles, then NC / TTC over its contact triples, every other rule and the EPDMS aggregation) on
   device-resident batches, after compile (compile time reported separately), with the broad phase's host time per
   batch as its own column; also the same full EPDMS as one fused jitted program (``jax.jit(jaxdrive.rules.epdms.
@@ -41,16 +41,24 @@ from jaxdrive.broadphase import PackSpec, pack_batch  # noqa: E402
 from jaxdrive.data.synthetic import PROFILES, generate_scene  # noqa: E402
 from jaxdrive.rules.epdms import score  # noqa: E402
 from jaxdrive.scene import PadSpec, batch_scenes  # noqa: E402
-from jaxdrive.scoring.runner import ScoreOptions, build_step, make_mesh  # noqa: E402
+from jaxdrive.scoring.runner import make_mesh  # noqa: E402
 
 DEFAULT_PAD = dict(proposals=16, agents=32, areas=24, area_vertices=96, lanes=64, lane_vertices=96, centerline=512)
 
 
 def job_scorer():
-    """The runner's step on all local devices: fn(scene[B], proposals[B, K]) -> SubScores."""
-    step = build_step(make_mesh(), ScoreOptions())
-    return lambda scene, props: step(scene, props, np.ones((scene.has_human.shape[0], 9), bool),
-                                     np.zeros((scene.has_human.shape[0],), np.float32))
+    """The host-packed step (the runner's until the broad phase moved on device; benchmarks/score_end_to_end.py
+    compares the two): map predicates over the host-packed edge tiles, then every rule, as two jitted programs on
+    all local devices: fn(packed scene[B], proposals[B, K]) -> SubScores."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from jaxdrive.rules.areas import batch_ego_areas
+
+    data = NamedSharding(make_mesh(), PartitionSpec("data"))
+    areas_fn = jax.jit(lambda sc, pr: batch_ego_areas(sc.map, pr.states), in_shardings=(data, data),
+                       out_shardings=data)
+    rules_fn = jax.jit(lambda sc, pr, ar: score(sc, pr, areas=ar), in_shardings=(data,) * 3, out_shardings=data)
+    return lambda scene, props: rules_fn(scene, props, areas_fn(scene, props))
 
 
 def reference_per_proposal_s(scenes) -> float:

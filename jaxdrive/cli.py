@@ -48,9 +48,15 @@ def _add_score(sub) -> None:
     p.add_argument("--ep-mode", default="scene", choices=["scene", "batch", "reference"],
                    help="EP normaliser: max over the scene's proposals (NAVSIM), over the batch, or a fixed reference")
     p.add_argument("--reference-progress", type=Path, help="JSON {scene_id: metres} for --ep-mode reference")
-    p.add_argument("--gates", type=Path, help="JSON list of 9 booleans (nc,dac,ddc,tlc,ep,ttc,lk,hc,ec); all on if omitted")
+    p.add_argument("--gates", type=Path, help="JSON list of 9 booleans (nc,dac,ddc,tlc,ep,ttc,lk,hc,ec) for every "
+                   "scene, or {scene_id: 9 booleans} per scene, or {scene_id: [9 booleans per proposal]}; "
+                   "all on if omitted")
+    p.add_argument("--human-filter", action="store_true",
+                   help="NAVSIM's human penalty filter (scenes with a logged human future)")
     p.add_argument("--simulate", action="store_true",
                    help="run NAVSIM's LQR tracker + bicycle model on each proposal before scoring")
+    p.add_argument("--workers", type=int, default=1,
+                   help="processes that read / generate scenes (1: one reader thread beside the device)")
     p.add_argument("--devices", type=int, help="number of local devices for the data mesh axis (all if omitted)")
     p.add_argument("--cpu-devices", type=int,
                    help="split the host CPU into N JAX devices (sets XLA_FLAGS=--xla_force_host_platform_device_count=N "
@@ -72,26 +78,31 @@ def _run_score(args) -> int:
     from jaxdrive.scoring.outputs import RunDirError
     from jaxdrive.scoring.runner import ScoreOptions, score_source
     from jaxdrive.scoring.sources import SceneDirSource, SyntheticSource
+    from jaxdrive.data.store import is_store
+    from jaxdrive.scoring.sources import SceneStoreSource
     from jaxdrive.scoring.summary import plot_summary, summary_table, whole_run_stats
 
     if args.resume and not args.out:
         raise ValueError("--resume: name the run to continue with --out DIR")
-    source = SceneDirSource(args.scenes) if args.scenes else SyntheticSource(args.count, args.seed, args.proposals)
-    if args.scenes and source.skipped:
+    if args.scenes and is_store(args.scenes):
+        source = SceneStoreSource(args.scenes)
+    else:
+        source = SceneDirSource(args.scenes) if args.scenes else SyntheticSource(args.count, args.seed, args.proposals)
+    if isinstance(source, SceneDirSource) and source.skipped:
         print(f"--scenes {args.scenes}: skipped {len(source.skipped)} .json file(s) that are not scene files "
               f"(e.g. {source.skipped[0]})", file=sys.stderr)
-    gates = None
-    if args.gates:
-        g = _load_json(args.gates, "--gates")
-        gates = np.asarray(g, dtype=bool) if isinstance(g, list) and all(isinstance(x, bool) for x in g) else np.asarray(g)
+    gates = _load_json(args.gates, "--gates") if args.gates else None  # checked by ScoreOptions.validate
     options = ScoreOptions(batch_size=args.batch_size, shard_size=args.shard_size, ep_mode=args.ep_mode,
-                           simulate=args.simulate, num_devices=args.devices, gates=gates,
+                           simulate=args.simulate, num_devices=args.devices, gates=gates, workers=args.workers,
+                           human_filter=args.human_filter,
                            reference_progress=_load_json(args.reference_progress, "--reference-progress")
                            if args.reference_progress else None)
     if not args.scenes:
         from jaxdrive.data.synthetic import pad_spec
 
         options.pad = pad_spec(args.proposals)
+    elif isinstance(source, SceneStoreSource):
+        options.pad = source.pad_spec()  # every scene fits: one compile
     out = args.out or Path("runs") / time.strftime("score-%Y%m%d-%H%M%S")
     try:
         live = score_source(source, out, options, resume=args.resume, progress=not args.no_progress)
@@ -103,7 +114,8 @@ def _run_score(args) -> int:
         return EXIT_INTERRUPTED
     stats = whole_run_stats(out, live)
     for e in stats.errors:
-        print(f"unreadable scene: {e['error']}", file=sys.stderr)
+        named = e["error"] if e["name"] in e["error"] else f"{e['name']}: {e['error']}"
+        print(f"unreadable scene {named}", file=sys.stderr)
     if stats.proposals == 0:
         print(f"no scenes scored: none of the {len(source)} inputs could be read (see {out}/errors.jsonl)",
               file=sys.stderr)
@@ -122,7 +134,11 @@ def _add_scenes(sub) -> None:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--proposals", type=int, default=16)
     g.add_argument("--out", type=Path, required=True)
+    g.add_argument("--store", action="store_true", help="write one binary scene store (jaxdrive.data.store) to --out")
     g.set_defaults(func=_run_generate)
+    from jaxdrive.data.store import add_convert_parser
+
+    add_convert_parser(ssub)
     from jaxdrive.viz import preview_parser
 
     v = preview_parser(ssub.add_parser("preview", help="write a bird's-eye-view PNG of a scene and its proposals; "
@@ -134,6 +150,12 @@ def _run_generate(args) -> int:
     from jaxdrive.data.scene_json import write_scene
     from jaxdrive.data.synthetic import iter_scenes
 
+    if args.store:
+        from jaxdrive.data.store import write_store
+
+        write_store(iter_scenes(args.count, args.seed, args.proposals), args.out)
+        print(f"wrote {args.count} scenes to the store {args.out}")
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
     for s in iter_scenes(args.count, args.seed, args.proposals):
         write_scene(s, args.out / f"{s.id}.json")

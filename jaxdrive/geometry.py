@@ -20,11 +20,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-# Chrysler Pacifica (nuPlan get_pacifica_parameters), rear-axle reference.
-EGO_LENGTH = 5.176
-EGO_WIDTH = 2.297
-EGO_REAR_AXLE_TO_CENTER = 1.461
-EGO_WHEEL_BASE = 3.089
+from jaxdrive.constants import EGO_LENGTH, EGO_REAR_AXLE_TO_CENTER, EGO_WHEEL_BASE, EGO_WIDTH  # noqa: F401 (re-exported)
 
 
 def _cross(a: Float[Array, "... 2"], b: Float[Array, "... 2"]) -> Float[Array, "..."]:

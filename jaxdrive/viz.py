@@ -16,6 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
+from jaxdrive.metrics import SCORE_FIELDS  # per-proposal fields the kernels compute (--color-by scores first)
 from jaxdrive.scene import AgentType, AreaKind, HostScene, LaneKind, StateIndex
 
 # per-proposal fields computed from the states (units in the colour-bar label)
@@ -27,8 +28,6 @@ DERIVED_FIELDS = {
     "max_yaw_rate": ("max |yaw rate| [rad/s]", lambda s: np.abs(s[:, :, StateIndex.ANGULAR_VELOCITY]).max(1)),
     "distance": ("path length [m]", lambda s: np.linalg.norm(np.diff(s[:, :, :2], axis=1), axis=-1).sum(1)),
 }
-#: per-proposal fields the EPDMS kernels compute (``--color-by`` scores the scene first)
-SCORE_FIELDS = ("nc", "dac", "ddc", "tlc", "ep", "ttc", "lk", "hc", "ec", "pdm_score", "epdms")
 _AREA_STYLE = {AreaKind.ROADBLOCK: "#d9d9d9", AreaKind.INTERSECTION: "#c8c8c8", AreaKind.CARPARK: "#e8dcc0",
                AreaKind.DRIVABLE_AREA: "#d9d9d9"}
 _AGENT_COLOR = {AgentType.VEHICLE: "#1f5fbf", AgentType.PEDESTRIAN: "#e07b00", AgentType.BICYCLE: "#8e44ad"}

@@ -3,7 +3,7 @@
 ``tile_counts(px, py, ax, ay, bx, by)``: for every edge tile (8 edges a -> b of one polygon) and each of its owner's
 N points p, the even-odd crossing count of a ray from p towards +x plus ``ON_WEIGHT`` x the number of edges p lies on
 (``jaxdrive.geometry.point_in_polygon``'s per-edge predicates, the same float expressions), summed over the tile's
-edges: int32 [NT, N]. ``jaxdrive.packed_geometry.points_in_tiles`` sums these per (proposal, polygon) pair.
+edges: int32 [NT, N]. ``jaxdrive.broadphase.tiles.points_in_tiles`` sums these per (proposal, polygon) pair.
 
 * ``tile_counts_jnp``: the jnp twin; what runs by default (XLA fuses it with the point gather).
 * ``tile_counts_pallas``: a grid over blocks of ``BLOCK_TILES`` tiles, the 8 edges unrolled, points padded to a

@@ -13,14 +13,17 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from jaxdrive import constants as C
+
 from jaxdrive.scene import (NUM_STEPS, STATE_DIM, STATE_FIELDS, Agent, AgentType, Area, AreaKind, HostScene, Lane,
                             LaneKind, SceneValidationError, validate_host_scene)
 
 FORMAT = "epdms-scene/1"
 _KNOWN_KEYS = {"format", "id", "units", "generator", "time", "ego", "map", "route", "traffic_lights", "agents",
                "agent_track_fields", "proposals", "expected", "human"}
-_VEHICLE = {"length": 5.176, "width": 2.297, "height": 1.777, "front_length": 4.049, "rear_length": 1.127,
-            "wheel_base": 3.089, "rear_axle_to_center": 1.461}
+_VEHICLE = {"length": C.EGO_LENGTH, "width": C.EGO_WIDTH, "height": C.EGO_HEIGHT, "front_length": C.EGO_FRONT_LENGTH,
+            "rear_length": C.EGO_REAR_LENGTH,
+            "wheel_base": C.EGO_WHEEL_BASE, "rear_axle_to_center": C.EGO_REAR_AXLE_TO_CENTER}
 _TRACK_FIELDS = ["x", "y", "heading", "velocity_x", "velocity_y"]
 
 
@@ -41,6 +44,9 @@ class _Reader:
         if key not in obj:
             self.fail(f"{path}.{key}" if path else key, "missing")
         val = obj[key]
+        numeric = typ is not None and bool not in (typ if isinstance(typ, tuple) else (typ,))
+        if numeric and isinstance(val, bool):  # bool is an int subclass: true is not a length
+            self.fail(f"{path}.{key}" if path else key, "expected a number, got a boolean")
         if typ is not None and not isinstance(val, typ):
             names = typ.__name__ if isinstance(typ, type) else "/".join(t.__name__ for t in typ)
             self.fail(f"{path}.{key}" if path else key, f"expected {names}, got {type(val).__name__}")
@@ -50,6 +56,8 @@ class _Reader:
         if allow_null_rows and isinstance(val, list):
             width = shape[-1]
             val = [[np.nan] * width if row is None else row for row in val]
+        if _holds_bool(val):
+            self.fail(path, f"expected numbers of shape {shape}, got a boolean among them")
         try:
             arr = np.asarray(val, dtype=np.float64)
         except (TypeError, ValueError) as e:
@@ -64,6 +72,18 @@ class _Reader:
             allowed = ", ".join(m.lower() for m in enum_cls.__members__)
             self.fail(path, f"expected one of {allowed}, got {val!r}")
         return enum_cls[val.upper()]
+
+
+def _holds_bool(val: Any) -> bool:
+    """Whether a nested list holds a JSON boolean (numpy would read true as 1.0)."""
+    stack = [val]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, bool):
+            return True
+    return False
 
 
 _AREA_KINDS = {"roadblock": AreaKind.ROADBLOCK, "intersection": AreaKind.INTERSECTION, "carpark": AreaKind.CARPARK,
@@ -119,7 +139,7 @@ def scene_from_dict(d: dict, source: str = "<dict>", validate: bool = True) -> H
         agents.append(Agent(
             id=r.get(a, "id", p, str), type=r.enum(AgentType, r.get(a, "type", p), f"{p}.type"),
             length=float(r.get(a, "length", p, (int, float))), width=float(r.get(a, "width", p, (int, float))),
-            height=float(a.get("height", 0.0)), role=str(a.get("role", "")),
+            height=float(r.get(a, "height", p, (int, float)) if "height" in a else 0.0), role=str(a.get("role", "")),
             track=r.array(r.get(a, "track", p, list), f"{p}.track", (NUM_STEPS, 5), allow_null_rows=True)))
 
     props = r.get(d, "proposals", "", list)

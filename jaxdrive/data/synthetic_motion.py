@@ -16,9 +16,10 @@ import dataclasses
 
 import numpy as np
 
+from jaxdrive.constants import EGO_WHEEL_BASE
 from jaxdrive.scene import DT, STATE_DIM, StateIndex, wrap_angle
 
-WHEEL_BASE = 3.089  # m, nuPlan Pacifica
+WHEEL_BASE = EGO_WHEEL_BASE  # m, nuPlan Pacifica (jaxdrive.constants)
 FRONT_LENGTH = 4.049  # rear axle to front bumper, m
 REAR_AXLE_TO_CENTER = 1.461  # m
 

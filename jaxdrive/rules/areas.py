@@ -30,7 +30,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.broadphase import MAP_CHUNK_STEPS, PackedMap, group_rows
 from jaxdrive.geometry import box_intersects_polygon, ego_center, ego_corners, point_in_polygon
-from jaxdrive.packed_geometry import boxes_touch_tiles, points_in_tiles, slot_sums
+from jaxdrive.broadphase.tiles import boxes_touch_tiles, points_in_tiles, slot_sums
 from jaxdrive.scene import AreaKind, MapData
 
 

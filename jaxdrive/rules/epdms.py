@@ -28,6 +28,7 @@ from jaxdrive import pytree as struct
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.broadphase import PackedAgents
+from jaxdrive.metrics import GATES, MULTIPLIERS, WEIGHTS
 from jaxdrive.rules.areas import EgoAreas, batch_ego_areas, ego_areas
 from jaxdrive.rules.comfort import comfort_v1, extended_comfort, history_comfort
 from jaxdrive.rules.dac import drivable_area_compliance
@@ -39,9 +40,7 @@ from jaxdrive.rules.tlc import traffic_light_compliance
 from jaxdrive.rules.ttc import batch_time_to_collision, time_to_collision
 from jaxdrive.scene import Proposals, Scene
 
-METRICS = ("nc", "dac", "ddc", "tlc", "ep", "ttc", "lk", "hc", "ec")  # gate order
-MULTIPLIERS = ("nc", "dac", "ddc", "tlc")
-WEIGHTS = {"ep": 5.0, "ttc": 5.0, "lk": 2.0, "hc": 2.0, "ec": 2.0}
+METRICS = GATES  # gate order (jaxdrive.metrics)
 PROGRESS_THRESHOLD = 5.0  # m: D <= 5 m -> EP = 1 for every proposal (v2)
 HUMAN_FILTERED = ("nc", "dac", "ddc", "tlc", "ep", "ttc", "lk", "hc")
 EpMode = Literal["scene", "batch", "reference"]
@@ -153,7 +152,8 @@ def _v1_progress(s: SubScores, valid: Bool[Array, "B K"]) -> Float[Array, "B K"]
 def gated_score(s: SubScores, gates: Bool[Array, "*b 9"] | None = None) -> Float[Array, "*b"]:
     """DriveJudge Eq. 14 over (nc, dac, ddc, tlc) x weighted (ep 5, ttc 5, lk 2, hc 2, ec 2).
 
-    prod_m (g_m s_m + 1 - g_m) * sum_m g_m w_m s_m / sum_m g_m w_m. A NaN EC counts as gated off (NAVSIM's /14). If
+    prod_m (g_m s_m + 1 - g_m) * sum_m g_m w_m s_m / sum_m g_m w_m. A NaN EC (no previous frame) counts as gated
+    off (NAVSIM's /14); a NaN in any other metric makes the score NaN (a bug upstream, never hidden). If
     every weighted metric is gated off, the weighted factor is 1 (the score is the gated product alone).
     All gates on (``None``) gives EPDMS.
     """
@@ -167,7 +167,7 @@ def gated_score(s: SubScores, gates: Bool[Array, "*b 9"] | None = None) -> Float
     den = jnp.zeros_like(s.nc)
     for m, w in WEIGHTS.items():
         value = getattr(s, m)
-        on = gate[m] & ~jnp.isnan(value)
+        on = gate[m] & ~jnp.isnan(value) if m == "ec" else gate[m]  # only a missing EC leaves; other NaNs surface
         num = num + jnp.where(on, w * jnp.nan_to_num(value), 0.0)
         den = den + jnp.where(on, w, 0.0)
     return (prod * jnp.where(den > 0, num / jnp.where(den > 0, den, 1.0), 1.0)).astype(jnp.float32)

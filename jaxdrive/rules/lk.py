@@ -16,14 +16,14 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from jaxdrive.broadphase import CENTERLINE_REACH_M, PackedMap
+from jaxdrive.broadphase import PackedMap
+from jaxdrive.constants import LK_DEVIATION_M
 from jaxdrive.geometry import segments_distance2
 from jaxdrive.rules.areas import EgoAreas, ego_centers, first_step
 from jaxdrive.scene import Scene
 
-DEVIATION_M = 0.5
+DEVIATION_M = LK_DEVIATION_M  # the broad phase keeps every segment within this of a proposal
 RUN_STEPS = 20  # ceil(2.0 s / 0.1 s)
-assert CENTERLINE_REACH_M >= DEVIATION_M, "the broad phase must keep every segment LK can find within 0.5 m"
 
 
 def centerline_deviation(scene: Scene, states: Float[Array, "K T 11"]) -> Float[Array, "K T"]:

@@ -16,7 +16,7 @@ Classification of a contact at step t (first rule that holds):
 
 Red lights are never collision partners (they are not agents here; TLC handles them). ``no_at_fault_collisions`` takes
 one scene; ``batch_no_at_fault_collisions`` a batch, dense or packed by the broad phase (only the (proposal, agent,
-chunk) triples whose boxes can touch are tested, ``jaxdrive.packed_contacts``).
+chunk) triples whose boxes can touch are tested, ``jaxdrive.broadphase.contacts``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.broadphase import CONTACT_STEPS, ContactPairs, PackedAgents
 from jaxdrive.geometry import box_corners, boxes_intersect_xy, segment_intersects_box
-from jaxdrive.packed_contacts import box_rows, corners, first_of_run, over_groups, per_proposal_min, windows
+from jaxdrive.broadphase.contacts import box_rows, corners, first_of_run, over_groups, per_proposal_min, windows
 from jaxdrive.rules.areas import EgoAreas, ego_boxes
 from jaxdrive.scene import AgentType, Agents, Scene, StateIndex
 

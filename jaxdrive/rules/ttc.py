@@ -8,7 +8,7 @@ or non_drivable(t) or rear axle in an intersection at t] and it is not behind (a
 object is ignored for the rest of the proposal. Hence only each (proposal, object) pair's first non-skipped event
 matters. Ego flags and the rear axle come from step t, the object's position from frame t + s. Red lights are never
 partners. ``time_to_collision`` takes one scene; ``batch_time_to_collision`` a batch, dense or packed by the broad
-phase (only the (proposal, agent, chunk) triples whose boxes can touch are tested, ``jaxdrive.packed_contacts``).
+phase (only the (proposal, agent, chunk) triples whose boxes can touch are tested, ``jaxdrive.broadphase.contacts``).
 """
 
 from __future__ import annotations
@@ -17,18 +17,17 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from jaxdrive.broadphase import CONTACT_STEPS, TTC_FRAMES_AHEAD, TTC_STEPS, ContactPairs, PackedAgents
+from jaxdrive.broadphase import CONTACT_STEPS, ContactPairs, PackedAgents
+from jaxdrive.constants import TTC_LAST_EGO_STEP, TTC_OFFSETS
 from jaxdrive.geometry import boxes_intersect_xy
-from jaxdrive.packed_contacts import box_rows, corners, first_of_run, over_groups, per_proposal_min, windows
+from jaxdrive.broadphase.contacts import box_rows, corners, first_of_run, over_groups, per_proposal_min, windows
 from jaxdrive.rules.areas import EgoAreas, ego_boxes
 from jaxdrive.rules.nc import COS_AHEAD, COS_BEHIND, first_true, heading_cosine, object_boxes
 from jaxdrive.scene import DT, Agents, Scene, StateIndex
 
 TTC_STOPPED_SPEED = 5e-3  # m/s (PDMScorerConfig.stopped_speed_threshold)
-OFFSETS = (0, 3, 6, 9)  # np.arange(0, int(1.0 * 10), 3): projection steps
-LAST_EGO_STEP = 31  # 40 - 9
-# The broad phase's TTC triples (host side, no rules import) must describe exactly these steps and offsets.
-assert LAST_EGO_STEP + 1 == TTC_STEPS and TTC_STEPS % CONTACT_STEPS == 0 and OFFSETS[-1] == TTC_FRAMES_AHEAD
+OFFSETS = TTC_OFFSETS  # projection steps (jaxdrive.constants, shared with the broad phase)
+LAST_EGO_STEP = TTC_LAST_EGO_STEP
 
 
 def event_violation(rear_axle: Float[Array, "*p 2"], heading: Float[Array, "*p"], centroid: Float[Array, "*p 2"],

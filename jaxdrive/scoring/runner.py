@@ -1,43 +1,50 @@
 """Streaming, sharded, resumable batch scoring (the engine behind ``jaxdrive score``).
 
 Data flow: a ``SceneSource`` is cut into shards of ``shard_size`` scenes; a background thread reads/generates the scenes
-of each batch, pads them to one fixed ``PadSpec`` (so one compile serves the run), culls map polygons and agents that
-no proposal can touch (``jaxdrive.broadphase``, exact), pads the batch to a multiple of the
-device count and ``device_put``s it sharded over the mesh's ``data`` axis, while the main thread runs the jitted scorer
-on the previous batch. Results come back to the host per batch and are written per shard (see ``outputs.py``).
+of each batch, pads them to one fixed ``PadSpec`` (so one compile serves the run), pads the batch to a multiple of the
+device count with filler scenes (every proposal invalid: they use no culling capacity) and ``device_put``s it sharded
+over the mesh's ``data`` axis, while the main thread runs the jitted scorer (``jaxdrive.scorer``: the exact broad phase
+inside the program, at capacities fixed up front) on the previous batch. Results come back to the host per batch and
+are written per shard (see ``outputs.py``).
+
+Capacities: the first ``PRESCAN_BATCHES`` batches are read before the first compile and the broad phase's sizes are
+``capacity_for(max of their needs)`` (25% headroom) for the whole run. A later batch that needs more is scored by the
+unculled kernels inside the same program (identical results, slower; counted in ``RunStats.fallback_batches``), so
+the scorer compiles once per run unless a scene outgrows the ``PadSpec``.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import itertools
+import math
 import queue
 import threading
 import time
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxdrive.broadphase import PackSpec, pack_batch
-from jaxdrive.rules.areas import batch_ego_areas
-from jaxdrive.rules.epdms import SubScores, score as score_fn
+from jaxdrive.broadphase import PackSpec
+from jaxdrive.broadphase.device import needs
+from jaxdrive.metrics import AGGREGATES, GATES, STEPS
+from jaxdrive.rules.epdms import SubScores
+from jaxdrive.scorer import capacity_for, score_with_overflow
 from jaxdrive.scene import HostScene, PadSpec, batch_scenes
 from jaxdrive.scoring.outputs import RunDir
 from jaxdrive.scoring.sources import SceneSource, SourceError
 
-METRICS = ("nc", "dac", "ddc", "tlc", "ep", "ttc", "lk", "hc", "ec")
-AGGREGATES = ("pdm_score", "epdms")
-STEPS = ("nc_step", "dac_step", "ddc_step", "tlc_step", "ttc_step", "lk_step")
+METRICS = GATES  # the gated sub-metrics, in gate order (jaxdrive.metrics)
 EP_MODES = ("scene", "batch", "reference")
 DEFAULT_PAD = PadSpec(proposals=16, agents=32, areas=24, area_vertices=96, lanes=64, lane_vertices=96, centerline=512)
 
 
-# The broad phase's sizes: twice the first batch's needs, then, when a batch needs more, 25% past it and at least 1.5x
-# the old size. Every growth is a recompile (~8 s on a 2-core CPU); on the default synthetic mix this settles after
-# one growth in 64 batches, at ~1.4x the largest batch's map tiles.
-PACK_FIRST_HEADROOM, PACK_HEADROOM, PACK_GROWTH = 2.0, 1.25, 1.5
+PRESCAN_BATCHES = 4  # batches whose broad-phase needs fix the run's capacities
+CAPACITY_HEADROOM = 1.25
 
 
 @dataclasses.dataclass
@@ -47,28 +54,59 @@ class ScoreOptions:
     ep_mode: str = "scene"
     simulate: bool = False  # run NAVSIM's LQR/bicycle simulation on the proposals first
     num_devices: int | None = None  # None = all local devices
-    gates: np.ndarray | None = None  # bool [9] (all scenes) in METRICS order; None = all on (EPDMS)
+    gates: np.ndarray | dict | None = None  # bool [9] (all scenes) in METRICS order, or scene id -> bool [9] or
+    # [K, 9] (per scene / per proposal); None = all on (EPDMS)
+    human_filter: bool = False  # NAVSIM's human penalty filter where a scene has a logged human future
     reference_progress: dict[str, float] | None = None  # scene id -> metres, for ep_mode="reference"
     pad: PadSpec = DEFAULT_PAD
+    workers: int = 1  # processes reading / generating scenes (1: the producer thread reads them itself)
 
     def validate(self) -> None:
         if self.batch_size < 1:
             raise ValueError(f"--batch-size: expected >= 1 scenes per batch, got {self.batch_size}")
+        if self.workers < 1:
+            raise ValueError(f"--workers: expected >= 1 processes, got {self.workers}")
         if self.shard_size < 1:
             raise ValueError(f"--shard-size: expected >= 1 scenes per shard, got {self.shard_size}")
         if self.ep_mode not in EP_MODES:
             raise ValueError(f"--ep-mode: expected one of {', '.join(EP_MODES)}, got {self.ep_mode!r}")
         if self.ep_mode == "reference" and not self.reference_progress:
             raise ValueError("--ep-mode reference needs --reference-progress FILE (scene id -> metres)")
-        if self.gates is not None and (self.gates.shape != (len(METRICS),) or self.gates.dtype != bool):
-            raise ValueError(f"--gates: expected {len(METRICS)} booleans in the order {', '.join(METRICS)}, "
-                             f"got {self.gates!r}")
+        for sid, value in (self.reference_progress or {}).items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"--reference-progress: scene {sid!r}: expected a finite number of metres, "
+                                 f"got {value!r}")
+        if self.reference_progress is not None and not isinstance(self.reference_progress, dict):
+            raise ValueError(f"--reference-progress: expected a JSON object {{scene id: metres}}, "
+                             f"got {type(self.reference_progress).__name__}")
+        if isinstance(self.gates, dict):
+            for sid, g in self.gates.items():
+                _gate_rows(g, f"--gates: scene {sid!r}")
+        elif self.gates is not None:
+            _gate_rows(self.gates, "--gates")
+            if np.asarray(self.gates).ndim != 1:
+                raise ValueError(f"--gates: a global vector is {len(METRICS)} booleans; per-proposal gates are given "
+                                 f"per scene ({{scene id: [[...] per proposal]}})")
 
     def identity(self) -> dict:
         """The options that change results (stored in the manifest; a resume must match them)."""
         return {"ep_mode": self.ep_mode, "simulate": self.simulate, "shard_size": self.shard_size,
-                "gates": None if self.gates is None else self.gates.tolist(),
+                # with --ep-mode batch a proposal's EP depends on the other scenes of its batch
+                "batch_size": self.batch_size if self.ep_mode == "batch" else None,
+                "gates": None if self.gates is None else {k: np.asarray(v).tolist() for k, v in self.gates.items()}
+                if isinstance(self.gates, dict) else np.asarray(self.gates).tolist(),
+                "human_filter": self.human_filter,
                 "reference_progress": self.reference_progress}
+
+
+def _gate_rows(g, what: str) -> np.ndarray:
+    """bool [9] or [K, 9] gates from JSON (booleans only), or a ValueError naming ``what``."""
+    arr = np.asarray(g, dtype=object)
+    if arr.ndim not in (1, 2) or arr.shape[-1] != len(METRICS) or not all(isinstance(x, (bool, np.bool_))
+                                                                            for x in arr.ravel()):
+        raise ValueError(f"{what}: expected {len(METRICS)} booleans in the order {', '.join(METRICS)} (or one such "
+                         f"list per proposal), got {g!r}")
+    return arr.astype(bool)
 
 
 @dataclasses.dataclass
@@ -87,6 +125,9 @@ class RunStats:
     score_s: float = 0.0  # wall time of the streaming loop after the first (compiling) batch
     scored_after_compile: int = 0
     skipped_shards: int = 0
+    compiles: int = 0  # traces of the scoring program (1 for a run at one PadSpec)
+    fallback_batches: int = 0  # batches that overflowed the capacities (scored unculled, same results)
+    capacity: PackSpec | None = None
 
     def add(self, cols: dict[str, np.ndarray]) -> None:
         n = len(cols["epdms"])
@@ -123,25 +164,24 @@ def make_mesh(num_devices: int | None = None) -> Mesh:
     return Mesh(np.array(devices), ("data",))
 
 
-def build_step(mesh: Mesh, options: ScoreOptions) -> Callable:
-    """(scene[B], proposals[B,K], gates[B,9], reference[B]) -> SubScores[B,K], sharded over data.
+def build_step(mesh: Mesh, options: ScoreOptions, capacity: PackSpec, stats: RunStats | None = None) -> Callable:
+    """(scene[B], proposals[B,K], gates[B,K,9], reference[B]) -> (SubScores[B,K], overflow), sharded over data.
 
-    Two jitted programs, dispatched back to back (asynchronously): the map predicates over the batch's edge tiles
-    (``batch_ego_areas``), then every rule and the aggregation. On CPU one fused program is about as fast at 16
-    proposals per scene but 1.5x slower at 32 (XLA fuses the two parts badly there); the split is never far off.
+    One jitted program (``jaxdrive.scorer.score_with_overflow``): the broad phase at ``capacity``, per device group
+    of scenes, then every rule and the aggregation. ``stats.compiles`` counts its traces.
     """
     data = NamedSharding(mesh, PartitionSpec("data"))
-    areas_fn = jax.jit(lambda scene, proposals: batch_ego_areas(scene.map, proposals.states),
-                       in_shardings=(data, data), out_shardings=data)
+    groups = mesh.devices.size
 
-    def rules(scene, proposals, gates, reference, areas):
-        return score_fn(scene, proposals, ep_mode=options.ep_mode,
-                        reference_progress=reference if options.ep_mode == "reference" else None,
-                        gates=None if options.gates is None else gates[:, None, :], areas=areas)
+    def step(scene, proposals, gates, reference):
+        if stats is not None:
+            stats.compiles += 1  # runs only while tracing
+        return score_with_overflow(scene, proposals, capacity=capacity, ep_mode=options.ep_mode,
+                                   reference_progress=reference if options.ep_mode == "reference" else None,
+                                   gates=None if options.gates is None else gates,
+                                   apply_human_filter=options.human_filter, groups=groups)
 
-    rules_fn = jax.jit(rules, in_shardings=(data,) * 5, out_shardings=data)
-    return lambda scene, proposals, gates, reference: rules_fn(scene, proposals, gates, reference,
-                                                              areas_fn(scene, proposals))
+    return jax.jit(step, in_shardings=(data,) * 4, out_shardings=(data, NamedSharding(mesh, PartitionSpec())))
 
 
 def resimulate(states: jnp.ndarray) -> jnp.ndarray:
@@ -216,7 +256,7 @@ class _Producer(threading.Thread):
         super().__init__(daemon=True)
         self.source, self.rundir, self.options, self.mesh, self.out = source, run, options, mesh, out
         self.pad = options.pad
-        self.pack = None  # the broad phase's sizes (PackSpec); only grow, so the run settles on one shape
+        self.capacity: PackSpec | None = None  # set from the first batches' needs, before the first is queued
         self.failure: BaseException | None = None
         self.stop = threading.Event()
 
@@ -227,7 +267,8 @@ class _Producer(threading.Thread):
                            for f in dataclasses.fields(PadSpec)})
         self.pad = grown
 
-    def _device_batch(self, scenes: list[HostScene]):
+    def _host_batch(self, scenes: list[HostScene]):
+        """Padded numpy batch (scene, proposals, gates, reference); filler scenes have no valid proposal."""
         ndev = self.mesh.devices.size
         b = self.options.batch_size
         b = -(-max(b, len(scenes)) // ndev) * ndev
@@ -235,46 +276,86 @@ class _Producer(threading.Thread):
         self._fit(scenes)
         scene, props, _ = batch_scenes(padded, self.pad, validate=False)
         props = props.replace(valid=props.valid & (np.arange(b) < len(scenes))[:, None])
-        if self.options.simulate:  # before culling: the broad phase must see the states that are scored
+        if self.options.simulate:
             props = props.replace(states=np.asarray(_resimulate_jit(props.states)))
-        # Exact host-side broad phase; edge tiles grouped per device so no tile crosses a shard.
-        spec = self.pack or PackSpec()
-        packed, used = pack_batch(scene, props.states, spec, groups=ndev)
-        grown = (spec.grow(used, PACK_FIRST_HEADROOM) if self.pack is None
-                 else spec.grow(used, PACK_HEADROOM, PACK_GROWTH))
-        if grown != spec:  # this batch already gets the grown shape, the one the next batches compile for
-            packed, _ = pack_batch(scene, props.states, grown, groups=ndev)
-        self.pack, scene = grown, packed
-        gates = np.ones((b, 9), bool) if self.options.gates is None else np.tile(self.options.gates, (b, 1))
+        gates = np.ones((b, self.pad.proposals, len(METRICS)), bool)
+        if isinstance(self.options.gates, dict):
+            for i, s in enumerate(scenes):
+                if s.id not in self.options.gates:
+                    raise ValueError(f"--gates: no entry for scene {s.id!r}")
+                rows = _gate_rows(self.options.gates[s.id], f"--gates: scene {s.id!r}")
+                if rows.ndim == 2 and rows.shape[0] != s.num_proposals:
+                    raise ValueError(f"--gates: scene {s.id!r}: expected {s.num_proposals} rows (one per proposal), "
+                                     f"got {rows.shape[0]}")
+                gates[i, :s.num_proposals] = rows
+        elif self.options.gates is not None:
+            gates[:] = _gate_rows(self.options.gates, "--gates")
         ref = np.zeros((b,), np.float32)
         if self.options.reference_progress:
             for i, s in enumerate(scenes):
                 if s.id not in self.options.reference_progress:
                     raise ValueError(f"--reference-progress: no entry for scene {s.id!r}")
                 ref[i] = self.options.reference_progress[s.id]
-        sharding = NamedSharding(self.mesh, PartitionSpec("data"))
-        return jax.device_put((scene, props, gates, ref), sharding)
+        return scene, props, gates, ref
+
+    def _prescan(self, batches: list) -> None:
+        """Fix the run's capacities from the needs of the first batches."""
+        ndev = self.mesh.devices.size
+        scanned = [needs(arrays[0], arrays[1], ndev) for _, arrays in batches if arrays is not None]
+        most = PackSpec(**{f.name: max([getattr(n, f.name) for n in scanned] + [1])
+                           for f in dataclasses.fields(PackSpec)})
+        self.capacity = capacity_for(most, CAPACITY_HEADROOM)
+
+    def _emit(self, batch: "_Batch", arrays) -> None:
+        if arrays is not None:
+            batch.arrays = jax.device_put(arrays, NamedSharding(self.mesh, PartitionSpec("data")))
+        self.out.put(("batch", batch))
+
+    def _plan(self) -> list[tuple]:
+        """("skip", shard, scenes) for completed shards, ("batch", shard, start, stop, last) for the rest."""
+        n, size, bs = len(self.source), self.options.shard_size, self.options.batch_size
+        plan = []
+        for shard in range((n + size - 1) // size):
+            start, stop = shard * size, min(n, (shard + 1) * size)
+            if self.rundir.is_done(shard):
+                plan.append(("skip", shard, stop - start))
+                continue
+            plan.extend(("batch", shard, b, min(stop, b + bs), b + bs >= stop) for b in range(start, stop, bs))
+        return plan
 
     def run(self) -> None:
         try:
-            n = len(self.source)
-            size = self.options.shard_size
-            for shard in range((n + size - 1) // size):
-                if self.rundir.is_done(shard):
-                    self.out.put(("skip", shard, min(size, n - shard * size)))
+            plan = self._plan()
+            ranges = [(entry[2], entry[3]) for entry in plan if entry[0] == "batch"]
+            items_of = read_batches(self.source, ranges, self.options.workers, self.stop)
+            held: list = []  # the first batches, read before the capacities are fixed
+            for entry in plan:
+                if entry[0] == "skip":
+                    self.out.put(entry)
                     continue
-                start, stop = shard * size, min(n, (shard + 1) * size)
-                for bstart in range(start, stop, self.options.batch_size):
-                    if self.stop.is_set():
-                        return
-                    items = list(self.source.iter_range(bstart, min(stop, bstart + self.options.batch_size)))
-                    scenes = [s for s in items if isinstance(s, HostScene)]
-                    errors = [{"name": e.name, "error": e.message} for e in items if isinstance(e, SourceError)]
-                    arrays = self._device_batch(scenes) if scenes else None
-                    last = bstart + self.options.batch_size >= stop
-                    self.out.put(("batch", _Batch(shard, last, arrays, [s.id for s in scenes],
-                                                  [s.proposal_names for s in scenes],
-                                                  [s.num_proposals for s in scenes], errors)))
+                if self.stop.is_set():
+                    return
+                _, shard, _, _, last = entry
+                items = next(items_of)
+                scenes = [s for s in items if isinstance(s, HostScene)]
+                errors = [{"name": e.name, "error": e.message} for e in items if isinstance(e, SourceError)]
+                arrays = self._host_batch(scenes) if scenes else None
+                batch = _Batch(shard, last, None, [s.id for s in scenes], [s.proposal_names for s in scenes],
+                               [s.num_proposals for s in scenes], errors)
+                if self.capacity is None:
+                    held.append((batch, arrays))
+                    if len(held) < PRESCAN_BATCHES:
+                        continue
+                    self._prescan(held)
+                    for item in held:
+                        self._emit(*item)
+                    held = []
+                else:
+                    self._emit(batch, arrays)
+            if held:
+                self._prescan(held)
+                for item in held:
+                    self._emit(*item)
         except BaseException as e:  # surfaced in the main thread
             self.failure = e
         finally:
@@ -290,6 +371,34 @@ def _drain(q: queue.Queue, producer: threading.Thread) -> None:
         except queue.Empty:
             pass
     producer.join()
+
+
+def _read_range(source: SceneSource, start: int, stop: int) -> list:
+    return list(source.iter_range(start, stop))
+
+
+def read_batches(source: SceneSource, ranges: list[tuple[int, int]], workers: int,
+                 stop: threading.Event | None = None) -> Iterator[list]:
+    """The items of each (start, stop) range, in order: read here (``workers`` <= 1) or by ``workers`` processes
+    (spawned, so no JAX state is forked), at most 2 x ``workers`` ranges ahead."""
+    if workers <= 1:
+        for start, end in ranges:
+            yield _read_range(source, start, end)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pending: collections.deque = collections.deque()
+        todo = iter(ranges)
+        for start, end in itertools.islice(todo, 2 * workers):
+            pending.append(pool.submit(_read_range, source, start, end))
+        while pending:
+            items = pending.popleft().result()
+            nxt = next(todo, None)
+            if nxt is not None and not (stop is not None and stop.is_set()):
+                pending.append(pool.submit(_read_range, source, *nxt))
+            yield items
 
 
 def _round_up(n: int) -> int:
@@ -309,8 +418,8 @@ def score_source(source: SceneSource, out_dir, options: ScoreOptions, *, resume:
     identity = {"source": source.describe(), **options.identity()}
     run = RunDir(out_dir, identity, resume=resume)
     mesh = make_mesh(options.num_devices)
-    step = build_step(mesh, options)
     stats = RunStats()
+    step = None  # built when the first batch arrives (the producer has fixed the capacities by then)
     q: queue.Queue = queue.Queue(maxsize=2)
     producer = _Producer(source, run, options, mesh, q)
     producer.start()
@@ -325,6 +434,8 @@ def score_source(source: SceneSource, out_dir, options: ScoreOptions, *, resume:
     def finish(batch: _Batch, result) -> None:
         nonlocal shard_parts, shard_errors, t_first_done
         if result is not None:
+            result, overflow = result
+            stats.fallback_batches += int(overflow)
             cols = _columns(result, batch.ids, batch.names, batch.counts)
             shard_parts.append(cols)
             stats.add(cols)
@@ -356,6 +467,9 @@ def score_source(source: SceneSource, out_dir, options: ScoreOptions, *, resume:
             batch: _Batch = payload
             result = None
             if batch.arrays is not None:
+                if step is None:
+                    stats.capacity = producer.capacity
+                    step = build_step(mesh, options, producer.capacity, stats)
                 t0 = time.perf_counter()
                 result = step(*batch.arrays)  # async dispatch: overlaps with finishing the previous batch
                 if stats.compile_s == 0.0:

@@ -92,7 +92,40 @@ class SceneDirSource(SceneSource):
             return read_scene(self.files[i])
         except SceneFileError as e:
             return SourceError(name=str(self.files[i]), message=str(e))
+        except Exception as e:  # any other per-file failure (a bad value the reader did not anticipate) is named too
+            return SourceError(name=str(self.files[i]), message=f"{type(e).__name__}: {e}")
 
     def describe(self) -> dict:
         return {"kind": "scene_dir", "directory": str(self.directory.resolve()),
                 "files": [str(f.relative_to(self.directory)) for f in self.files]}
+
+
+class SceneStoreSource(SceneSource):
+    """The scenes of a binary scene store (``jaxdrive.data.store``), in stored order (already validated). Pickles by
+    path (worker processes reopen the store)."""
+
+    def __init__(self, path: str | Path):
+        from jaxdrive.data.store import SceneStore
+
+        self.path = Path(path)
+        self.store = SceneStore(self.path)
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["path"])
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def load(self, i: int) -> HostScene:
+        return self.store[i]
+
+    def pad_spec(self):
+        """A ``PadSpec`` holding every scene (from the store's metadata)."""
+        return self.store.pad_spec()
+
+    def describe(self) -> dict:
+        return {"kind": "scene_store", "path": str(self.path.resolve()), "scenes": len(self),
+                "sha256": self.store.meta["sha256"]}

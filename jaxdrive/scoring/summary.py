@@ -10,16 +10,13 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxdrive.metrics import LABELS
 from jaxdrive.scoring.outputs import iter_shard_columns, run_errors
 from jaxdrive.scoring.runner import AGGREGATES, METRICS, RunStats
 
-NAMES = {"nc": "no at-fault collision", "dac": "drivable area", "ddc": "driving direction", "tlc": "traffic light",
-         "ep": "ego progress", "ttc": "time to collision", "lk": "lane keeping", "hc": "history comfort",
-         "ec": "extended comfort", "pdm_score": "PDM score", "epdms": "EPDMS"}
+NAMES = LABELS
 
 
-#: The only continuous sub-metric: "below 1" means progress short of the normaliser, not a rule violation.
-CONTINUOUS = ("ep",)
 _W = 30  # name column width: the longest name + code fits
 
 

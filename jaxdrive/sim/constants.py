@@ -4,13 +4,16 @@ Values are those of NAVSIM's default-constructed objects (`index.json` -> `const
 """
 import math
 
+from jaxdrive.constants import EGO_WHEEL_BASE
+from jaxdrive.constants import NUM_STEPS as _NUM_STEPS
+
 NUM_SUBMITTED_POSES = 8
 """Poses of a submitted trajectory, at 0.5 s intervals over 4 s."""
 SUBMITTED_INTERVAL_US = 500_000
 NUM_KNOTS = NUM_SUBMITTED_POSES + 1
 """Interpolation knots: the initial state plus the submitted poses."""
 
-NUM_STATES = 41
+NUM_STATES = _NUM_STEPS
 """Simulated states at 0.1 s, including the initial one (horizon 4.0 s)."""
 NUM_STEPS = NUM_STATES - 1
 STATE_INTERVAL_US = 100_000
@@ -36,7 +39,7 @@ STOPPING_PROPORTIONAL_GAIN = 0.5
 STOPPING_VELOCITY = 0.2
 """[m/s] The stopping controller runs when both the speed and the reference speed are at most this."""
 
-WHEEL_BASE = 3.089
+WHEEL_BASE = EGO_WHEEL_BASE
 """Chrysler Pacifica wheel base [m], used by both the tracker and the motion model."""
 MAX_STEERING_ANGLE = math.pi / 3
 ACCEL_TIME_CONSTANT = 0.2

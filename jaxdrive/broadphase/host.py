@@ -43,23 +43,22 @@ import numpy as np
 from jaxdrive import pytree as struct
 from jaxtyping import Array, Bool, Float, Int
 
-from jaxdrive.geometry import EGO_LENGTH, EGO_REAR_AXLE_TO_CENTER, EGO_WIDTH
+from jaxdrive.constants import (EGO_LENGTH, EGO_REAR_AXLE_TO_CENTER, EGO_WIDTH, LK_DEVIATION_M, NC_STEPS,
+                                TTC_FRAMES_AHEAD, TTC_HORIZON_S, TTC_STEPS)
 from jaxdrive.scene import FAR, Agents, AreaKind, Polygons, Scene
 
 MARGIN_M = 0.05  # added to the swept bbox; device rounding of ego corners is ~1e-5 m at ego-centred scales
-TTC_HORIZON_S = 0.9  # TTC translates the ego box by up to speed x 0.9 s
 EGO_RADIUS_M = math.hypot(0.5 * EGO_LENGTH, 0.5 * EGO_WIDTH)  # box centre to corner (covers corners and rear axle)
-CENTERLINE_REACH_M = 0.5  # LK only asks whether the centre is within 0.5 m of the centreline (``rules.lk``)
+CENTERLINE_REACH_M = LK_DEVIATION_M  # LK only asks whether the centre is within 0.5 m of the centreline
 SEGMENT_MULTIPLE = 32
 AGENT_MULTIPLE = 8  # kept agents per scene round up to this (NC / TTC work is linear in it)
 TILE_EDGES = 8  # edges per tile of ``EdgeTiles`` (one (proposal, polygon, chunk) per tile)
 MAP_CHUNK_STEPS = 14  # ego steps per chunk of the map's edge tiles (41 steps -> 3 chunks, one padded step)
 TILE_MULTIPLE = 16  # a group's tile count rounds up to this x its scene count (whole rows of tiles per scene)
-CONTACT_STEPS = 8  # ego steps per chunk of a ``ContactPairs`` triple
+CONTACT_STEPS = 8  # ego steps per chunk of a ``ContactPairs`` triple (TTC's whole chunks: divides TTC_STEPS)
+if TTC_STEPS % CONTACT_STEPS:
+    raise ImportError(f"CONTACT_STEPS {CONTACT_STEPS} must divide TTC's {TTC_STEPS} ego steps")
 CONTACT_MULTIPLE = 16  # a group's contact-pair count rounds up to this x its scene count
-NC_STEPS = 41  # NC tests ego steps 0..40 against object frames 0..40
-TTC_STEPS = 32  # TTC tests ego steps 0..31 against object frames t + {0, 3, 6, 9}
-TTC_FRAMES_AHEAD = 9
 
 
 @struct.dataclass

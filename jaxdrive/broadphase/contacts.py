@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from jaxdrive.broadphase import ContactPairs, group_rows
+from jaxdrive.broadphase.host import ContactPairs, group_rows
 from jaxdrive.scene import Agents
 
 

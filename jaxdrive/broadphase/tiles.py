@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from jaxdrive.broadphase import EdgeTiles
+from jaxdrive.broadphase.host import EdgeTiles
 from jaxdrive.geometry import point_in_box, segments_intersect
 from kernels.tile_crossings import ON_WEIGHT, tile_counts
 
@@ -34,7 +34,7 @@ def points_in_tiles(points: Float[Array, "S N 2"], tiles: EdgeTiles) -> Bool[Arr
 
     Every tile tests its slot's points against its 8 edges with ``jaxdrive.geometry.point_in_polygon``'s per-edge
     predicates (``kernels.tile_crossings``: coordinates split by axis so the test vectorises over points); the
-    per-tile crossing / boundary counts are summed per pair. The edges a pair dropped (``broadphase._edge_units``)
+    per-tile crossing / boundary counts are summed per pair. The edges a pair dropped (``broadphase.host._edge_units``)
     count nothing at its points, so the counts are the whole ring's.
     """
     slot = tiles.pair_slot[tiles.tile_pair]  # [NT]

@@ -1,0 +1,217 @@
+"""EPDMS scoring end to end (read -> parquet) and step-only, against the in-repo shapely reference in the same run.
+
+For each K (proposals per scene) it builds synthetic scenes of the reference mix (``jaxdrive.data.synthetic``,
+profile "reference": ~32 agents, ~57 map polygons; the generator makes up to 31 distinct proposals, so larger K
+tile them with lateral offsets of up to +-2 m, like a trajectory vocabulary), writes them once as a scene store and
+as JSON files (not timed), then measures
+
+* ``store``: ``jaxdrive score`` on the store (``score_source``: read, pad, device_put, the jitted scorer with the
+  broad phase inside, parquet shards): wall time of the whole run, compile time, throughput after the first batch,
+  number of compiles and of batches that overflowed the capacities (scored unculled inside the program);
+* ``json``: the same from the JSON files (``--workers`` reader processes);
+* ``step``: the jitted scorer alone on a device-resident batch (best of ``--reps``), and, for K <= 256, the host-
+  packed path the runner used before (numpy broad phase per batch + the two-program step;
+  ``benchmarks/score_throughput.py``) with its packing time included, to show where, if anywhere, it still wins;
+* the reference: ``tests/reference_rules.py`` + ``tests/reference_collision.py`` (shapely/numpy, per proposal) on a
+  few scenes; every throughput is also printed as a ratio to it;
+
+and the 61 NAVSIM fixtures replicated ``--replicas`` times from a store: compiles after the first batch (target 0).
+The machine's load average is printed first: on a shared CPU, figures scale with the cores actually free.
+Runs unchanged on CPU, GPU or TPU (batches are sharded over all local devices)::
+
+    python benchmarks/score_end_to_end.py                      # K in 1, 16, 256, 1024, 4096
+    python benchmarks/score_end_to_end.py --ks 16 --quick      # one small row
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import glob
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import jax
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+from jaxdrive.broadphase.device import needs  # noqa: E402
+from jaxdrive.data.scene_json import read_scene, write_scene  # noqa: E402
+from jaxdrive.data.store import write_store  # noqa: E402
+from jaxdrive.data.synthetic import generate_scene  # noqa: E402
+from jaxdrive.scene import batch_scenes  # noqa: E402
+from jaxdrive.scorer import capacity_for, score_with_overflow  # noqa: E402
+from jaxdrive.scoring.runner import ScoreOptions, score_source  # noqa: E402
+from jaxdrive.scoring.sources import SceneDirSource, SceneStoreSource  # noqa: E402
+
+
+def widen(scene, k: int):
+    """``scene`` with exactly ``k`` proposals: its own, tiled with lateral offsets (m) when k exceeds them."""
+    n = scene.num_proposals
+    idx = np.arange(k) % n
+    offset = np.where(np.arange(k) < n, 0.0, np.linspace(-2.0, 2.0, k))[:, None]
+    h0 = scene.history_states[-1, 2]
+    normal = np.array([-np.sin(h0), np.cos(h0)])
+
+    def shift(states):
+        out = states[idx].copy()
+        out[..., :2] += offset[:, None, :] * normal  # [k, 1, 2] over the steps
+        return out
+
+    return dataclasses.replace(
+        scene, proposal_states=shift(scene.proposal_states),
+        previous_states=None if scene.previous_states is None else shift(scene.previous_states),
+        previous_kinds=None if scene.previous_kinds is None else [scene.previous_kinds[i] for i in idx],
+        proposal_names=[f"{scene.proposal_names[i]}~{j}" for j, i in enumerate(idx)],
+        proposal_families=[scene.proposal_families[i] for i in idx])
+
+
+def make_scenes(k: int, count: int, distinct: int):
+    """``count`` scenes of ``k`` proposals: ``distinct`` generated ones, repeated under new ids."""
+    base = [widen(generate_scene(seed, num_proposals=min(k, 31), profile="reference"), k) for seed in range(distinct)]
+    return [dataclasses.replace(base[i % distinct], id=f"{base[i % distinct].id}-r{i}") for i in range(count)]
+
+
+def reference_per_proposal_s(scenes) -> float:
+    from score_throughput import reference_per_proposal_s as ref
+
+    return ref(scenes)
+
+
+def end_to_end(source, out, options) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    stats = score_source(source, out, options, progress=False)
+    return time.perf_counter() - t0, stats
+
+
+def step_only(scenes, pad, batch: int, reps: int):
+    """Seconds per batch of the jitted scorer on a device-resident batch (best of ``reps``), and its compile."""
+    sc, pr, _ = batch_scenes(scenes[:batch], pad, validate=False)
+    capacity = capacity_for(needs(sc, pr, jax.device_count()))
+    fn = jax.jit(lambda s, p: score_with_overflow(s, p, capacity=capacity, groups=jax.device_count()))
+    args = jax.device_put((sc, pr))
+    t0 = time.perf_counter()
+    out, overflow = fn(*args)
+    jax.block_until_ready(out)
+    first = time.perf_counter() - t0
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        best = min(best, time.perf_counter() - t0)
+    return best, first, bool(overflow)
+
+
+def host_packed(scenes, pad, batch: int, reps: int):
+    """Seconds per batch of the host-packed path (numpy packing + the two-program step), packing included."""
+    from score_throughput import job_scorer
+
+    from jaxdrive.broadphase import PackSpec, pack_batch
+
+    sc, pr, _ = batch_scenes(scenes[:batch], pad, validate=False)
+    step = job_scorer()
+    best = float("inf")
+    for i in range(reps + 1):
+        t0 = time.perf_counter()
+        packed, _ = pack_batch(sc, pr.states, PackSpec(), groups=jax.device_count())
+        jax.block_until_ready(step(*jax.device_put((packed, pr))))
+        if i:  # the first call compiles
+            best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ks", default="1,16,256,1024,4096", help="proposals per scene, comma-separated")
+    ap.add_argument("--proposals", type=int, default=8192, help="proposals per end-to-end run (per K)")
+    ap.add_argument("--batch-proposals", type=int, default=4096, help="scenes per batch = this / K (at least 1)")
+    ap.add_argument("--distinct", type=int, default=16, help="distinct generated scenes per K (then repeated)")
+    ap.add_argument("--workers", type=int, default=1, help="reader processes of the end-to-end runs")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--ref-scenes", type=int, default=2, help="scenes (K = 16) timed with the shapely reference")
+    ap.add_argument("--replicas", type=int, default=20, help="fixture replicas of the recompile check (0: skip)")
+    ap.add_argument("--skip-json", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="fewer proposals per run")
+    args = ap.parse_args()
+    if args.quick:
+        args.proposals, args.reps = 2048, 2
+
+    ndev = jax.device_count()
+    load = os.getloadavg()
+    print(f"device: {jax.devices()[0].platform} x{ndev} ({jax.devices()[0].device_kind}); cpu cores "
+          f"{os.cpu_count()}; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
+    ref_s = reference_per_proposal_s(make_scenes(16, args.ref_scenes, args.ref_scenes))
+    print(f"reference (shapely/numpy per proposal): {1 / ref_s:,.1f} proposals/s ({ref_s * 1e3:.1f} ms/proposal)\n")
+    tmp = tempfile.mkdtemp(prefix="jaxdrive-e2e-")
+    header = (f"{'K':>5} {'path':<12} {'scenes':>6} {'proposals':>9} {'wall s':>7} {'compile s':>9} {'prop/s':>10} "
+              f"{'after compile':>13} {'x ref':>8} {'compiles':>8} {'fallbacks':>9}")
+    rows = []
+    print(header, flush=True)
+    try:
+        for k in [int(x) for x in args.ks.split(",")]:
+            count = max(1, args.proposals // k)
+            batch = max(ndev, -(-max(1, args.batch_proposals // k) // ndev) * ndev)
+            scenes = make_scenes(k, count, min(args.distinct, count))
+            store = os.path.join(tmp, f"store-{k}")
+            write_store(scenes, store)
+            source = SceneStoreSource(store)
+            options = ScoreOptions(batch_size=batch, shard_size=max(batch, 4096), workers=args.workers,
+                                   pad=source.pad_spec())
+            paths = [("store", source)]
+            if not args.skip_json:
+                json_dir = os.path.join(tmp, f"json-{k}")
+                os.makedirs(json_dir)
+                for s in scenes:
+                    write_scene(s, os.path.join(json_dir, f"{s.id}.json"))
+                paths.append(("json", SceneDirSource(json_dir)))
+            for name, src in paths:
+                wall, stats = end_to_end(src, os.path.join(tmp, f"out-{name}-{k}"), options)
+                n = stats.proposals
+                rows.append(f"{k:>5} {name + ' e2e':<12} {count:>6} {n:>9} {wall:>7.1f} {stats.compile_s:>9.1f} "
+                            f"{n / wall:>10,.0f} {stats.proposals_per_s:>13,.0f} {n / wall * ref_s:>8,.0f} "
+                            f"{stats.compiles:>8} {stats.fallback_batches:>9}")
+                print(rows[-1], flush=True)
+            best, first, overflow = step_only(scenes, options.pad, batch, args.reps)
+            n = min(batch, count) * k
+            rows.append(f"{k:>5} {'step':<12} {min(batch, count):>6} {n:>9} {best:>7.3f} {first:>9.1f} "
+                        f"{n / best:>10,.0f} {'':>13} {n / best * ref_s:>8,.0f} {'':>8} {int(overflow):>9}")
+            print(rows[-1], flush=True)
+            if k <= 256:
+                host = host_packed(scenes, options.pad, batch, args.reps)
+                rows.append(f"{k:>5} {'host-packed':<12} {min(batch, count):>6} {n:>9} {host:>7.3f} {'':>9} "
+                            f"{n / host:>10,.0f} {'':>13} {n / host * ref_s:>8,.0f}")
+                print(rows[-1], flush=True)
+        if args.replicas:
+            from conftest import EPDMS_FIXTURES
+
+            files = sorted(glob.glob(f"{EPDMS_FIXTURES}/*.json")) + sorted(glob.glob(f"{EPDMS_FIXTURES}/sanity/*.json"))
+            fixtures = [read_scene(f) for f in files]
+            store = os.path.join(tmp, "fixtures")
+            write_store([dataclasses.replace(s, id=f"{s.id}-r{r}") for r in range(args.replicas) for s in fixtures],
+                        store)
+            source = SceneStoreSource(store)
+            wall, stats = end_to_end(source, os.path.join(tmp, "out-fixtures"),
+                                     ScoreOptions(batch_size=16 * ndev, workers=args.workers,
+                                                  pad=source.pad_spec()))
+            rows.append(f"{'fix':>5} {'store e2e':<12} {len(source):>6} {stats.proposals:>9} {wall:>7.1f} "
+                        f"{stats.compile_s:>9.1f} {stats.proposals / wall:>10,.0f} {stats.proposals_per_s:>13,.0f} "
+                        f"{stats.proposals / wall * ref_s:>8,.0f} {stats.compiles:>8} {stats.fallback_batches:>9}")
+            print(rows[-1], flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("\n" + header + "\n" + "\n".join(rows))
+    print("\nprop/s: whole run incl. compile; after compile: from the end of the first batch; x ref: prop/s over the "
+          "reference's; compiles: traces of the scoring program (1 = no recompile); fallbacks: batches that "
+          "overflowed the capacities (scored unculled in the same program). step: best batch time, device-resident "
+          f"batch; host-packed: numpy broad phase + two-program step per batch. load average at the end "
+          f"{os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

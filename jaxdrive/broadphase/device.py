@@ -1,0 +1,331 @@
+"""The exact broad phase inside a jitted program: ``pack_on_device`` at fixed capacities, with an overflow flag.
+
+The same culling criteria as the numpy packer (``jaxdrive.broadphase.host``; its module docstring states why they
+are exact), computed in jnp on a padded ``Scene[B]`` / ``Proposals[B, K]``, compacted into the same structures
+(``PackedMap``, ``PackedAgents``) at the static sizes of a ``PackSpec`` (per scene of the batch, like the host's):
+
+* map units are the (proposal, 14-step chunk, polygon) triples whose bboxes overlap (a unit whose edges all miss the
+  chunk's bbox stays, with no tiles: it counts nothing, as a dropped unit would); each unit's kept edges are cut into
+  tiles of 8; TLC's units are the lane units of on-route lanes red at some step;
+* agents are culled per scene, NC's and TTC's (proposal, agent, 8-step chunk) triples listed per group;
+* LK's centreline segments per proposal; the centreline trimmed to ``PackSpec.centerline`` points.
+
+Invalid proposals (``Proposals.valid`` False: padded proposals, filler scenes) get empty bboxes, so they use no
+capacity and their rows are not meaningful. When a count exceeds its capacity the packed arrays are truncated and
+``overflow`` is True: the caller must not use them (``jaxdrive.scorer`` then scores the unculled batch instead, so
+results never depend on capacities). Bboxes are float32 here (float64 on the host): the ``MARGIN_M`` of 5 cm is far
+above float32 rounding at ego-centred scales (~1e-5 m), so every kept set still contains every edge / agent / triple
+that can change a result.
+
+``needs`` (numpy, host) returns the capacities a host batch needs under these rules, for choosing a run's sizes.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float, Int
+
+from jaxdrive.broadphase.host import (CENTERLINE_REACH_M, CONTACT_STEPS, EGO_RADIUS_M, MAP_CHUNK_STEPS, MARGIN_M,
+                                      NC_STEPS, TILE_EDGES, TTC_FRAMES_AHEAD, TTC_HORIZON_S, TTC_STEPS, ContactPairs,
+                                      EdgeTiles, PackedAgents, PackedMap, PackSpec, ego_chunk_bboxes, overlaps,
+                                      polygon_bboxes, swept_bboxes)
+from jaxdrive.geometry import EGO_LENGTH, EGO_REAR_AXLE_TO_CENTER, EGO_WIDTH
+from jaxdrive.scene import FAR, Agents, AreaKind, Polygons, Proposals, Scene
+
+_EMPTY = jnp.array([jnp.inf, jnp.inf, -jnp.inf, -jnp.inf], jnp.float32)  # overlaps nothing
+
+
+def compact(mask: Bool[Array, "n"], size: int, fill: int) -> tuple[Int[Array, "size"], Int[Array, ""]]:
+    """Indices of the True entries of ``mask`` in order, the first ``size`` of them, ``fill`` after; and the count."""
+    pos = jnp.cumsum(mask) - 1
+    out = jnp.full((size,), fill, jnp.int32)
+    out = out.at[jnp.where(mask, pos, size)].set(jnp.arange(mask.shape[0], dtype=jnp.int32), mode="drop")
+    return out, jnp.sum(mask, dtype=jnp.int32)
+
+
+def _chunks(x: Float[Array, "... T"], size: int, reduce, fill: float) -> Float[Array, "... C"]:
+    n = -(-x.shape[-1] // size)
+    x = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, n * size - x.shape[-1])], constant_values=fill)
+    return reduce(x.reshape(x.shape[:-1] + (n, size)), axis=-1)
+
+
+def chunk_boxes(states: Float[Array, "B K T 11"], valid: Bool[Array, "B K"], size: int, steps: int | None = None,
+                reach_s: float = 0.0) -> Float[Array, "B K C 4"]:
+    """``host.ego_chunk_bboxes`` in float32 on device; invalid proposals get an empty box."""
+    s = states[..., :steps, :]
+    c, sn = jnp.cos(s[..., 2]), jnp.sin(s[..., 2])
+    cx, cy = s[..., 0] + EGO_REAR_AXLE_TO_CENTER * c, s[..., 1] + EGO_REAR_AXLE_TO_CENTER * sn
+    hl, hw = 0.5 * EGO_LENGTH, 0.5 * EGO_WIDTH
+    ex, ey = jnp.abs(hl * c) + jnp.abs(hw * sn), jnp.abs(hl * sn) + jnp.abs(hw * c)
+    reach = reach_s * jnp.hypot(s[..., 3], s[..., 4])
+    dx, dy = reach * c, reach * sn
+    low = lambda x: _chunks(x, size, jnp.min, jnp.inf) - MARGIN_M
+    high = lambda x: _chunks(x, size, jnp.max, -jnp.inf) + MARGIN_M
+    box = jnp.stack([low(cx - ex + jnp.minimum(dx, 0.0)), low(cy - ey + jnp.minimum(dy, 0.0)),
+                     high(cx + ex + jnp.maximum(dx, 0.0)), high(cy + ey + jnp.maximum(dy, 0.0))], axis=-1)
+    return jnp.where(valid[..., None, None], box, _EMPTY)
+
+
+def swept_boxes(states: Float[Array, "B K T 11"], valid: Bool[Array, "B K"]) -> Float[Array, "B K 4"]:
+    """``host.swept_bboxes`` in float32 on device; invalid proposals get an empty box."""
+    h = states[..., 2]
+    cx = states[..., 0] + EGO_REAR_AXLE_TO_CENTER * jnp.cos(h)
+    cy = states[..., 1] + EGO_REAR_AXLE_TO_CENTER * jnp.sin(h)
+    r = EGO_RADIUS_M + MARGIN_M
+    box = jnp.stack([cx.min(-1) - r, cy.min(-1) - r, cx.max(-1) + r, cy.max(-1) + r], axis=-1)
+    return jnp.where(valid[..., None], box, _EMPTY)
+
+
+def _overlap(box: Float[Array, "*q 4"], other: Float[Array, "*q 4"]) -> Bool[Array, "*q"]:
+    return ((box[..., 0] <= other[..., 2]) & (other[..., 0] <= box[..., 2]) & (box[..., 1] <= other[..., 3])
+            & (other[..., 1] <= box[..., 3]))
+
+
+def _polygon_boxes(polys: Polygons) -> Float[Array, "B P 4"]:
+    v = polys.vertices
+    return jnp.concatenate([v.min(-2), v.max(-2)], axis=-1)
+
+
+def _tiles(verts: Float[Array, "Bg P V 2"], vertex_valid: Bool[Array, "Bg P V"], keep: Bool[Array, "Bg K C P"],
+           box: Float[Array, "Bg K C 4"], npair: int, ntile: int):
+    """One group's ``EdgeTiles`` (flat: [npair], [ntile, 8, 2]), each pair's (scene, polygon, chunk) and the
+    overflow flag. Pairs in (slot, polygon) order, kept edges in ring order (``host._edge_units`` / ``_tile``)."""
+    nb, k, nc, _ = keep.shape
+    nv = verts.shape[2]
+    flat = keep.reshape(-1)
+    idx, count = compact(flat, npair, flat.shape[0])
+    real = idx < flat.shape[0]
+    b, kk, c, p = jnp.unravel_index(jnp.minimum(idx, flat.shape[0] - 1), keep.shape)
+    slot = jnp.where(real, (b * k + kk) * nc + c, nb * k * nc - 1)
+    poly = jnp.where(real, p, -1)
+
+    a, e = verts, jnp.roll(verts, -1, axis=2)
+    n_edges = jnp.minimum(vertex_valid.sum(-1) + 1, nv)  # the ring's edges plus one degenerate v0 -> v0 if padded
+    bx = box[b, kk, c]  # [npair, 4]
+    ymin, ymax = jnp.minimum(a[..., 1], e[..., 1])[b, p], jnp.maximum(a[..., 1], e[..., 1])[b, p]  # [npair, V]
+    xmax = jnp.maximum(a[..., 0], e[..., 0])[b, p]
+    edge = ((jnp.arange(nv) < n_edges[b, p][:, None]) & (ymin <= bx[:, 3:4]) & (ymax >= bx[:, 1:2])
+            & (xmax >= bx[:, 0:1]) & real[:, None])
+    n = edge.sum(-1, dtype=jnp.int32)
+    tiles = -(-n // TILE_EDGES)
+    ends = jnp.cumsum(tiles)
+    total = ends[-1]
+    j = jnp.arange(ntile, dtype=jnp.int32)
+    used = j < total
+    tile_pair = jnp.where(used, jnp.searchsorted(ends, j, side="right"), npair - 1).astype(jnp.int32)
+    tp = jnp.minimum(tile_pair, npair - 1)
+    order = jnp.argsort(~edge, axis=-1, stable=True)  # kept edges first, in ring order
+    rank = (j - (ends - tiles)[tp])[:, None] * TILE_EDGES + jnp.arange(TILE_EDGES)  # [ntile, 8]
+    ok = used[:, None] & (rank < n[tp][:, None])
+    ee = jnp.take_along_axis(order[tp], jnp.clip(rank, 0, nv - 1), axis=1)
+    vb, vp = b[tp][:, None], p[tp][:, None]
+    start = jnp.where(ok[..., None], verts[vb, vp, ee], FAR)
+    end = jnp.where(ok[..., None], verts[vb, vp, (ee + 1) % nv], FAR)
+    flat_tiles = dict(start=start.astype(jnp.float32), end=end.astype(jnp.float32), tile_pair=tile_pair,
+                      pair_slot=slot.astype(jnp.int32), pair_poly=poly.astype(jnp.int32))
+    return flat_tiles, (b, p, c, real), (count > npair) | (total > ntile)
+
+
+def _rows(x: Array, nb: int) -> Array:
+    """[G, n, ...] per-group arrays -> the [B, G * n / B, ...] rows of ``EdgeTiles`` / ``ContactPairs``."""
+    return x.reshape((nb, -1) + x.shape[2:])
+
+
+def _per_group(x: Array, groups: int) -> Array:
+    return x.reshape((groups, x.shape[0] // groups) + x.shape[1:])
+
+
+def _pack_map(scene: Scene, states: Float[Array, "B K T 11"], valid: Bool[Array, "B K"], spec: PackSpec,
+              groups: int) -> tuple[PackedMap, Bool[Array, ""]]:
+    m = scene.map
+    nb = states.shape[0]
+    per = nb // groups
+    box = chunk_boxes(states, valid, MAP_CHUNK_STEPS)  # [B, K, C, 4]
+    chunks = box.shape[2]
+    over = lambda polys: _overlap(box[..., None, :], _polygon_boxes(polys)[:, None, None]) & polys.valid[:, None, None]
+    lane_keep = over(m.lanes)
+    red_any = m.lane_on_route & m.lane_red.any(-1)
+    g = lambda x: _per_group(x, groups)
+
+    def tiles(polys: Polygons, keep, pairs: int, ntiles: int):
+        t, (b, p, c, real), overflow = jax.vmap(lambda v, vv, kp, bx: _tiles(v, vv, kp, bx, pairs * per, ntiles * per))(
+            g(polys.vertices), g(polys.vertex_valid), g(keep), g(box))
+        scene_of = b + (jnp.arange(groups) * per)[:, None]  # [G, npair] scene index in the batch
+        edge_tiles = EdgeTiles(**{name: _rows(x, nb) for name, x in t.items()}, groups=groups)
+        return edge_tiles, (scene_of, p, c, real), overflow.any()
+
+    areas, (a_scene, a_poly, _, a_real), a_over = tiles(m.areas, over(m.areas), spec.area_pairs, spec.area_tiles)
+    lanes, (l_scene, l_poly, _, l_real), l_over = tiles(m.lanes, lane_keep, spec.lane_pairs, spec.lane_tiles)
+    red_keep = lane_keep & red_any[:, None, None, :]
+    red_lanes, (r_scene, r_poly, r_chunk, r_real), r_over = tiles(m.lanes, red_keep, spec.red_pairs, spec.red_tiles)
+    red = jnp.pad(m.lane_red, ((0, 0), (0, 0), (0, chunks * MAP_CHUNK_STEPS - m.lane_red.shape[-1])))
+    red = red.reshape(red.shape[:2] + (chunks, MAP_CHUNK_STEPS))[r_scene, r_poly, r_chunk] & r_real[..., None]
+
+    c_full = m.centerline.shape[-2]
+    c = min(c_full, spec.centerline)
+    real_points = m.centerline_valid.sum(-1).max()
+    cl_over = (real_points + 1 > c) if c < c_full else jnp.asarray(False)
+    centerline = m.centerline[..., :c, :]
+    near, near_over = _near_segments(centerline, swept_boxes(states, valid), spec.near_segments)
+    packed = PackedMap(
+        areas=areas, junction=_rows((m.area_kind[a_scene, a_poly] == AreaKind.INTERSECTION) & a_real, nb),
+        lanes=lanes, lane_on_route=_rows(m.lane_on_route[l_scene, l_poly] & l_real, nb),
+        red_lanes=red_lanes,
+        red_first=_rows(jnp.where(r_real[..., None], m.lanes.vertices[r_scene, r_poly, 0], FAR), nb),
+        red=_rows(red, nb), centerline=centerline, centerline_valid=m.centerline_valid[..., :c],
+        near_segments=near)
+    return packed, a_over | l_over | r_over | cl_over | near_over
+
+
+def _near_segments(centerline: Float[Array, "B C 2"], swept: Float[Array, "B K 4"],
+                   size: int) -> tuple[Int[Array, "B K S"], Bool[Array, ""]]:
+    """``host.near_segments`` at ``size`` segments per proposal."""
+    pts = centerline
+    seg = jnp.concatenate([jnp.minimum(pts[:, :-1], pts[:, 1:]), jnp.maximum(pts[:, :-1], pts[:, 1:])], axis=-1)
+    reach = swept + jnp.array([-1.0, -1.0, 1.0, 1.0]) * (CENTERLINE_REACH_M + MARGIN_M)
+    keep = _overlap(reach[:, :, None, :], seg[:, None])  # [B, K, C - 1]
+    idx, count = jax.vmap(jax.vmap(lambda row: compact(row, size, -1)))(keep)
+    return idx, (count > size).any()
+
+
+def _agent_chunk_boxes(agents: Agents, chunks: int, ahead: int) -> Float[Array, "B N C 4"]:
+    """``host.agent_chunk_bboxes`` on device."""
+    live = (agents.present & agents.valid[..., None])[..., None]  # [B, N, T, 1]
+    r = 0.5 * jnp.hypot(agents.length, agents.width)[..., None, None]
+    lo = jnp.where(live, agents.center - r, jnp.inf)
+    hi = jnp.where(live, agents.center + r, -jnp.inf)
+    win = lambda i: slice(i * CONTACT_STEPS, (i + 1) * CONTACT_STEPS + ahead)
+    return jnp.stack([jnp.concatenate([lo[:, :, win(i)].min(2), hi[:, :, win(i)].max(2)], axis=-1)
+                      for i in range(chunks)], axis=2)
+
+
+def _cull_agents(agents: Agents, states: Float[Array, "B K T 11"], valid: Bool[Array, "B K"],
+                 size: int) -> tuple[Agents, Bool[Array, ""]]:
+    """``host.cull_agents`` at ``size`` agents per scene."""
+    speed = jnp.hypot(states[..., 3], states[..., 4]).max(-1)  # [B, K]
+    reach = (TTC_HORIZON_S * speed)[..., None] * jnp.array([-1.0, -1.0, 1.0, 1.0])
+    swept = swept_boxes(states, valid) + reach
+    whole = _agent_chunk_boxes(agents, 1, agents.present.shape[-1])[:, :, 0]  # [B, N, 4] over every frame
+    keep = (_overlap(swept[:, :, None], whole[:, None]) & agents.valid[:, None]).any(1)  # [B, N]
+    idx, count = jax.vmap(lambda row: compact(row, size, -1))(keep)
+    take = lambda leaf, fill: jnp.where((idx < 0).reshape(idx.shape + (1,) * (leaf.ndim - 2)), jnp.asarray(
+        fill, leaf.dtype), jnp.take_along_axis(leaf, jnp.maximum(idx, 0).reshape(idx.shape + (1,) * (leaf.ndim - 2)),
+                                               axis=1))
+    culled = Agents(center=take(agents.center, FAR), heading=take(agents.heading, 0),
+                    velocity=take(agents.velocity, 0), length=take(agents.length, 1), width=take(agents.width, 1),
+                    type=take(agents.type, 0), present=take(agents.present, False), valid=take(agents.valid, False))
+    return culled, (count > size).any()
+
+
+def _contact_pairs(agents: Agents, states: Float[Array, "B K T 11"], valid: Bool[Array, "B K"], steps: int,
+                   ahead: int, reach_s: float, size: int, groups: int) -> tuple[ContactPairs, Bool[Array, ""]]:
+    """``host.contact_pairs`` at ``size`` triples per scene of each group."""
+    ego = chunk_boxes(states, valid, CONTACT_STEPS, steps, reach_s)  # [B, K, C, 4]
+    obj = _agent_chunk_boxes(agents, ego.shape[2], ahead)  # [B, N, C, 4]
+    keep = _overlap(ego[:, :, None], obj[:, None]) & agents.valid[:, None, :, None]  # [B, K, N, C]
+    nb, k, n, nc = keep.shape
+    per = nb // groups
+    npair = size * per
+
+    def one(flat):
+        idx, count = compact(flat, npair, flat.shape[0])
+        real = idx < flat.shape[0]
+        i = jnp.minimum(idx, flat.shape[0] - 1)
+        key = i // nc  # (proposal, agent)
+        change = jnp.concatenate([jnp.ones((1,), bool), key[1:] != key[:-1]])
+        run = jnp.where(real, jnp.cumsum(change) - 1, npair - 1)
+        return dict(owner=jnp.where(real, i // (n * nc), per * k - 1), agent=jnp.where(real, i // nc % n, 0),
+                    chunk=jnp.where(real, i % nc, 0), run=run, valid=real), count > npair
+
+    out, overflow = jax.vmap(one)(keep.reshape(groups, -1))
+    cast = {name: _rows(x if name == "valid" else x.astype(jnp.int32), nb) for name, x in out.items()}
+    return ContactPairs(**cast, groups=groups), overflow.any()
+
+
+def pack_on_device(scene: Scene, proposals: Proposals, spec: PackSpec,
+                   groups: int = 1) -> tuple[Scene, Bool[Array, ""]]:
+    """``scene`` with its map packed and its agents culled (``PackedMap``, ``PackedAgents``) at the capacities of
+    ``spec`` (per scene of the batch), and whether anything overflowed them (then the packed scene is unusable).
+
+    Jittable. ``scene`` is an unpacked ``Scene[B]``, ``proposals`` its ``Proposals[B, K]``; ``groups`` as in
+    ``host.pack_map`` (B must be a multiple of it).
+    """
+    states, valid = proposals.states, proposals.valid
+    nb = states.shape[0]
+    if groups < 1 or nb % groups:
+        raise ValueError(f"pack_on_device: groups: expected a positive divisor of the batch size {nb}, got {groups}")
+    packed_map, map_over = _pack_map(scene, states, valid, spec, groups)
+    agents, agent_over = _cull_agents(scene.agents, states, valid, spec.agents)
+    nc, nc_over = _contact_pairs(agents, states, valid, NC_STEPS, 0, 0.0, spec.nc_pairs, groups)
+    ttc, ttc_over = _contact_pairs(agents, states, valid, TTC_STEPS, TTC_FRAMES_AHEAD, TTC_HORIZON_S, spec.ttc_pairs,
+                                   groups)
+    packed = scene.replace(map=packed_map, agents=PackedAgents(agents=agents, nc=nc, ttc=ttc))
+    return packed, map_over | agent_over | nc_over | ttc_over
+
+
+def needs(scene: Scene, proposals: Proposals, groups: int = 1) -> PackSpec:
+    """The smallest capacities (per scene of the batch, like ``PackSpec``) with which ``pack_on_device`` does not
+    overflow on this host batch (numpy leaves). For choosing a run's capacities from a few batches up front."""
+    states = np.asarray(proposals.states, np.float64)
+    valid = np.asarray(proposals.valid)
+    nb = states.shape[0]
+    per = nb // groups
+    m = scene.map
+    box = np.where(valid[..., None, None], ego_chunk_bboxes(states, MAP_CHUNK_STEPS), np.asarray(_EMPTY))
+
+    def units(polys: Polygons, extra=None):
+        keep = overlaps(box, polygon_bboxes(polys), polys.valid)  # [B, K, C, P]
+        if extra is not None:
+            keep = keep & extra[:, None, None, :]
+        verts = np.asarray(polys.vertices, np.float64)
+        nv = verts.shape[2]
+        a, e = verts, np.roll(verts, -1, axis=2)
+        n_edges = np.minimum(np.asarray(polys.vertex_valid).sum(-1) + 1, nv)
+        ub, uk, uc, up = np.nonzero(keep)
+        bx = box[ub, uk, uc]
+        edge = ((np.arange(nv) < n_edges[ub, up][:, None])
+                & (np.minimum(a[..., 1], e[..., 1])[ub, up] <= bx[:, 3:4])
+                & (np.maximum(a[..., 1], e[..., 1])[ub, up] >= bx[:, 1:2])
+                & (np.maximum(a[..., 0], e[..., 0])[ub, up] >= bx[:, 0:1]))
+        tiles = -(-edge.sum(-1) // TILE_EDGES)
+        group = ub // per
+        pairs = np.bincount(group, minlength=groups).max()
+        ntiles = np.bincount(group, weights=tiles, minlength=groups).max()
+        return -(-int(pairs) // per), -(-int(ntiles) // per)
+
+    area_pairs, area_tiles = units(m.areas)
+    lane_pairs, lane_tiles = units(m.lanes)
+    red_pairs, red_tiles = units(m.lanes, np.asarray(m.lane_on_route) & np.asarray(m.lane_red).any(-1))
+    swept = np.where(valid[..., None], swept_bboxes(states), np.asarray(_EMPTY))
+    cl = np.asarray(m.centerline, np.float64)
+    seg = np.concatenate([np.minimum(cl[:, :-1], cl[:, 1:]), np.maximum(cl[:, :-1], cl[:, 1:])], axis=-1)
+    reach = swept + np.array([-1.0, -1.0, 1.0, 1.0]) * (CENTERLINE_REACH_M + MARGIN_M)
+    near = overlaps(reach, seg, np.ones(seg.shape[:2], bool)).sum(-1).max(initial=0)
+
+    packed = jax.device_get(_agent_counts(scene.agents, proposals, groups))
+    return PackSpec(area_pairs=max(area_pairs, 1), area_tiles=max(area_tiles, 1), lane_pairs=max(lane_pairs, 1),
+                    lane_tiles=max(lane_tiles, 1), red_pairs=max(red_pairs, 1), red_tiles=max(red_tiles, 1),
+                    centerline=int(np.asarray(m.centerline_valid).sum(-1).max()) + 1, agents=max(int(packed[0]), 1),
+                    near_segments=max(int(near), 1), nc_pairs=max(-(-int(packed[1]) // per), 1),
+                    ttc_pairs=max(-(-int(packed[2]) // per), 1))
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _agent_counts(agents: Agents, proposals: Proposals, groups: int) -> Int[Array, "3"]:
+    """Kept agents per scene and NC / TTC triples per group (maxima), measured with the device rules."""
+    states, valid = proposals.states, proposals.valid
+    n = agents.valid.shape[-1]
+    culled, _ = _cull_agents(agents, states, valid, n)
+    kept = culled.valid.sum(-1).max()
+
+    def triples(steps, ahead, reach_s):
+        ego = chunk_boxes(states, valid, CONTACT_STEPS, steps, reach_s)
+        obj = _agent_chunk_boxes(culled, ego.shape[2], ahead)
+        keep = _overlap(ego[:, :, None], obj[:, None]) & culled.valid[:, None, :, None]
+        return keep.reshape(groups, -1).sum(-1).max()
+
+    return jnp.stack([kept, triples(NC_STEPS, 0, 0.0), triples(TTC_STEPS, TTC_FRAMES_AHEAD, TTC_HORIZON_S)])

@@ -1,0 +1,225 @@
+"""Binary scene store: validated, ego-centred ``HostScene``s as a TFDS dataset in array_record format.
+
+``write_store(scenes, STORE)`` writes one example per scene (``tfds.features`` serialisation, TensorFlow-free) into
+array_record shards and the TFDS metadata (``dataset_info.json``, ``features.json``) into ``STORE`` itself, plus
+``jaxdrive_store.json`` (scene count, the largest sizes of every padded axis, a content hash). ``SceneStore(STORE)``
+reads it back by index with ``tfds.builder_from_directory(STORE).as_data_source()`` (random access, no TensorFlow).
+
+An example holds the scene re-centred on its ego rear axle at t = 0 (float64 subtraction, so the padded float32
+batches, and therefore every score, are identical to those of the global-frame scene; tested on the fixtures) and
+``origin``, that point in the global frame. Numeric arrays are float64 tensors; ids, names, kinds and the other small
+fields are one JSON text (``meta``). Polygons are concatenated with their vertex counts in ``meta``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from jaxdrive.scene import (NUM_HISTORY, NUM_STEPS, STATE_DIM, Agent, AgentType, Area, AreaKind, HostScene, Lane,
+                            LaneKind, PadSpec, validate_host_scene)
+
+STORE_NAME = "jaxdrive_scenes"
+STORE_VERSION = "1.0.0"
+STORE_META = "jaxdrive_store.json"
+SCENES_PER_SHARD = 4096
+
+
+def is_store(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a scene store written by ``write_store``."""
+    return (Path(path) / STORE_META).is_file()
+
+
+def _features():
+    import tensorflow_datasets as tfds
+
+    f64 = np.float64
+    t = lambda shape: tfds.features.Tensor(shape=shape, dtype=f64, encoding=tfds.features.Encoding.BYTES)  # exact
+    return tfds.features.FeaturesDict({
+        "meta": tfds.features.Text(),
+        "origin": t((2,)),
+        "history_states": t((NUM_HISTORY, STATE_DIM)),
+        "proposal_states": t((None, NUM_STEPS, STATE_DIM)),
+        "previous_states": t((None, NUM_STEPS, STATE_DIM)),
+        "human_states": t((None, NUM_STEPS, STATE_DIM)),
+        "centerline": t((None, 3)),
+        "area_vertices": t((None, 2)),
+        "lane_vertices": t((None, 2)),
+        "agent_tracks": t((None, NUM_STEPS, 5)),
+        "agent_sizes": t((None, 3)),
+    })
+
+
+def _local(x: np.ndarray, origin: np.ndarray) -> np.ndarray:
+    out = np.array(x, np.float64, copy=True)
+    out[..., :2] -= origin
+    return out
+
+
+def scene_example(scene: HostScene) -> dict:
+    """The store example of one (validated) scene: arrays ego-centred, small fields as JSON."""
+    o = scene.origin
+    poly = lambda items: (np.concatenate([_local(i.polygon, o) for i in items]) if items else np.zeros((0, 2)))
+    meta = {
+        "id": scene.id, "origin": o.tolist(),
+        "areas": [[a.id, int(a.kind), len(a.polygon)] for a in scene.areas],
+        "lanes": [[l.id, int(l.kind), bool(l.on_route), l.parent_id, len(l.polygon)] for l in scene.lanes],
+        "traffic_lights": scene.traffic_lights,
+        "agents": [[a.id, int(a.type), a.role] for a in scene.agents],
+        "proposal_names": list(scene.proposal_names), "proposal_families": list(scene.proposal_families),
+        "previous_kinds": scene.previous_kinds, "has_previous": scene.previous_states is not None,
+        "generator": scene.generator, "expected": scene.expected, "extra": scene.extra,
+    }
+    return {
+        "meta": json.dumps(meta, sort_keys=True),
+        "origin": o,
+        "history_states": _local(scene.history_states, o),
+        "proposal_states": _local(scene.proposal_states, o),
+        "previous_states": (_local(scene.previous_states, o) if scene.previous_states is not None
+                            else np.zeros((0, NUM_STEPS, STATE_DIM))),
+        "human_states": (_local(scene.human_states, o)[None] if scene.human_states is not None
+                         else np.zeros((0, NUM_STEPS, STATE_DIM))),
+        "centerline": _local(scene.centerline, o),
+        "area_vertices": poly(scene.areas),
+        "lane_vertices": poly(scene.lanes),
+        "agent_tracks": (np.stack([_local(a.track, o) for a in scene.agents]) if scene.agents
+                         else np.zeros((0, NUM_STEPS, 5))),
+        "agent_sizes": (np.array([[a.length, a.width, a.height] for a in scene.agents], np.float64)
+                        if scene.agents else np.zeros((0, 3))),
+    }
+
+
+def scene_from_example(ex: dict) -> HostScene:
+    """The ego-centred ``HostScene`` of a store example (``origin`` is kept in ``generator['store_origin']``)."""
+    meta = ex["meta"]
+    meta = json.loads(meta.decode() if isinstance(meta, bytes) else meta)
+    arr = lambda key: np.asarray(ex[key], np.float64)
+
+    def split(vertices: np.ndarray, sizes: list[int]) -> list[np.ndarray]:
+        return np.split(vertices, np.cumsum(sizes)[:-1]) if sizes else []
+
+    av = split(arr("area_vertices"), [a[2] for a in meta["areas"]])
+    lv = split(arr("lane_vertices"), [l[4] for l in meta["lanes"]])
+    tracks, sizes = arr("agent_tracks"), arr("agent_sizes")
+    human = arr("human_states")
+    return HostScene(
+        id=meta["id"], history_states=arr("history_states"),
+        areas=[Area(id=i, kind=AreaKind(kind), polygon=p) for (i, kind, _), p in zip(meta["areas"], av)],
+        lanes=[Lane(id=i, kind=LaneKind(kind), on_route=r, parent_id=parent, polygon=p)
+               for (i, kind, r, parent, _), p in zip(meta["lanes"], lv)],
+        centerline=arr("centerline"), traffic_lights=dict(meta["traffic_lights"]),
+        agents=[Agent(id=i, type=AgentType(t), length=float(s[0]), width=float(s[1]), height=float(s[2]),
+                      track=tr, role=role) for (i, t, role), s, tr in zip(meta["agents"], sizes, tracks)],
+        proposal_states=arr("proposal_states"), proposal_names=meta["proposal_names"],
+        proposal_families=meta["proposal_families"],
+        previous_states=arr("previous_states") if meta["has_previous"] else None,
+        previous_kinds=meta["previous_kinds"], human_states=human[0] if len(human) else None,
+        generator={**meta["generator"], "store_origin": meta["origin"]}, expected=meta["expected"],
+        extra=meta["extra"])
+
+
+def write_store(scenes: Iterable[HostScene], out: str | os.PathLike, *, progress: bool = False) -> dict:
+    """Validate and write ``scenes`` as a store at ``out`` (created; must not hold one). Returns its metadata."""
+    import tensorflow_datasets as tfds
+    from array_record.python.array_record_module import ArrayRecordWriter
+    from tqdm.auto import tqdm
+
+    out = Path(out)
+    if is_store(out):
+        raise ValueError(f"--out {out}: already holds a scene store; choose another directory")
+    out.mkdir(parents=True, exist_ok=True)
+    features = _features()
+    template = f"{STORE_NAME}-train.array_record-{{:05d}}"
+    digest = hashlib.sha256()
+    shard_lengths, writer, count, total_bytes = [], None, 0, 0
+    sizes = None
+    for scene in tqdm(scenes, disable=not progress, unit="scene", desc="converting"):
+        validate_host_scene(scene)
+        fit = PadSpec.fit([scene], multiple=1)
+        sizes = fit if sizes is None else PadSpec(**{k: max(getattr(sizes, k), getattr(fit, k))
+                                                     for k in fit.__dataclass_fields__})
+        if writer is None or shard_lengths[-1] == SCENES_PER_SHARD:
+            if writer is not None:
+                writer.close()
+            writer = ArrayRecordWriter(str(out / template.format(len(shard_lengths))), "group_size:1")
+            shard_lengths.append(0)
+        record = features.serialize_example(scene_example(scene))
+        writer.write(record)
+        digest.update(record)
+        shard_lengths[-1] += 1
+        count += 1
+        total_bytes += len(record)
+    if writer is not None:
+        writer.close()
+    if count == 0:
+        raise ValueError("scenes convert: no scene to write")
+    n = len(shard_lengths)
+    for i in range(n):  # TFDS names shards "-SSSSS-of-NNNNN"
+        os.replace(out / template.format(i), out / f"{STORE_NAME}-train.array_record-{i:05d}-of-{n:05d}")
+    split = tfds.core.SplitInfo(name="train", shard_lengths=shard_lengths, num_bytes=total_bytes,
+                                filename_template=tfds.core.ShardedFileTemplate(
+                                    data_dir=out, dataset_name=STORE_NAME, split="train",
+                                    filetype_suffix="array_record"))
+    info = tfds.core.DatasetInfo(builder=tfds.core.DatasetIdentity(name=STORE_NAME, version=STORE_VERSION,
+                                                                    data_dir=str(out), module_name=__name__),
+                                 features=features, description="jaxdrive ego-centred EPDMS scenes")
+    info.set_splits(tfds.core.SplitDict([split]))
+    info.set_file_format("array_record")
+    info.write_to_directory(out)
+    meta = {"format": "jaxdrive-scene-store/1", "scenes": count, "sha256": digest.hexdigest(),
+            "max_sizes": {k: getattr(sizes, k) for k in sizes.__dataclass_fields__}}
+    (out / STORE_META).write_text(json.dumps(meta, indent=1))
+    return meta
+
+
+class SceneStore:
+    """Random access to a store's scenes (``len``, ``store[i]`` -> ego-centred ``HostScene``)."""
+
+    def __init__(self, path: str | os.PathLike):
+        import tensorflow_datasets as tfds
+
+        self.path = Path(path)
+        if not is_store(self.path):
+            raise ValueError(f"--scenes {self.path}: not a jaxdrive scene store (no {STORE_META})")
+        self.meta = json.loads((self.path / STORE_META).read_text())
+        self.source = tfds.builder_from_directory(str(self.path)).as_data_source(split="train")
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __getitem__(self, i: int) -> HostScene:
+        return scene_from_example(self.source[i])
+
+    def pad_spec(self, multiple: int = 8) -> PadSpec:
+        """The smallest ``PadSpec`` holding every scene of the store (from its metadata: no scene is read)."""
+        up = lambda n: max(multiple, -(-n // multiple) * multiple)
+        return PadSpec(**{k: up(v) for k, v in self.meta["max_sizes"].items()})
+
+
+def add_convert_parser(scenes_sub) -> None:
+    """``jaxdrive scenes convert JSON_DIR --out STORE``."""
+    import argparse
+
+    p = scenes_sub.add_parser("convert", help="write a directory of epdms-scene/1 JSON files as a binary scene store "
+                              "(TFDS array_record; `jaxdrive score --scenes STORE` reads it)",
+                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("json_dir", type=Path, help="directory of *.json scene files")
+    p.add_argument("--out", type=Path, required=True, help="store directory to create")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_run_convert)
+
+
+def _run_convert(args) -> int:
+    from jaxdrive.data.scene_json import read_scene, scene_files
+
+    files = scene_files(args.json_dir) if Path(args.json_dir).is_dir() else []
+    if not files:
+        raise ValueError(f"scenes convert {args.json_dir}: no *.json scene files found")
+    meta = write_store((read_scene(f) for f in files), args.out, progress=not args.no_progress)
+    print(f"wrote {meta['scenes']} scenes to {args.out}")
+    return 0

@@ -1,0 +1,277 @@
+"""Device pytrees of padded, ego-centred batches (``Scene``, ``Proposals``), their fixed sizes (``PadSpec``) and the
+padding of host scenes into them (``pad_scene``, ``batch_scenes``). Conventions: see ``jaxdrive.scene``. Import these
+names from ``jaxdrive.scene``."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+from jaxdrive import pytree as struct
+from jaxtyping import Array, Bool, Float, Int
+
+from jaxdrive.scene.host import (NUM_HISTORY_PADDED, NUM_STEPS, STATE_DIM, HostScene, SceneValidationError, _fail,
+                                 pad_history, validate_host_scene)
+
+FAR = 1.0e6  # coordinate of padding geometry (metres, in the ego-centred frame)
+
+
+@struct.dataclass
+class Polygons:
+    """A padded set of simple polygons (open rings; padded vertices repeat the first vertex)."""
+
+    vertices: Float[Array, "*b P V 2"]
+    vertex_valid: Bool[Array, "*b P V"]
+    valid: Bool[Array, "*b P"]
+
+
+@struct.dataclass
+class MapData:
+    areas: Polygons  # drivable polygons (roadblocks, intersections, carparks, drivable areas)
+    area_kind: Int[Array, "*b A"]  # AreaKind
+    lanes: Polygons  # lanes and lane connectors
+    lane_kind: Int[Array, "*b L"]  # LaneKind
+    lane_on_route: Bool[Array, "*b L"]
+    lane_red: Bool[Array, "*b L T"]  # light status 'R' at step t (any lane; TLC keeps on-route ones)
+    centerline: Float[Array, "*b C 2"]  # route centreline; padded points repeat the last one
+    centerline_valid: Bool[Array, "*b C"]
+
+
+@struct.dataclass
+class Agents:
+    center: Float[Array, "*b N T 2"]  # box centre
+    heading: Float[Array, "*b N T"]
+    velocity: Float[Array, "*b N T 2"]  # global frame
+    length: Float[Array, "*b N"]
+    width: Float[Array, "*b N"]
+    type: Int[Array, "*b N"]  # AgentType
+    present: Bool[Array, "*b N T"]
+    valid: Bool[Array, "*b N"]
+
+
+@struct.dataclass
+class Scene:
+    """Everything but the proposals, ego-centred float32. ``*b`` are batch dims."""
+
+    history: Float[Array, "*b 4 11"]  # logged history states
+    history_padded: Float[Array, "*b 14 11"]  # NAVSIM's interpolated history (HC input)
+    map: MapData
+    agents: Agents
+    human: Float[Array, "*b T 11"]  # logged human future (zeros if absent)
+    has_human: Bool[Array, "*b"]
+
+
+@struct.dataclass
+class Proposals:
+    """K candidate ego trajectories of a scene (rear-axle states, ego-centred float32)."""
+
+    states: Float[Array, "*b K T 11"]
+    previous: Float[Array, "*b K T 11"]  # same proposal planned 0.5 s earlier (t = -0.5 .. 3.5 s), zeros if absent
+    has_previous: Bool[Array, "*b K"]
+    valid: Bool[Array, "*b K"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PadSpec:
+    """Fixed padded sizes of a batch. One ``PadSpec`` = one compiled shape."""
+
+    proposals: int = 16
+    agents: int = 32
+    areas: int = 24
+    area_vertices: int = 96
+    lanes: int = 64
+    lane_vertices: int = 96
+    centerline: int = 512
+
+    @staticmethod
+    def fit(scenes: Sequence[HostScene], multiple: int = 8) -> "PadSpec":
+        """The smallest spec holding every scene, each size rounded up to a multiple of ``multiple``."""
+
+        def up(n: int) -> int:
+            return max(multiple, -(-n // multiple) * multiple)
+
+        return PadSpec(
+            proposals=up(max(s.num_proposals for s in scenes)),
+            agents=up(max(len(s.agents) for s in scenes)),
+            areas=up(max(len(s.areas) for s in scenes)),
+            area_vertices=up(max(len(a.polygon) for s in scenes for a in s.areas)),
+            lanes=up(max([len(s.lanes) for s in scenes] + [1])),
+            lane_vertices=up(max([len(l.polygon) for s in scenes for l in s.lanes] + [3])),
+            centerline=up(max(s.centerline.shape[0] for s in scenes)),
+        )
+
+    def check(self, scene: HostScene) -> None:
+        sizes = {
+            "proposals": scene.num_proposals,
+            "agents": len(scene.agents),
+            "areas": len(scene.areas),
+            "area_vertices": max(len(a.polygon) for a in scene.areas),
+            "lanes": len(scene.lanes),
+            "lane_vertices": max([len(l.polygon) for l in scene.lanes] + [0]),
+            "centerline": scene.centerline.shape[0],
+        }
+        for name, n in sizes.items():
+            if n > getattr(self, name):
+                _fail(scene.id, name, f"at most {getattr(self, name)} (PadSpec.{name})", n)
+
+
+@dataclasses.dataclass
+class BatchInfo:
+    """Host-side facts about a padded batch that do not go to the device."""
+
+    scene_ids: list[str]
+    origins: np.ndarray  # (B, 2) float64 global position of each scene's ego-centred frame
+    num_proposals: np.ndarray  # (B,) real proposals per scene
+    proposal_names: list[list[str]]
+
+
+def _pad_polygons(polys: Sequence[np.ndarray], count: int, verts: int, origin: np.ndarray):
+    v = np.full((count, verts, 2), FAR, np.float64)
+    vm = np.zeros((count, verts), bool)
+    valid = np.zeros((count,), bool)
+    for i, p in enumerate(polys):
+        n = len(p)
+        local = np.asarray(p, np.float64) - origin
+        v[i, :n] = local
+        v[i, n:] = local[0]
+        vm[i, :n] = True
+        valid[i] = True
+    return v, vm, valid
+
+
+def _to_local_states(states: np.ndarray, origin: np.ndarray) -> np.ndarray:
+    out = np.array(states, np.float64, copy=True)
+    out[..., :2] -= origin
+    return out
+
+
+def pad_scene(scene: HostScene, spec: PadSpec) -> tuple[dict, dict]:
+    """Numpy (float32 / bool / int32) leaves of one padded ``Scene`` and ``Proposals``, re-centred on ``scene.origin``."""
+    spec.check(scene)
+    o = scene.origin
+    f32 = np.float32
+    av, avm, avalid = _pad_polygons([a.polygon for a in scene.areas], spec.areas, spec.area_vertices, o)
+    akind = np.zeros((spec.areas,), np.int32)
+    akind[: len(scene.areas)] = [int(a.kind) for a in scene.areas]
+    lv, lvm, lvalid = _pad_polygons([l.polygon for l in scene.lanes], spec.lanes, spec.lane_vertices, o)
+    lkind = np.zeros((spec.lanes,), np.int32)
+    lroute = np.zeros((spec.lanes,), bool)
+    lred = np.zeros((spec.lanes, NUM_STEPS), bool)
+    for i, lane in enumerate(scene.lanes):
+        lkind[i] = int(lane.kind)
+        lroute[i] = lane.on_route
+        status = scene.traffic_lights.get(lane.id)
+        if status is not None:
+            lred[i] = np.frombuffer(status.encode(), np.uint8) == ord("R")
+    c = scene.centerline.shape[0]
+    cl = np.empty((spec.centerline, 2), np.float64)
+    cl[:c] = scene.centerline[:, :2] - o
+    cl[c:] = cl[c - 1]
+    clm = np.arange(spec.centerline) < c
+
+    n = spec.agents
+    center = np.full((n, NUM_STEPS, 2), FAR, np.float64)
+    heading = np.zeros((n, NUM_STEPS), np.float64)
+    velocity = np.zeros((n, NUM_STEPS, 2), np.float64)
+    length = np.ones((n,), np.float64)
+    width = np.ones((n,), np.float64)
+    atype = np.zeros((n,), np.int32)
+    present = np.zeros((n, NUM_STEPS), bool)
+    avalid_ = np.zeros((n,), bool)
+    for i, ag in enumerate(scene.agents):
+        pres = ~np.any(np.isnan(ag.track), axis=1)
+        present[i] = pres
+        center[i, pres] = ag.track[pres, :2] - o
+        heading[i, pres] = ag.track[pres, 2]
+        velocity[i, pres] = ag.track[pres, 3:5]
+        length[i], width[i], atype[i], avalid_[i] = ag.length, ag.width, int(ag.type), True
+
+    k = scene.num_proposals
+    states = np.zeros((spec.proposals, NUM_STEPS, STATE_DIM), np.float64)
+    states[:k] = _to_local_states(scene.proposal_states, o)
+    states[k:] = states[0]  # padded proposals copy proposal 0 (finite, masked out by `valid`)
+    previous = np.zeros_like(states)
+    has_prev = np.zeros((spec.proposals,), bool)
+    if scene.previous_states is not None:
+        previous[:k] = _to_local_states(scene.previous_states, o)
+        has_prev[:k] = True
+    human = np.zeros((NUM_STEPS, STATE_DIM), np.float64)
+    if scene.human_states is not None:
+        human = _to_local_states(scene.human_states, o)
+
+    scene_leaves = dict(
+        history=_to_local_states(scene.history_states, o).astype(f32),
+        history_padded=pad_history(_to_local_states(scene.history_states, o)).astype(f32),  # frame-invariant
+        map=dict(
+            areas=dict(vertices=av.astype(f32), vertex_valid=avm, valid=avalid),
+            area_kind=akind,
+            lanes=dict(vertices=lv.astype(f32), vertex_valid=lvm, valid=lvalid),
+            lane_kind=lkind,
+            lane_on_route=lroute,
+            lane_red=lred,
+            centerline=cl.astype(f32),
+            centerline_valid=clm,
+        ),
+        agents=dict(center=center.astype(f32), heading=heading.astype(f32), velocity=velocity.astype(f32),
+                    length=length.astype(f32), width=width.astype(f32), type=atype, present=present, valid=avalid_),
+        human=human.astype(f32),
+        has_human=np.asarray(scene.human_states is not None),
+    )
+    prop_leaves = dict(states=states.astype(f32), previous=previous.astype(f32), has_previous=has_prev,
+                       valid=np.arange(spec.proposals) < k)
+    return scene_leaves, prop_leaves
+
+
+def _build(tree: dict) -> Scene:
+    m = tree["map"]
+    return Scene(
+        history=tree["history"], history_padded=tree["history_padded"],
+        map=MapData(areas=Polygons(**m["areas"]), area_kind=m["area_kind"], lanes=Polygons(**m["lanes"]),
+                    lane_kind=m["lane_kind"], lane_on_route=m["lane_on_route"], lane_red=m["lane_red"],
+                    centerline=m["centerline"], centerline_valid=m["centerline_valid"]),
+        agents=Agents(**tree["agents"]), human=tree["human"], has_human=tree["has_human"],
+    )
+
+
+def batch_scenes(scenes: Sequence[HostScene], spec: PadSpec | None = None,
+                 validate: bool = True) -> tuple[Scene, Proposals, BatchInfo]:
+    """Pad and stack host scenes into one batch: ``Scene[B]``, ``Proposals[B, K]`` (numpy leaves) and ``BatchInfo``."""
+    import jax
+
+    if not scenes:
+        raise SceneValidationError("batch_scenes: expected at least one scene, got an empty list")
+    if validate:
+        for s in scenes:
+            validate_host_scene(s)
+    spec = spec or PadSpec.fit(scenes)
+    parts = [pad_scene(s, spec) for s in scenes]
+    stacked_scene = jax.tree.map(lambda *xs: np.stack(xs), *[p[0] for p in parts])
+    stacked_props = jax.tree.map(lambda *xs: np.stack(xs), *[p[1] for p in parts])
+    info = BatchInfo(
+        scene_ids=[s.id for s in scenes],
+        origins=np.stack([s.origin for s in scenes]),
+        num_proposals=np.array([s.num_proposals for s in scenes]),
+        proposal_names=[list(s.proposal_names) for s in scenes],
+    )
+    return _build(stacked_scene), Proposals(**stacked_props), info
+
+
+def validate_batch(scene: Scene, proposals: Proposals) -> None:
+    """Host-side check of a padded batch built outside ``batch_scenes`` (shapes consistent, values finite)."""
+    states = np.asarray(proposals.states)
+    if states.ndim < 3 or states.shape[-2:] != (NUM_STEPS, STATE_DIM):
+        raise SceneValidationError(f"proposals.states: expected shape (..., K, {NUM_STEPS}, {STATE_DIM}), got {states.shape}")
+    batch = states.shape[:-3]
+    hist = np.asarray(scene.history_padded)
+    if hist.shape != batch + (NUM_HISTORY_PADDED, STATE_DIM):
+        raise SceneValidationError(
+            f"scene.history_padded: expected shape {batch + (NUM_HISTORY_PADDED, STATE_DIM)} to match proposals batch "
+            f"dims {batch}, got {hist.shape}")
+    if np.asarray(proposals.valid).shape != states.shape[:-2]:
+        raise SceneValidationError(
+            f"proposals.valid: expected shape {states.shape[:-2]} (one flag per proposal), got {np.asarray(proposals.valid).shape}")
+    for name, arr in (("proposals.states", states), ("scene.agents.center", np.asarray(scene.agents.center)),
+                      ("scene.map.areas.vertices", np.asarray(scene.map.areas.vertices))):
+        if not np.all(np.isfinite(arr)):
+            raise SceneValidationError(f"{name}: expected finite values, got NaN/inf")

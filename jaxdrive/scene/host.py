@@ -1,0 +1,280 @@
+"""Host scenes: one scene as read from a file or made by the generator (numpy float64, global frame, ragged lists of
+polygons and agents), its enums and state layout, validation with errors naming the field, and NAVSIM's history
+interpolation. Round-trips losslessly through the ``epdms-scene/1`` JSON format (``jaxdrive.data.scene_json``).
+Import these names from ``jaxdrive.scene``."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdrive.constants import DT, NUM_STEPS  # noqa: F401  (0.0 .. 4.0 s at 0.1 s; re-exported)
+
+STATE_DIM = 11
+NUM_HISTORY = 4  # logged states at -1.5, -1.0, -0.5, 0.0 s
+NUM_HISTORY_PADDED = 14  # interpolated states at -1.5 .. -0.2 s used by history comfort
+HISTORY_TIMES = (-1.5, -1.0, -0.5, 0.0)
+
+
+class StateIndex(enum.IntEnum):
+    """NAVSIM ``StateIndex``: 11 fields of a rear-axle ego state."""
+
+    X = 0
+    Y = 1
+    HEADING = 2
+    VELOCITY_X = 3
+    VELOCITY_Y = 4
+    ACCELERATION_X = 5
+    ACCELERATION_Y = 6
+    STEERING_ANGLE = 7
+    STEERING_RATE = 8
+    ANGULAR_VELOCITY = 9
+    ANGULAR_ACCELERATION = 10
+
+
+STATE_FIELDS = tuple(f.name.lower() for f in StateIndex)
+
+
+class AgentType(enum.IntEnum):
+    """Object classes. The first three are nuPlan ``Agent`` types (collision penalty 0), the rest static (0.5)."""
+
+    VEHICLE = 0
+    PEDESTRIAN = 1
+    BICYCLE = 2
+    TRAFFIC_CONE = 3
+    BARRIER = 4
+    CZONE_SIGN = 5
+    GENERIC_OBJECT = 6
+
+    @property
+    def is_agent(self) -> bool:
+        return self.value <= AgentType.BICYCLE.value
+
+
+class AreaKind(enum.IntEnum):
+    """Drivable-area polygon layers (NAVSIM's ROADBLOCK, INTERSECTION, CARPARK_AREA, DRIVABLE_AREA)."""
+
+    ROADBLOCK = 0
+    INTERSECTION = 1
+    CARPARK = 2
+    DRIVABLE_AREA = 3
+
+
+class LaneKind(enum.IntEnum):
+    LANE = 0
+    LANE_CONNECTOR = 1
+
+
+class SceneValidationError(ValueError):
+    """A scene (or batch) does not satisfy the data model; the message names the field, what was expected and got."""
+
+
+def _fail(scene_id: str, field: str, expected: str, got: Any) -> None:
+    raise SceneValidationError(f"scene {scene_id!r}: field {field!r}: expected {expected}, got {got}")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Host representation
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Area:
+    id: str
+    kind: AreaKind
+    polygon: np.ndarray  # (n, 2) float64, open ring
+
+
+@dataclasses.dataclass
+class Lane:
+    id: str
+    kind: LaneKind
+    on_route: bool
+    parent_id: str
+    polygon: np.ndarray  # (n, 2) float64, open ring
+
+
+@dataclasses.dataclass
+class Agent:
+    id: str
+    type: AgentType
+    length: float
+    width: float
+    height: float
+    track: np.ndarray  # (41, 5) float64: x, y, heading, vx, vy of the box centre (global); NaN rows = absent
+    role: str = ""
+
+
+@dataclasses.dataclass
+class HostScene:
+    """One scene, global frame, float64, ragged. See ``shared/spec/scene-json.md`` for the meaning of every field."""
+
+    id: str
+    history_states: np.ndarray  # (4, 11) rear-axle states at HISTORY_TIMES
+    areas: list[Area]
+    lanes: list[Lane]
+    centerline: np.ndarray  # (C, 3) x, y, heading
+    traffic_lights: dict[str, str]  # lane-connector id -> 41-char status string (G/Y/R/U)
+    agents: list[Agent]
+    proposal_states: np.ndarray  # (K, 41, 11)
+    proposal_names: list[str]
+    proposal_families: list[str]
+    previous_states: np.ndarray | None = None  # (K, 41, 11): same proposals planned 0.5 s earlier (t = -0.5 .. 3.5 s)
+    previous_kinds: list[str] | None = None
+    human_states: np.ndarray | None = None  # (41, 11) logged human future, optional
+    generator: dict = dataclasses.field(default_factory=dict)
+    expected: dict | None = None
+    extra: dict = dataclasses.field(default_factory=dict)  # unknown top-level keys, kept for lossless round trips
+
+    @property
+    def num_proposals(self) -> int:
+        return int(self.proposal_states.shape[0])
+
+    @property
+    def origin(self) -> np.ndarray:
+        """Ego rear axle at t = 0 (global, float64): the point every padded scene is re-centred on."""
+        return np.asarray(self.history_states[-1, :2], np.float64)
+
+    def route_lane_ids(self) -> list[str]:
+        return [lane.id for lane in self.lanes if lane.on_route]
+
+
+def _check_finite(scene_id: str, field: str, arr: np.ndarray) -> None:
+    if not np.all(np.isfinite(arr)):
+        bad = np.argwhere(~np.isfinite(arr))[0].tolist()
+        _fail(scene_id, field, "finite values", f"{arr[tuple(bad)]} at index {bad}")
+
+
+def _check_shape(scene_id: str, field: str, arr: Any, shape: tuple) -> None:
+    got = getattr(arr, "shape", None)
+    ok = got is not None and len(got) == len(shape) and all(s is None or s == g for s, g in zip(shape, got))
+    if not ok:
+        want = "(" + ", ".join("K" if s is None else str(s) for s in shape) + ")"
+        _fail(scene_id, field, f"an array of shape {want}", f"shape {got}")
+
+
+def _polygon_area(poly: np.ndarray) -> float:
+    x, y = poly[:, 0], poly[:, 1]
+    return 0.5 * float(np.sum(x * np.roll(y, -1) - np.roll(x, -1) * y))
+
+
+def _check_polygon(scene_id: str, field: str, poly: np.ndarray) -> None:
+    if poly.ndim != 2 or poly.shape[1] != 2:
+        _fail(scene_id, field, "a polygon of shape (n, 2)", f"shape {poly.shape}")
+    if poly.shape[0] < 3:
+        _fail(scene_id, field, "a polygon with at least 3 vertices", f"{poly.shape[0]} vertices")
+    _check_finite(scene_id, field, poly)
+    scale = max(1.0, float(np.ptp(poly, axis=0).max()) ** 2)
+    if abs(_polygon_area(poly - poly[0])) <= 1e-9 * scale:
+        _fail(scene_id, field, "a polygon of non-zero area", "a degenerate (zero-area) polygon")
+
+
+def validate_host_scene(scene: HostScene) -> HostScene:
+    """Check every field of ``scene``; raise ``SceneValidationError`` naming the first bad field. Returns the scene."""
+    sid = scene.id
+    if not isinstance(sid, str) or not sid:
+        _fail(str(sid), "id", "a non-empty string", repr(sid))
+    _check_shape(sid, "ego.history.states", scene.history_states, (NUM_HISTORY, STATE_DIM))
+    _check_finite(sid, "ego.history.states", scene.history_states)
+    _check_shape(sid, "proposals[*].states", scene.proposal_states, (None, NUM_STEPS, STATE_DIM))
+    k = scene.proposal_states.shape[0]
+    if k < 1:
+        _fail(sid, "proposals", "at least one proposal", "none")
+    _check_finite(sid, "proposals[*].states", scene.proposal_states)
+    headings = scene.proposal_states[..., StateIndex.HEADING]
+    if np.any(np.abs(headings) > math.pi + 1e-3):
+        _fail(sid, "proposals[*].states[:, heading]", "headings in (-pi, pi]", f"max |heading| {np.abs(headings).max():.4f}")
+    for name, seq in (("proposals[*].name", scene.proposal_names), ("proposals[*].family", scene.proposal_families)):
+        if len(seq) != k:
+            _fail(sid, name, f"{k} entries (one per proposal)", f"{len(seq)}")
+    if len(set(scene.proposal_names)) != k:
+        _fail(sid, "proposals[*].name", "unique names", "duplicates")
+    if scene.previous_states is not None:
+        _check_shape(sid, "proposals[*].previous_plan", scene.previous_states, (k, NUM_STEPS, STATE_DIM))
+        _check_finite(sid, "proposals[*].previous_plan", scene.previous_states)
+    if scene.human_states is not None:
+        _check_shape(sid, "human.states", scene.human_states, (NUM_STEPS, STATE_DIM))
+        _check_finite(sid, "human.states", scene.human_states)
+    if not scene.areas:
+        _fail(sid, "map.drivable_areas", "at least one drivable polygon", "an empty list")
+    area_ids = set()
+    for i, area in enumerate(scene.areas):
+        _check_polygon(sid, f"map.drivable_areas[{i}].polygon", area.polygon)
+        if area.id in area_ids:
+            _fail(sid, f"map.drivable_areas[{i}].id", "unique area ids", f"duplicate {area.id!r}")
+        area_ids.add(area.id)
+    lane_ids = set()
+    for i, lane in enumerate(scene.lanes):
+        _check_polygon(sid, f"map.lanes[{i}].polygon", lane.polygon)
+        if lane.id in lane_ids:
+            _fail(sid, f"map.lanes[{i}].id", "unique lane ids", f"duplicate {lane.id!r}")
+        lane_ids.add(lane.id)
+    _check_shape(sid, "route.centerline", scene.centerline, (None, 3))
+    if scene.centerline.shape[0] < 2:
+        _fail(sid, "route.centerline", "at least 2 points", f"{scene.centerline.shape[0]}")
+    _check_finite(sid, "route.centerline", scene.centerline)
+    connectors = {lane.id for lane in scene.lanes if lane.kind == LaneKind.LANE_CONNECTOR}
+    for lc_id, status in scene.traffic_lights.items():
+        if lc_id not in connectors:
+            got = ("the id of a lane (not a connector)" if lc_id in lane_ids else
+                   "the id of a drivable area" if lc_id in area_ids else "an unknown id")
+            _fail(sid, f"traffic_lights[{lc_id!r}]", "the id of a lane connector in map.lanes", got)
+        if len(status) != NUM_STEPS or set(status) - set("GYRU"):
+            _fail(sid, f"traffic_lights[{lc_id!r}].status", f"{NUM_STEPS} characters from G/Y/R/U", repr(status))
+    agent_ids = set()
+    for i, agent in enumerate(scene.agents):
+        if agent.id in agent_ids:
+            _fail(sid, f"agents[{i}].id", "unique agent ids", f"duplicate {agent.id!r}")
+        agent_ids.add(agent.id)
+        _check_shape(sid, f"agents[{i}].track", agent.track, (NUM_STEPS, 5))
+        nan = np.isnan(agent.track)
+        partial = nan.any(axis=1) & ~nan.all(axis=1)
+        if partial.any():
+            t = int(np.argmax(partial))
+            _fail(sid, f"agents[{i}].track[{t}]", "5 numbers (x, y, heading, vx, vy) or null (absent)",
+                  f"a partial row {agent.track[t].tolist()}")
+        present = ~nan.any(axis=1)
+        _check_finite(sid, f"agents[{i}].track (present rows)", agent.track[present])
+        if np.any(np.abs(agent.track[present, 2]) > math.pi + 1e-3):
+            _fail(sid, f"agents[{i}].track[:, heading]", "headings in (-pi, pi]",
+                  f"max |heading| {np.abs(agent.track[present, 2]).max():.4f}")
+        if not (agent.length > 0 and agent.width > 0 and math.isfinite(agent.length) and math.isfinite(agent.width)):
+            _fail(sid, f"agents[{i}].length/width", "positive finite box size", f"{agent.length} x {agent.width}")
+    return scene
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# History interpolation (spec/scene-json.md §3.3, epdms.md §3.8)
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def wrap_angle(a):
+    """Wrap to (-pi, pi] (numpy or jnp)."""
+    xp = jnp if isinstance(a, jnp.ndarray) else np
+    w = xp.mod(a + math.pi, 2 * math.pi) - math.pi
+    return xp.where(w == -math.pi, math.pi, w)
+
+
+def pad_history(history_states: np.ndarray) -> np.ndarray:
+    """NAVSIM's 14 interpolated history states at -1.5 .. -0.2 s from the 4 logged ones (float64, global frame).
+
+    Position, velocity, acceleration and steering angle interpolate linearly in time; heading linearly after unwrap,
+    then wrapped; steering rate, angular velocity and angular acceleration are 0 (nuPlan does not carry them).
+    Query times are whole microseconds, like nuPlan's.
+    """
+    knots_us = np.array([int(t * 1e6) for t in HISTORY_TIMES], np.int64)
+    start, end = knots_us[0], knots_us[-1]
+    query_us = np.arange(start, end, 100_000)[:-1]  # -1.5 .. -0.1 s, last one dropped (NAVSIM quirk)
+    out = np.zeros((query_us.shape[0], STATE_DIM), np.float64)
+    linear = [StateIndex.X, StateIndex.Y, StateIndex.VELOCITY_X, StateIndex.VELOCITY_Y, StateIndex.ACCELERATION_X,
+              StateIndex.ACCELERATION_Y, StateIndex.STEERING_ANGLE]
+    for f in linear:
+        out[:, f] = np.interp(query_us, knots_us, history_states[:, f])
+    heading = np.unwrap(history_states[:, StateIndex.HEADING])
+    out[:, StateIndex.HEADING] = wrap_angle(np.interp(query_us, knots_us, heading))
+    return out

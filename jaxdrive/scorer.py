@@ -1,0 +1,137 @@
+"""``jaxdrive.score``: EPDMS of a padded batch as one jittable function, the exact broad phase inside it.
+
+One call scores ``Proposals[B, K]`` in ``Scene[B]`` (``jaxdrive.scene.batch_scenes``, or your own arrays of the same
+pytrees) with no host round trip, so it runs inside a user's jitted training step as an RL reward::
+
+    import functools, jax, jaxdrive
+
+    reward_fn = functools.partial(jaxdrive.score, ep_mode="scene", comfort_precision="float32")
+
+    @jax.jit
+    def train_step(params, scene, proposals):
+        proposals = proposals.replace(states=policy(params, scene))
+        return reward_fn(scene, proposals).epdms  # [B, K]; NaN where proposals.valid is False
+
+Inside the program the map edges, agents and collision triples each proposal can touch are culled
+(``jaxdrive.broadphase.device.pack_on_device``) into arrays of fixed capacities (``capacity``, a ``PackSpec``; by
+default ``default_capacity(K)``: generous for NAVSIM-like scenes). If a batch needs more than the capacities, an
+on-device flag sends it through ``lax.cond`` to the unculled kernels instead: results are identical either way (the
+broad phase is exact; tested bit for bit), only the time differs. Under ``jax.vmap`` the ``lax.cond`` becomes a
+select that runs both branches: batch with the leading B axis instead.
+
+Static options (Python values, part of the compiled program): ``ep_mode``, whether ``gates`` are given (their values
+are traced arrays), ``apply_human_filter``, ``comfort_precision``, ``capacity``, ``groups``.
+
+Rows of invalid proposals (``proposals.valid`` False: padded proposals, filler scenes) are NaN (steps -1, HC checks
+False); they use no culling capacity and never enter the EP normaliser.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float
+
+from jaxdrive.broadphase.device import pack_on_device
+from jaxdrive.broadphase.host import PackSpec
+from jaxdrive.rules import epdms
+from jaxdrive.scene import NUM_STEPS, STATE_DIM, Proposals, Scene
+
+# Per real proposal, generous for NAVSIM-like scenes (measured need on the fixtures and the synthetic reference mix
+# is at most about a third of each; benchmarks/score_end_to_end.py prints the needs of its inputs).
+PER_PROPOSAL = dict(area_pairs=32, area_tiles=48, lane_pairs=48, lane_tiles=64, red_pairs=8, red_tiles=8,
+                    nc_pairs=16, ttc_pairs=24)
+DEFAULT_AGENTS = 64  # kept agents per scene
+DEFAULT_CENTERLINE = 512  # centreline points
+DEFAULT_NEAR_SEGMENTS = 64  # centreline segments within LK's reach of one proposal
+
+
+def default_capacity(num_proposals: int) -> PackSpec:
+    """Generous capacities for scenes of ``num_proposals`` (real) proposals: ``PER_PROPOSAL`` x K per scene."""
+    return PackSpec(**{k: v * num_proposals for k, v in PER_PROPOSAL.items()}, agents=DEFAULT_AGENTS,
+                    centerline=DEFAULT_CENTERLINE, near_segments=DEFAULT_NEAR_SEGMENTS)
+
+
+def capacity_for(needed: PackSpec, headroom: float = 1.25) -> PackSpec:
+    """Capacities ``headroom`` x ``needed`` (``jaxdrive.broadphase.device.needs`` of a few batches), rounded up."""
+    def up(name: str, n: int) -> int:
+        step = 64 if name == "centerline" else 8
+        return max(step, -(-math.ceil(n * headroom) // step) * step)
+
+    return PackSpec(**{f.name: up(f.name, getattr(needed, f.name)) for f in dataclasses.fields(PackSpec)})
+
+
+def _check(scene: Scene, proposals: Proposals, groups: int) -> None:
+    """Static (shape) checks; values cannot be checked inside a jitted program."""
+    s = proposals.states
+    if s.ndim != 4 or s.shape[2:] != (NUM_STEPS, STATE_DIM):
+        raise ValueError(f"jaxdrive.score: proposals.states: expected shape (B, K, {NUM_STEPS}, {STATE_DIM}), "
+                         f"got {s.shape}")
+    if proposals.valid.shape != s.shape[:2]:
+        raise ValueError(f"jaxdrive.score: proposals.valid: expected shape {s.shape[:2]} (one flag per proposal), "
+                         f"got {proposals.valid.shape}")
+    if scene.history_padded.shape[0] != s.shape[0]:
+        raise ValueError(f"jaxdrive.score: scene: expected {s.shape[0]} scenes (the proposals' B), got "
+                         f"{scene.history_padded.shape[0]}")
+    if groups < 1 or s.shape[0] % groups:
+        raise ValueError(f"jaxdrive.score: groups: expected a positive divisor of the batch size {s.shape[0]}, "
+                         f"got {groups}")
+
+
+def mask_invalid(out: epdms.SubScores, valid: Bool[Array, "B K"]) -> epdms.SubScores:
+    """Rows of invalid proposals: NaN values, -1 steps, False HC checks."""
+    def one(x):
+        if x.dtype == jnp.bool_:
+            return x & valid.reshape(valid.shape + (1,) * (x.ndim - 2))
+        if jnp.issubdtype(x.dtype, jnp.integer):
+            return jnp.where(valid, x, -1)
+        return jnp.where(valid, x, jnp.nan)
+
+    return jax.tree_util.tree_map(one, out)
+
+
+def score_with_overflow(scene: Scene, proposals: Proposals, *, capacity: PackSpec | None = None,
+                        ep_mode: epdms.EpMode = "scene", reference_progress: Float[Array, "B"] | None = None,
+                        gates: Bool[Array, "*g 9"] | None = None, apply_human_filter: bool = False,
+                        comfort_precision: str = "float64", groups: int = 1
+                        ) -> tuple[epdms.SubScores, Bool[Array, ""]]:
+    """``score`` and whether the batch overflowed ``capacity`` (and so was scored unculled: same results)."""
+    _check(scene, proposals, groups)
+    capacity = capacity or default_capacity(proposals.states.shape[1])
+    packed, overflow = pack_on_device(scene, proposals, capacity, groups)
+    rules = lambda sc: epdms.score(sc, proposals, ep_mode=ep_mode, reference_progress=reference_progress,
+                                   comfort_precision=comfort_precision)
+    out = jax.lax.cond(overflow, lambda: rules(scene), lambda: rules(packed))
+    if apply_human_filter:  # the human future is scored on the unculled map (one trajectory per scene)
+        human = epdms._human_scores(scene, comfort_precision)
+        out = epdms.human_filter(out, human, scene.has_human[:, None])
+    if gates is not None:
+        out = out.replace(epdms=epdms.gated_score(out, gates))
+    return mask_invalid(out, proposals.valid), overflow
+
+
+def score(scene: Scene, proposals: Proposals, *, capacity: PackSpec | None = None, ep_mode: epdms.EpMode = "scene",
+          reference_progress: Float[Array, "B"] | None = None, gates: Bool[Array, "*g 9"] | None = None,
+          apply_human_filter: bool = False, comfort_precision: str = "float64", groups: int = 1) -> epdms.SubScores:
+    """EPDMS sub-scores ``SubScores[B, K]`` of ``proposals`` in ``scene`` (jittable; module docstring).
+
+    Args:
+      scene, proposals: a padded batch (ego-centred float32; ``jaxdrive.scene.batch_scenes``).
+      capacity: the broad phase's fixed sizes (``PackSpec``, per scene of the batch); default
+        ``default_capacity(K)``. ``capacity_for(needs(...))`` sizes it from data.
+      ep_mode: EP normaliser: "scene" (NAVSIM), "batch" or "reference" (``jaxdrive.rules.epdms``).
+      reference_progress: [B] metres, for ep_mode="reference".
+      gates: bool [9] in ``METRICS`` order, or per scene [B, 1, 9], or per proposal [B, K, 9]: DriveJudge's gated
+        ``epdms`` (None: all on).
+      apply_human_filter: NAVSIM's human penalty filter where ``scene.has_human``.
+      comfort_precision: "float64" (scoped x64, NAVSIM parity) or "float32" (devices without float64).
+      groups: the batch's scenes are packed in this many groups of consecutive scenes (pass the number of devices
+        B is sharded over, so no packed structure crosses devices).
+    """
+    return score_with_overflow(scene, proposals, capacity=capacity, ep_mode=ep_mode,
+                               reference_progress=reference_progress, gates=gates,
+                               apply_human_filter=apply_human_filter, comfort_precision=comfort_precision,
+                               groups=groups)[0]

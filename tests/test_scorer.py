@@ -1,0 +1,132 @@
+"""``jaxdrive.score``: the jittable scorer with the exact broad phase inside the program.
+
+* all 61 NAVSIM fixtures scored inside a user-level ``jax.jit`` training-step-like function that uses the scorer as a
+  reward agree with NAVSIM (the parity test's tolerances), through the culled branch (overflow flag False);
+* forced tiny capacities overflow on device, fall back to the unculled kernels and give bit-identical rows;
+* padded proposals and filler scenes score NaN and need no culling capacity;
+* static shape errors name the argument; ``import jaxdrive`` stays light.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxdrive
+from jaxdrive.broadphase import PackSpec
+from jaxdrive.broadphase.device import needs, pack_on_device
+from jaxdrive.data.scene_json import read_scene
+from jaxdrive.rules.epdms import SubScores
+from jaxdrive.scene import PadSpec, batch_scenes
+from jaxdrive.scorer import capacity_for, default_capacity, score_with_overflow
+from conftest import EPDMS_FIXTURES
+
+FILES = sorted(glob.glob(f"{EPDMS_FIXTURES}/*.json")) + sorted(glob.glob(f"{EPDMS_FIXTURES}/sanity/*.json"))
+EXACT = {"nc": "no_at_fault_collisions", "dac": "drivable_area_compliance", "ddc": "driving_direction_compliance",
+         "tlc": "traffic_light_compliance", "ttc": "time_to_collision_within_bound", "lk": "lane_keeping",
+         "hc": "history_comfort", "ec": "two_frame_extended_comfort"}
+CLOSE = {"ep": "ego_progress", "pdm_score": "pdm_score", "epdms": "epdms"}
+FILLERS = 3  # filler scenes (no valid proposal) that round the batch up to 64
+
+
+@pytest.fixture(scope="module")
+def batch():
+    scenes = [read_scene(f) for f in FILES]
+    assert len(scenes) == 61
+    sc, pr, _ = batch_scenes(scenes + scenes[:FILLERS], PadSpec.fit(scenes))
+    pr = pr.replace(valid=pr.valid & (np.arange(len(scenes) + FILLERS) < len(scenes))[:, None])
+    expected = [json.load(open(f))["expected"]["proposals"] for f in FILES]
+    return scenes, expected, sc, pr, capacity_for(needs(sc, pr))
+
+
+@pytest.fixture(scope="module")
+def trained(batch):
+    """The fixtures scored by a user's jitted step that takes the scorer's EPDMS as its reward."""
+    _, _, sc, pr, capacity = batch
+
+    @jax.jit
+    def train_step(offset, scene, proposals):
+        moved = proposals.replace(states=proposals.states.at[..., :2].add(offset))  # a policy's output
+        out = jaxdrive.score(scene, moved, capacity=capacity, ep_mode="scene")
+        reward = jnp.where(moved.valid, out.epdms, 0.0).sum() / moved.valid.sum()
+        return -reward, out, pack_on_device(scene, moved, capacity)[1]
+
+    loss, out, overflow = train_step(jnp.zeros(2, jnp.float32), sc, pr)
+    return float(loss), jax.device_get(out), bool(overflow)
+
+
+def test_fixtures_through_a_user_jitted_training_step_match_navsim(batch, trained):
+    scenes, expected, _, pr, _ = batch
+    loss, out, overflow = trained
+    assert not overflow, "the fixtures must go through the culled branch"
+    failures, compared = [], 0
+    for b, (sc, exp) in enumerate(zip(scenes, expected)):
+        for k, want in enumerate(exp):
+            for m, key in list(EXACT.items()) + list(CLOSE.items()):
+                w = want["diagnostics"].get(key, want.get(key))
+                if w is None:
+                    continue  # sanity files have no EC / epdms
+                g = float(getattr(out, m)[b, k])
+                compared += 1
+                if not (abs(g - w) <= 1e-4 if m in CLOSE else g == w):
+                    failures.append(f"{sc.id}/{k} {m}: got {g}, NAVSIM {w}")
+    assert not failures, "\n".join(failures[:30])
+    assert compared > 507 * 8
+    valid = np.asarray(pr.valid)
+    np.testing.assert_allclose(loss, -out.epdms[valid].mean(), rtol=1e-6)
+
+
+def test_padded_proposals_and_filler_scenes_are_nan_and_need_no_capacity(batch, trained):
+    scenes, _, sc, pr, _ = batch
+    _, out, _ = trained
+    valid = np.asarray(pr.valid)
+    assert not valid[len(scenes):].any() and not valid.all()
+    for name in SubScores.__dataclass_fields__:
+        v = np.asarray(getattr(out, name))[~valid]
+        if name == "hc_checks":
+            assert not v.any()
+        elif name.endswith("_step"):
+            assert (v == -1).all(), name
+        else:
+            assert np.isnan(v).all(), name
+    nothing = pr.replace(valid=np.zeros_like(valid))
+    spent = needs(sc, nothing)
+    assert all(getattr(spent, f.name) == 1 for f in dataclasses.fields(PackSpec) if f.name != "centerline"), spent
+
+
+def test_forced_tiny_capacities_fall_back_on_device_with_identical_rows(batch, trained):
+    _, _, sc, pr, capacity = batch
+    _, culled, _ = trained
+    tiny = dataclasses.replace(capacity, lane_tiles=1, ttc_pairs=1)
+    out, overflow = jax.jit(lambda s, p: score_with_overflow(s, p, capacity=tiny))(sc, pr)
+    assert bool(overflow)
+    for name in SubScores.__dataclass_fields__:
+        np.testing.assert_array_equal(np.asarray(getattr(out, name)), np.asarray(getattr(culled, name)),
+                                      err_msg=name)
+
+
+def test_capacities_and_shape_errors():
+    assert default_capacity(16).area_tiles == 16 * default_capacity(1).area_tiles
+    need = PackSpec(area_pairs=9, area_tiles=17, lane_pairs=1, lane_tiles=1, red_pairs=1, red_tiles=1,
+                    centerline=65, agents=3, near_segments=40, nc_pairs=1, ttc_pairs=1)
+    cap = capacity_for(need)
+    assert cap.area_tiles >= 17 * 1.25 and cap.area_tiles % 8 == 0 and cap.centerline % 64 == 0
+    scene = read_scene(FILES[0])
+    sc, pr, _ = batch_scenes([scene])
+    with pytest.raises(ValueError, match="proposals.valid"):
+        jaxdrive.score(sc, pr.replace(valid=pr.valid[:, :1]))
+    with pytest.raises(ValueError, match="groups"):
+        jaxdrive.score(sc, pr, groups=2)
+
+
+def test_import_jaxdrive_is_light():
+    code = "import sys, jaxdrive; assert 'jax' not in sys.modules, 'jax imported'; print(jaxdrive.__version__)"
+    subprocess.run([sys.executable, "-c", code], check=True)
