@@ -137,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     from jaxdrive.train_cli import add_train_subcommands
 
     add_train_subcommands(sub)
+    from jaxdrive.agent.memory_cli import add_memory_subcommands; add_memory_subcommands(sub)  # noqa: E702
     return parser
 
 
