@@ -58,6 +58,7 @@ DATASETS = Registry("dataset", {
 
 REWARDS = Registry("reward", {
     "exact_match": "jaxdrive.train.rewards:exact_match_from_config",
+    "agent_tiered": "jaxdrive.agent.reward:tiered_from_config",
 })
 
 DECODERS = Registry("decoder", {
