@@ -88,3 +88,20 @@ def to_arrays(record: dict, encode: Callable[[str], list[int]]) -> tuple[np.ndar
             ids += t
             mask += [int(train)] * len(t)
     return np.asarray(ids, np.int32), np.asarray(mask, np.int32)
+
+
+def records_dataset(cfg, tokenizer) -> list[dict]:
+    """Registry ``data.kind = "agent_sft_records"``: SFT examples from a records JSONL (``cfg.path``, written by
+    ``jaxdrive agent convert``) with the pretrained model's tokenizer: ``prompt`` = the context tokens, ``answer`` =
+    the supervised target (its content and ``<|im_end|>``); observations are in the prompt, so never in the loss."""
+    from jaxdrive.agent.loop import read_jsonl
+
+    if tokenizer is None:
+        raise ValueError("data.kind='agent_sft_records' needs a pretrained model directory with a tokenizer "
+                         "(model.kind='pretrained', model.path)")
+    out = []
+    for r in read_jsonl(cfg.path):
+        ids, mask = to_arrays(r, lambda s: tokenizer.encode(s, add_special_tokens=False))
+        on = np.flatnonzero(mask)
+        out.append({"prompt": ids[: on[0]], "answer": ids[on[0]: on[-1] + 1], "answer_text": r["segments"][-1]["text"]})
+    return out

@@ -11,6 +11,8 @@ None for tiny token-id recipes):
     ``pixel_values`` / ``image_grid_thw`` / extra fields the rewards read.
   * REWARDS: ``fn(cfg) -> jaxdrive.train.rewards.Reward`` (the weight comes from ``cfg.weight``, default 1).
   * DECODERS: ``fn(cfg, tokenizer) -> Callable[[ids, mask], str]``.
+  * ROLLOUTS (``grpo.rollouts``, default "single_turn"): ``cls(examples, rewards, decode, grpo_cfg)``, the GRPO
+    ``batch_fn`` (multi-turn tool episodes: "agent_multi_turn").
 """
 from __future__ import annotations
 
@@ -54,6 +56,8 @@ class Registry:
 DATASETS = Registry("dataset", {
     "tiny_memorise": "jaxdrive.train.tiny_recipes:memorise_dataset",
     "tiny_bright": "jaxdrive.train.tiny_recipes:bright_dataset",
+    "agent_tiny_mcq": "jaxdrive.agent.grpo_rollout:tiny_mcq_dataset",
+    "agent_sft_records": "jaxdrive.agent.sft_data:records_dataset",
 })
 
 REWARDS = Registry("reward", {
@@ -64,4 +68,10 @@ REWARDS = Registry("reward", {
 DECODERS = Registry("decoder", {
     "tiny_words": "jaxdrive.train.tiny_recipes:words_decoder",
     "tokenizer": "jaxdrive.train.tiny_recipes:tokenizer_decoder",
+    "agent_tiny": "jaxdrive.agent.grpo_rollout:tiny_words_decoder",
+})
+
+ROLLOUTS = Registry("rollouts", {
+    "single_turn": "jaxdrive.train.grpo_trainer:Rollouts",
+    "agent_multi_turn": "jaxdrive.agent.grpo_rollout:MultiTurnRollouts",
 })
