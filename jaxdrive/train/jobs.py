@@ -124,8 +124,9 @@ def run_grpo(cfg: ml_collections.ConfigDict, model=None):
     tokenizer = load_tokenizer(cfg.model)
     examples = build_examples(cfg.data, tokenizer)
     g = cfg.grpo
-    rollouts = ROLLOUTS.get(g.get("rollouts", "single_turn"))(examples, build_rewards(cfg.rewards),
-                                                              build_decoder(cfg.decoder, tokenizer), g)
+    kind = g.get("rollouts", "single_turn")
+    extra = {} if kind == "single_turn" else {"tokenizer": tokenizer}
+    rollouts = ROLLOUTS.get(kind)(examples, build_rewards(cfg.rewards), build_decoder(cfg.decoder, tokenizer), g, **extra)
     logger, ckpt, mesh = _infra(cfg)
     trainer = Trainer(model, loss_fn=grpo_loss_fn(g),
                       tx=optim.make_optimizer(cfg.optim, cfg.steps * g.policy_epochs), trainable=trainable,

@@ -12,7 +12,8 @@ None for tiny token-id recipes):
   * REWARDS: ``fn(cfg) -> jaxdrive.train.rewards.Reward`` (the weight comes from ``cfg.weight``, default 1).
   * DECODERS: ``fn(cfg, tokenizer) -> Callable[[ids, mask], str]``.
   * ROLLOUTS (``grpo.rollouts``, default "single_turn"): ``cls(examples, rewards, decode, grpo_cfg)``, the GRPO
-    ``batch_fn`` (multi-turn tool episodes: "agent_multi_turn").
+    ``batch_fn``; entries other than "single_turn" also get ``tokenizer=`` (multi-turn tool episodes:
+    "agent_multi_turn").
 """
 from __future__ import annotations
 
@@ -57,6 +58,7 @@ DATASETS = Registry("dataset", {
     "tiny_memorise": "jaxdrive.train.tiny_recipes:memorise_dataset",
     "tiny_bright": "jaxdrive.train.tiny_recipes:bright_dataset",
     "agent_tiny_mcq": "jaxdrive.agent.grpo_rollout:tiny_mcq_dataset",
+    "agent_mcq": "jaxdrive.agent.grpo_rollout:mcq_dataset",
     "agent_sft_records": "jaxdrive.agent.sft_data:records_dataset",
 })
 
