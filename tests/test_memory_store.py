@@ -194,3 +194,36 @@ def test_memory_cli(tmp_path, capsys):
     bad.write_text('{"id": "x"}\n')
     assert main(["memory", "build", "--entries", str(bad), "--out", str(tmp_path / "m2")]) == 2
     assert "conditions" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_agent_run_with_memory_then_consolidate(tmp_path, capsys):
+    """End to end: retrieval feeds the loop, the scripted policy cites entry [1], consolidation credits it (Eq. 6) and
+    adds the verified experiences; a second consolidation of the same trajectories is a no-op."""
+    from jaxdrive.cli import main
+
+    src = tmp_path / "entries.jsonl"
+    src.write_text("\n".join(json.dumps(dataclasses.asdict(e)) for e in RULES) + "\n")
+    store = tmp_path / "m"
+    assert main(["memory", "build", "--entries", str(src), "--out", str(store)]) == 0
+    tj = tmp_path / "t.jsonl"
+    assert main(["agent", "run", "--scenes", "1", "--seed", "5", "--memory", str(store), "--out", str(tj)]) == 0
+    trajs = [json.loads(x) for x in tj.read_text().splitlines()]
+    assert all(len(t["retrieved"]) == 3 and t["memory_used"] == t["retrieved"][:1] for t in trajs)
+    assert all(t["memory"].startswith("[1] conditions:") and "sceneA" not in t["memory"] for t in trajs)
+    capsys.readouterr()
+    assert main(["memory", "consolidate", "--store", str(store), "--trajectories", str(tj), "--eta", "0.25"]) == 0
+    after = load(store)
+    credits = {}
+    for t in trajs:
+        credits[t["memory_used"][0]] = credits.get(t["memory_used"][0], 0) + 1
+    before = {e.id: e.utility for e in RULES}
+    for e in after.entries[:3]:
+        want = before[e.id]
+        for _ in range(credits.get(e.id, 0)):
+            want = want + 0.25
+        assert e.utility == want
+    assert len(after.entries) > 3 and all(e.kind == "experience" for e in after.entries[3:])
+    assert main(["memory", "consolidate", "--store", str(store), "--trajectories", str(tj)]) == 0
+    again = load(store)
+    assert again.entries == after.entries
