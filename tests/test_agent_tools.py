@@ -152,3 +152,23 @@ def test_tools_run_on_generated_scenes():
             if not t.parameters.get("required"):
                 obs = REG.call(c, t.name, {})
                 assert obs.ok or "not inside any lane" in obs.error or "not on drivable" in obs.error, obs.error
+
+
+def test_pluggable_vision_models(ctx):
+    import dataclasses
+
+    from jaxdrive.agent.tools.vision import Detection
+
+    class FixedDetector:  # a stand-in for a real open-vocabulary detector (YOLO-World...)
+        def detect(self, c, camera, words):
+            return [Detection("vehicle", [10.0, 20.0, 30.0, 60.0], 0.42)] if "car" in words else []
+
+    class FlatDepth:
+        def depth(self, c, camera, u, v):
+            return 12.5
+
+    plugged = dataclasses.replace(ctx, detector=FixedDetector(), depth_model=FlatDepth())
+    got = ok(plugged, "detect_objects_2d_open_vocab", camera="CAM_FRONT", objects=["car"])
+    assert got == [{"label": "vehicle", "box": [10.0, 20.0, 30.0, 60.0], "center": [20.0, 40.0], "confidence": 0.42}]
+    mono = ok(plugged, "estimate_object_depth_monocular", camera="CAM_FRONT", box=[0, 0, 10, 10])
+    assert mono == {"pixel": [5.0, 5.0], "depth_m": 12.5, "band": "medium", "approximate": True}

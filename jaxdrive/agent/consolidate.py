@@ -9,9 +9,9 @@
     M'  <- Merge(M^, {e_k})
 
 Trajectories are the loop's JSONL records (``jaxdrive.agent.loop``): ``id``, ``scene_id``, ``question``, ``gold``,
-``correct``, ``termination``, ``steps`` (each with ``action.tool``, ``ok``), ``retrieved`` / ``memory_used`` (entry ids),
-``reasoning``, ``stm``. A trajectory id already in ``store.consolidated`` is skipped, so consolidating the same buffer
-twice changes nothing (idempotent).
+``correct``, ``termination``, ``steps`` (each with ``action.tool``, ``ok``), ``retrieved`` / ``memory_used``
+(entry ids), ``reasoning``, ``stm``. A trajectory id already in ``store.consolidated`` is skipped, so consolidating
+the same buffer twice changes nothing (idempotent).
 """
 from __future__ import annotations
 
@@ -128,8 +128,8 @@ def template_abstract(group: Sequence[MemoryEntry]) -> MemoryEntry:
                                risks="; ".join(risks), support=sum(e.support for e in group), sources=sources)
 
 
-ABSTRACT_PROMPT = """Abstract these driving experiences into ONE reusable memory entry. Do not mention answers, scene ids
-or option letters. Reply with strict JSON: {{"conditions": "...", "risks": "...", "success_pattern": "...",
+ABSTRACT_PROMPT = """Abstract these driving experiences into ONE reusable memory entry. Do not mention answers,
+scene ids or option letters. Reply with strict JSON: {{"conditions": "...", "risks": "...", "success_pattern": "...",
 "tool_strategy": "..."}}
 Experiences:
 {items}"""
@@ -156,7 +156,8 @@ class LLMAbstractor:
         return dataclasses.replace(base, **fields)
 
 
-def consolidate(store: MemoryStore, trajectories: Sequence[dict], embed, *, cfg: ConsolidationConfig = ConsolidationConfig(),
+def consolidate(store: MemoryStore, trajectories: Sequence[dict], embed, *,
+                cfg: ConsolidationConfig = ConsolidationConfig(),
                 abstract: Abstractor = template_abstract) -> tuple[MemoryStore, Report]:
     """One consolidation round M^(n) -> M^(n+1) (Algorithm 1); ``store`` is not modified."""
     rep = Report(seen=len(trajectories))
@@ -184,7 +185,7 @@ def consolidate(store: MemoryStore, trajectories: Sequence[dict], embed, *, cfg:
                 by_id[i].utility = by_id[i].utility + cfg.eta
                 rep.reinforced[i] = rep.reinforced.get(i, 0) + 1
 
-    new_entries, new_emb = [], []
+    new_entries: list[MemoryEntry] = []
     if buffer:
         emb = np.asarray(embed([e.text() for e in buffer]), np.float32)
         groups = semantic_cluster(emb, cfg.cluster_tau)
@@ -208,10 +209,10 @@ def consolidate(store: MemoryStore, trajectories: Sequence[dict], embed, *, cfg:
             if entry.id in by_id or any(entry.id == e.id for e in new_entries):
                 continue
             new_entries.append(entry)
-            new_emb.append(np.asarray(embed([entry.text()]), np.float32)[0])
             rep.added.append(entry.id)
-    emb_all = store.embeddings if not new_emb else np.concatenate([np.asarray(store.embeddings, np.float32),
-                                                                    np.stack(new_emb)])
+    emb_all = np.asarray(store.embeddings, np.float32)
+    if new_entries:
+        emb_all = np.concatenate([emb_all, np.asarray(embed([e.text() for e in new_entries]), np.float32)])
     out = MemoryStore(entries + new_entries, emb_all, list(store.consolidated) + [t["id"] for t in fresh],
                       store.embedder)
     return out, rep

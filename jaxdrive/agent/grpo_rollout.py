@@ -125,7 +125,8 @@ class TextAgentCodec:
 
     def words(self, ids, mask=None) -> str:
         ids = np.asarray(ids)
-        return self.tok.decode(ids[np.asarray(mask).astype(bool)] if mask is not None else ids, skip_special_tokens=True)
+        ids = ids[np.asarray(mask).astype(bool)] if mask is not None else ids
+        return self.tok.decode(ids, skip_special_tokens=True)
 
 
 class MultiTurnRollouts(Rollouts):
@@ -279,7 +280,8 @@ def mcq_dataset(cfg, tokenizer) -> list[dict]:
     codec = TextAgentCodec(tokenizer)
     out = []
     for it in make_mcq_set(cfg.num_scenes, cfg.seed):
-        it = dict(it, stm=stm.build(ToolContext.from_scene(generate_scene(it["scene_seed"], num_proposals=1))).serialise())
+        ctx = ToolContext.from_scene(generate_scene(it["scene_seed"], num_proposals=1))
+        it = dict(it, stm=stm.build(ctx).serialise())
         out.append({"prompt": np.asarray(codec.prompt(it), np.int32), "item": it, "gold": it["gold"],
                     "answer_text": it["gold"]})
     return out

@@ -6,11 +6,11 @@ Shapes: Q queries, N entries, D embedding dims (384 for all-MiniLM-L6-v2), K res
 * ``retrieve(query, entries, utility, k=, lam=, exclude=)`` is the interface contract: unit-norm embeddings in, scores
   and indices [Q, K] out, sorted by descending score. With ``mesh=`` it runs sharded.
 * ``MemoryIndex`` keeps the embedding matrix resident on the devices, sharded along N (per-device top-K, then one
-  all-gather of the D * K candidates and a global top-K), for stores of 10^6+ entries queried many times.
+  all-gather of the devices x K candidates and a global top-K), for stores of 10^6+ entries queried many times.
 
-Utility normalisation (the paper's ``w-bar``): min-max over the whole store, ``(w - min w) / (max w - min w)`` in [0, 1];
-0 for every entry when all utilities are equal. Excluded entries (and the padding of a sharded store) score -inf;
-when fewer than K entries are eligible the missing slots come back with score -inf and index -1.
+Utility normalisation (the paper's ``w-bar``): min-max over the whole store, ``(w - min w) / (max w - min w)`` in
+[0, 1]; 0 for every entry when all utilities are equal. Excluded entries (and the padding of a sharded store) score
+-inf; when fewer than K entries are eligible the missing slots come back with score -inf and index -1.
 """
 from __future__ import annotations
 
@@ -97,7 +97,8 @@ def _check_unit(name: str, x) -> None:
     norms = np.linalg.norm(np.asarray(x[: min(len(x), 4096)], np.float64), axis=-1)
     if norms.size and not np.allclose(norms, 1.0, atol=1e-3):
         bad = int(np.argmax(np.abs(norms - 1.0)))
-        raise ValueError(f"{name}: expected unit-norm rows (normalised embeddings), row {bad} has norm {norms[bad]:.4f}")
+        raise ValueError(f"{name}: expected unit-norm rows (normalised embeddings), row {bad} has norm "
+                         f"{norms[bad]:.4f}")
 
 
 def retrieve(query: Float[Array, "Q D"], entries: Float[Array, "N D"], utility: Float[Array, "N"], *, k: int = TOP_K,

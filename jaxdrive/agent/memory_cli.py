@@ -25,7 +25,8 @@ def add_memory_subcommands(sub) -> None:
     q.set_defaults(func=_run_query)
     c = msub.add_parser("consolidate", help="offline consolidation (Algorithm 1) of verified trajectories")
     c.add_argument("--store", type=Path, required=True)
-    c.add_argument("--trajectories", type=Path, required=True, help="JSONL trajectories written by `jaxdrive agent run`")
+    c.add_argument("--trajectories", type=Path, required=True,
+                   help="JSONL trajectories written by `jaxdrive agent run`")
     c.add_argument("--eta", type=float, default=0.1, help="utility-update rate (Eq. 6)")
     c.set_defaults(func=_run_consolidate)
 

@@ -66,7 +66,8 @@ class ScriptedPolicy:
         if kind is None:
             return json.dumps({"think": "unknown question kind", "action": {"tool": "get_ego_states", "arguments": {}}})
         tool, args = PLANS[kind]
-        obs = [m for m in messages if m.get("kind") == "observation" and m["content"].startswith(f"Observation ({tool})")]
+        obs = [m for m in messages
+               if m.get("kind") == "observation" and m["content"].startswith(f"Observation ({tool})")]
         if not obs or ("repeat" in self.mistakes and len(obs) == 1 and done == len(self.mistakes)):
             return json.dumps({"think": f"The question needs evidence from {tool}.",
                                "action": {"tool": tool, "arguments": args}})

@@ -76,7 +76,8 @@ def tiered_reward(completions: list[str], examples: list[dict]) -> list[float]:
         if traj is None:
             obj = parse_reply(text) or {}
             traj = {"final_answer": str(obj.get("final_answer", "")), "gold": ex.get("gold"),
-                    "reasoning": str(obj.get("reasoning", "")), "stm": ex.get("stm", ""), "memory": ex.get("memory", "")}
+                    "reasoning": str(obj.get("reasoning", "")), "stm": ex.get("stm", ""),
+                    "memory": ex.get("memory", "")}
         out.append(TIER_REWARD[tier(traj)])
     return out
 

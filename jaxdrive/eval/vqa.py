@@ -49,7 +49,8 @@ def drivelmm_letter(text: str) -> str:
 
 def drivelmm_mcq(rows: Iterable[dict]) -> dict:
     """MCQ accuracy over rows ``{"idx", "response", "gt"}`` (gt: the reference answer text, parsed the same way)."""
-    marks = [float(drivelmm_letter(r["response"]) == drivelmm_letter(r["gt"])) for r in rows if drivelmm_is_mcq(r["idx"])]
+    marks = [float(drivelmm_letter(r["response"]) == drivelmm_letter(r["gt"]))
+             for r in rows if drivelmm_is_mcq(r["idx"])]
     return {"mcq_accuracy": sum(marks) / len(marks) if marks else float("nan"), "mcq_items": len(marks)}
 
 
@@ -155,7 +156,8 @@ def drivemllm_task_score(task: str, items: Sequence[dict], expected: int | None 
 def drivemllm_columns(task_scores: dict[str, float]) -> dict[str, float]:
     """The paper's eight columns from the ten task scores, plus AccS (their mean)."""
     t = task_scores
-    cols = {"PPos": t["xy"], "BBox": t["box"], "L/R": (t["left"] + t["right"]) / 2, "F/B": (t["front"] + t["behind"]) / 2,
+    cols = {"PPos": t["xy"], "BBox": t["box"], "L/R": (t["left"] + t["right"]) / 2,
+            "F/B": (t["front"] + t["behind"]) / 2,
             "CVD": t["dA"], "CD": t["dz"], "RD": t["dAB"], "RHD": t["dx"]}
     cols["AccS"] = accs([cols[c] for c in PAPER_COLUMNS])
     return cols

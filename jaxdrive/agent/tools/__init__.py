@@ -12,5 +12,5 @@ def default_registry() -> ToolRegistry:
     return ToolRegistry(CORE_TOOLS)
 
 
-__all__ = ["Camera", "CORE_TOOLS", "Observation", "Tool", "ToolContext", "ToolError", "ToolRegistry", "default_registry",
-           "default_rig", "validate"]
+__all__ = ["Camera", "CORE_TOOLS", "Observation", "Tool", "ToolContext", "ToolError", "ToolRegistry",
+           "default_registry", "default_rig", "validate"]

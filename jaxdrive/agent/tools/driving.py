@@ -158,7 +158,8 @@ def ego_states(ctx: ToolContext):
     e = ctx.ego
     r = lambda v: [round(float(a), 3) for a in v]  # noqa: E731
     return {"velocity": r(e["velocity"]), "speed": round(e["speed"], 3), "acceleration": r(e["acceleration"]),
-            "heading_angular_velocity": round(e["angular_velocity"], 4), "steering_angle": round(e["steering_angle"], 4),
+            "heading_angular_velocity": round(e["angular_velocity"], 4),
+            "steering_angle": round(e["steering_angle"], 4),
             "can_bus_position": r(e["position_global"]), "heading_global": round(e["heading_global"], 4),
             "history": [r(p) for p in e["history"]], "history_times_s": [-1.5, -1.0, -0.5, 0.0],
             "mission_goal": ctx.mission}

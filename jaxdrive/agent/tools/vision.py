@@ -89,7 +89,8 @@ def object_center_camera(ctx: ToolContext, cam: Camera, i: int) -> np.ndarray:
 
 
 class AnnotationDetector:
-    """2-D detections from the annotated 3-D boxes: boxes fully in front of the camera, projected, clipped to the image."""
+    """2-D detections from the annotated 3-D boxes: boxes fully in front of the camera, projected, clipped to the
+    image."""
 
     def boxes(self, ctx: ToolContext, camera: str) -> list[Detection]:
         cam = _camera(ctx, camera)
@@ -182,7 +183,8 @@ def location_3d(ctx: ToolContext, camera, target):
     cam = _camera(ctx, camera)
     d = _resolve(ctx, camera, target)
     p = object_center_camera(ctx, cam, d.index)
-    return {"label": d.label, "xyz_m": [round(float(v), 2) for v in p], "distance_m": round(float(np.linalg.norm(p)), 2)}
+    return {"label": d.label, "xyz_m": [round(float(v), 2) for v in p],
+            "distance_m": round(float(np.linalg.norm(p)), 2)}
 
 
 def depth(ctx: ToolContext, camera, target):
@@ -199,7 +201,8 @@ def pairwise(ctx: ToolContext, camera, target_a, target_b):
     if a.index == b.index:
         raise ToolError("target_a and target_b resolve to the same object")
     pa, pb = object_center_camera(ctx, cam, a.index), object_center_camera(ctx, cam, b.index)
-    return {"lateral_gap_m": round(float(abs(pa[0] - pb[0])), 2), "distance_m": round(float(np.linalg.norm(pa - pb)), 2)}
+    return {"lateral_gap_m": round(float(abs(pa[0] - pb[0])), 2),
+            "distance_m": round(float(np.linalg.norm(pa - pb)), 2)}
 
 
 def depth_order(ctx: ToolContext, camera, target_a, target_b):
@@ -227,7 +230,8 @@ def depth_monocular(ctx: ToolContext, camera, box):
 CAMERA = {"type": "string"}
 BOX = {"type": "array", "items": {"type": "number"}, "minItems": 4, "maxItems": 4}
 TARGET = {"oneOf": [
-    {"type": "object", "additionalProperties": False, "required": ["object"], "properties": {"object": {"type": "string"}}},
+    {"type": "object", "additionalProperties": False, "required": ["object"],
+     "properties": {"object": {"type": "string"}}},
     {"type": "object", "additionalProperties": False, "required": ["box"], "properties": {"box": BOX}}]}
 
 
@@ -242,7 +246,8 @@ TOOLS = [
                                                              "minItems": 1, "maxItems": 8}), detect_2d),
     Tool("select_referred_instance", "Confirm the referred instance among same-class candidates: camera, textual "
          "description and the chosen box -> confirmed box and pixel centre.",
-         _obj(["camera", "description", "box"], camera=CAMERA, description={"type": "string"}, box=BOX), select_instance),
+         _obj(["camera", "description", "box"], camera=CAMERA, description={"type": "string"}, box=BOX),
+         select_instance),
     Tool("estimate_object_3d_location_camera", "Metric camera-frame (x right, y down, z forward) location of a target "
          "and its straight-line distance (m).", _obj(["camera", "target"], camera=CAMERA, target=TARGET), location_3d),
     Tool("estimate_object_depth", "Forward depth, straight-line distance and distance band (near/medium/far) of a "
