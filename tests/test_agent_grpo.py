@@ -112,3 +112,43 @@ def test_agent_grpo_job_runs(tmp_path):
     assert len(train) == 2 and all(np.isfinite(r["loss"]) for r in train)
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert any("eval/greedy/reward_mean" in x for x in lines)
+
+
+@pytest.mark.slow
+def test_text_codec_episode_on_a_byte_level_tiny_model(tmp_path):
+    """The pretrained-model path: the loop's JSON protocol through a Qwen tokenizer, a tiny random model (vocab 263)
+    generating turns; whatever it emits, the loss mask covers only generated tokens and the rejected-reply feedback
+    the host appends is context."""
+    from flax import nnx
+
+    from jaxdrive.agent.mcq import make_mcq_set
+    from jaxdrive.models.config import parse_config
+    from jaxdrive.models.tokenizer_testing import TEST_TOKEN_IDS, build_test_tokenizer
+    from jaxdrive.models.vlm import QwenModel
+    from jaxdrive.train.tiny_recipes import TINY_CONFIG
+
+    tok = build_test_tokenizer(str(tmp_path / "tok"))
+    raw = dict(TINY_CONFIG, vocab_size=263, image_token_id=TEST_TOKEN_IDS["<|image_pad|>"],
+               vision_start_token_id=TEST_TOKEN_IDS["<|vision_start|>"], eos_token_id=TEST_TOKEN_IDS["<|im_end|>"])
+    model = QwenModel(parse_config(raw), rngs=nnx.Rngs(0))
+    cfg = _cfg()
+    from jaxdrive.agent.tools import CORE_TOOLS, ToolRegistry
+
+    registry = ToolRegistry([t for t in CORE_TOOLS if t.name == "get_ego_states"])  # a short system prompt
+    codec = TextAgentCodec(tok, turn_tokens=6, registry=registry)
+    item = make_mcq_set(1, seed=7, kinds=("speed",))[0]
+    rows = [{"prompt": np.asarray(codec.prompt(item), np.int32), "item": item, "gold": item["gold"]}] * 2
+    cfg.grpo.update(dict(prompt_len=len(rows[0]["prompt"]), completion_len=160, max_tool_turns=1,
+                         eos_id=TEST_TOKEN_IDS["<|im_end|>"], pad_id=TEST_TOKEN_IDS["<|endoftext|>"], group_size=2))
+    ro = MultiTurnRollouts(rows, build_rewards(cfg.rewards), codec.words, cfg.grpo, codec=codec)
+    trainer = Trainer(model, loss_fn=grpo_loss_fn(cfg.grpo), tx=optim.make_optimizer(cfg.optim, 2),
+                      trainable=nnx.Param, progress=False)
+    tokens, loss_mask, attn, trajs = ro.episodes(trainer, rows, jax.random.key(0))
+    for i, t in enumerate(trajs):
+        gen = loss_mask[i].astype(bool)
+        assert 1 <= gen.sum() <= 2 * codec.turn_tokens and t["counters"]["turns"] == 2
+        context = tok.decode(tokens[i][attn[i].astype(bool) & ~gen])
+        assert t["termination"] == "max_turns"  # every non-final turn appends one user turn (observation/feedback)
+        assert context.count("<|im_start|>user") == t["counters"]["turns"] - 1
+    total, _, _ = ro._score(rows, tokens, loss_mask, trajs)
+    assert np.all(total == 0.0)  # a random byte model answers nothing parseable: tier 6

@@ -91,8 +91,9 @@ class TextAgentCodec:
     prompt is the system turn (tool specs) and the user turn (short-term memory, question) with the assistant header;
     a turn is generated up to ``<|im_end|>``; the observation closes the turn and opens the next assistant turn."""
 
-    def __init__(self, tokenizer, turn_tokens: int = 256):
+    def __init__(self, tokenizer, turn_tokens: int = 256, registry=None):
         self.tok, self.turn_tokens = tokenizer, turn_tokens
+        self.registry = registry or default_registry()
 
     def _ids(self, text: str) -> list[int]:
         return list(self.tok.encode(text, add_special_tokens=False))
@@ -100,7 +101,7 @@ class TextAgentCodec:
     def prompt(self, item: dict) -> list[int]:
         from jaxdrive.agent.loop import system_prompt, user_prompt
 
-        return self._ids(f"<|im_start|>system\n{system_prompt(default_registry())}<|im_end|>\n<|im_start|>user\n"
+        return self._ids(f"<|im_start|>system\n{system_prompt(self.registry)}<|im_end|>\n<|im_start|>user\n"
                          f"{user_prompt(item['question'], item.get('stm', ''), item.get('memory', ''))}<|im_end|>\n"
                          "<|im_start|>assistant\n")
 
@@ -138,7 +139,7 @@ class MultiTurnRollouts(Rollouts):
         super().__init__(examples, rewards, decode, cfg)
         turn = cfg.get("turn_tokens", 256)
         self.codec = codec or (TextAgentCodec(tokenizer, turn) if tokenizer is not None else TinyAgentCodec())
-        self.registry = registry or default_registry()
+        self.registry = registry or getattr(self.codec, "registry", None) or default_registry()
         self._ctx: dict[int, ToolContext] = {}
 
     def _context(self, item: dict) -> ToolContext:
