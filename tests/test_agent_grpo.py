@@ -68,7 +68,8 @@ def test_tiny_codec_and_tool_observations():
 
     c = TinyAgentCodec()
     item = {"kind": "leading", "options": {"A": "No", "B": "Yes"}}
-    assert c.prompt(item) == [c.QUESTION, c.KIND["leading"], c.LETTER["A"], c.VALUE["No"], c.LETTER["B"], c.VALUE["Yes"]]
+    assert c.prompt(item) == [c.QUESTION, c.KIND["leading"], c.LETTER["A"], c.VALUE["No"], c.LETTER["B"],
+                              c.VALUE["Yes"]]
     assert c.parse([32]) == ("tool", "get_leading_object_detection", {})
     assert c.parse([c.LETTER["B"]]) == ("finish", "B", {}) and c.parse([5]) == ("malformed",)
     ctx, reg = ToolContext.from_scene(known_scene()), default_registry()

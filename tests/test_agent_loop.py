@@ -141,7 +141,8 @@ def test_agent_cli_run_and_convert(tmp_path, capsys):
     assert main(["agent", "run", "--scenes", "2", "--seed", "3", "--out", str(out)]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary == {"episodes": 10, "accuracy": 1.0, "out": str(out)}
-    assert main(["agent", "convert", "--trajectories", str(out), "--phase", "2", "--out", str(tmp_path / "r.jsonl")]) == 0
+    records = tmp_path / "r.jsonl"
+    assert main(["agent", "convert", "--trajectories", str(out), "--phase", "2", "--out", str(records)]) == 0
     assert json.loads(capsys.readouterr().out.strip())["records"] == 20
     assert main(["agent", "run", "--scenes", "0", "--out", str(out)]) == 2
     assert "--scenes" in capsys.readouterr().err

@@ -24,7 +24,8 @@ def traj(answer, tool, cites):
 
 
 @pytest.mark.parametrize("answer,tool,cites,want", [
-    ("B) Brake", "legal", 2, 1), ("B) Brake", "not_found", 2, 1), ("B) Brake", "legal", 1, 2), ("B) Brake", "legal", 0, 2),
+    ("B) Brake", "legal", 2, 1), ("B) Brake", "not_found", 2, 1), ("B) Brake", "legal", 1, 2),
+    ("B) Brake", "legal", 0, 2),
     ("B) Brake", "none", 2, 3), ("B) Brake", "unknown", 2, 3), ("B) Brake", "invalid", 0, 3),
     ("A) Go", "legal", 2, 4), ("A) Go", "none", 2, 5), ("A) Go", "unknown", 0, 5),
     ("", "legal", 2, 6), ("Brake", "legal", 2, 6), ("I think B", "none", 0, 6)])

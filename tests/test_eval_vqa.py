@@ -19,7 +19,8 @@ def test_drivelmm_letter_vectors(text, letter):
 
 
 def test_drivelmm_markers_and_accuracy():
-    assert vqa.drivelmm_final_answer("**Final Answer**: E) x") == "**: E) x"  # "Final Answer" precedes "**Final Answer**"
+    # "Final Answer" precedes "**Final Answer**" in the marker list
+    assert vqa.drivelmm_final_answer("**Final Answer**: E) x") == "**: E) x"
     assert vqa.drivelmm_final_answer("no marker") == ""
     assert vqa.drivelmm_final_answer("Answer 1 ... Answer 2") == " 2"  # text after the LAST occurrence
     tok = "e7ef871f" * 4 + "_" + "b10f0cd7" * 4
@@ -49,7 +50,8 @@ def test_drivemllm_tasks():
     r = vqa.drivemllm_task_score("xy", xy, expected=4)
     assert (r["valid"], r["matched"], r["total"]) == (1, 2, 3) and r["effective_ratio"] == 25.0
     assert r["score"] == round(100 / (1 + 0.005 * 5.0), 2)
-    box = [{"output": _wrap("[0, 0, 10, 10]"), "gt": [5, 5, 15, 15]}, {"output": _wrap("[0, 0, 10, 10]"), "gt": [0, 0, 10, 10]}]
+    box = [{"output": _wrap("[0, 0, 10, 10]"), "gt": [5, 5, 15, 15]},
+           {"output": _wrap("[0, 0, 10, 10]"), "gt": [0, 0, 10, 10]}]
     assert vqa.drivemllm_task_score("box", box)["score"] == round((25 / 175 + 1.0) / 2 * 100, 2)
     objs = [("red car", [300, 10]), ("white truck", [100, 10])]
     lr = [{"output": _wrap("the white truck"), "objects": objs, "descriptions": ["red car", "white truck"]},
@@ -62,7 +64,8 @@ def test_drivemllm_tasks():
     assert vqa.drivemllm_task_score("left", tie)["score"] == 100.0  # ties go to object 2
     fb = [{"output": _wrap(" Yes "), "xyz1": [0, 0, 5], "xyz2": [0, 0, 9]}, {"output": _wrap("yes"), "xyz1": [0, 0, 5],
                                                                           "xyz2": [0, 0, 9]}]
-    assert vqa.drivemllm_task_score("front", fb)["score"] == 100.0 and vqa.drivemllm_task_score("front", fb)["valid"] == 1
+    front = vqa.drivemllm_task_score("front", fb)
+    assert front["score"] == 100.0 and front["valid"] == 1
     assert vqa.drivemllm_task_score("behind", fb)["score"] == 0.0
     d = [{"output": _wrap("10"), "xyz1": [3, 0, 4], "xyz2": [0, 0, 0]}, {"output": _wrap("ten"), "xyz1": [3, 0, 4]}]
     assert vqa.drivemllm_task_score("dA", d)["score"] == round(100 / (1 + 0.05 * 5), 2)

@@ -91,7 +91,8 @@ def test_eq6_utility_update_exact_and_idempotent(tmp_path, embed):
     np.testing.assert_array_equal(again.embeddings, out.embeddings)
     # the same experience under new trajectory ids: known to the store, so nothing is added (utilities still move)
     more, rep3 = consolidate(out, [traj(10), traj(11)], embed, cfg=ConsolidationConfig(eta=eta))
-    assert len(more.entries) == 4 and (rep3.duplicates_dropped, rep3.known_dropped) == (1, 1) and rep3.reinforced == {"r2": 2}
+    assert len(more.entries) == 4 and (rep3.duplicates_dropped, rep3.known_dropped) == (1, 1)
+    assert rep3.reinforced == {"r2": 2}
 
 
 def test_cluster_conflicts_quality_and_llm_abstraction(embed):
@@ -186,7 +187,8 @@ def test_memory_cli(tmp_path, capsys):
     assert all(set(r) == {"score", "conditions", "risks", "success_pattern", "tool_strategy"} for r in rows)
     tj = tmp_path / "t.jsonl"
     tj.write_text(json.dumps(traj(0)) + "\n")
-    assert main(["memory", "consolidate", "--store", str(tmp_path / "m"), "--trajectories", str(tj), "--eta", "0.5"]) == 0
+    assert main(["memory", "consolidate", "--store", str(tmp_path / "m"), "--trajectories", str(tj),
+                 "--eta", "0.5"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["verified"] == 1 and summary["entries"] == 4
     assert load(tmp_path / "m").entries[1].utility == 3.5

@@ -1,9 +1,7 @@
 """``jaxdrive memory build | query | consolidate``: the long-term memory store from the command line."""
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
 
@@ -85,5 +83,5 @@ def _run_consolidate(args) -> int:
     gen = save(out, args.store)
     summary = {k: v for k, v in dataclasses.asdict(rep).items() if k not in ("reinforced", "added")}
     summary.update(reinforced=len(rep.reinforced), added=len(rep.added), entries=len(out.entries), generation=gen.name)
-    print(json.dumps(summary), file=sys.stdout)
+    print(json.dumps(summary))
     return 0
