@@ -205,6 +205,8 @@ class MultiTurnRollouts(Rollouts):
                 else:
                     c["malformed" if action[0] == "malformed" else "premature_finish"] += 1
                     extra = codec.feedback()
+                if turn == max_tools:  # nothing follows the answer turn: no feedback to append
+                    extra = []
                 if len(comp[i]) + len(new) + len(extra) > T:  # completion budget exhausted: stop here
                     new, extra, done[i] = new[: T - len(comp[i])], [], True
                 comp[i] += new + extra
