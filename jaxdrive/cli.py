@@ -178,6 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     from jaxdrive.train_cli import add_train_subcommands
 
     add_train_subcommands(sub)
+    from jaxdrive.agent.memory_cli import add_memory_subcommands; add_memory_subcommands(sub)  # noqa: E702
+    from jaxdrive.agent.agent_cli import add_agent_subcommands; add_agent_subcommands(sub)  # noqa: E702
+    from jaxdrive.eval.vqa_cli import add_eval_vqa_subcommand; add_eval_vqa_subcommand(sub)  # noqa: E702
     return parser
 
 

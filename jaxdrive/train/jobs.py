@@ -13,9 +13,9 @@ from flax import nnx
 
 from jaxdrive.train import data, optim, sft
 from jaxdrive.train.checkpoint import Checkpointer
-from jaxdrive.train.grpo_trainer import Rollouts, grpo_loss_fn, grpo_summary
+from jaxdrive.train.grpo_trainer import grpo_loss_fn, grpo_summary
 from jaxdrive.train.metrics import MetricsLogger
-from jaxdrive.train.registry import DATASETS, DECODERS, REWARDS
+from jaxdrive.train.registry import DATASETS, DECODERS, REWARDS, ROLLOUTS
 from jaxdrive.train.trainer import Trainer
 
 
@@ -124,7 +124,9 @@ def run_grpo(cfg: ml_collections.ConfigDict, model=None):
     tokenizer = load_tokenizer(cfg.model)
     examples = build_examples(cfg.data, tokenizer)
     g = cfg.grpo
-    rollouts = Rollouts(examples, build_rewards(cfg.rewards), build_decoder(cfg.decoder, tokenizer), g)
+    kind = g.get("rollouts", "single_turn")
+    extra = {} if kind == "single_turn" else {"tokenizer": tokenizer}
+    rollouts = ROLLOUTS.get(kind)(examples, build_rewards(cfg.rewards), build_decoder(cfg.decoder, tokenizer), g, **extra)
     logger, ckpt, mesh = _infra(cfg)
     trainer = Trainer(model, loss_fn=grpo_loss_fn(g),
                       tx=optim.make_optimizer(cfg.optim, cfg.steps * g.policy_epochs), trainable=trainable,

@@ -11,6 +11,9 @@ None for tiny token-id recipes):
     ``pixel_values`` / ``image_grid_thw`` / extra fields the rewards read.
   * REWARDS: ``fn(cfg) -> jaxdrive.train.rewards.Reward`` (the weight comes from ``cfg.weight``, default 1).
   * DECODERS: ``fn(cfg, tokenizer) -> Callable[[ids, mask], str]``.
+  * ROLLOUTS (``grpo.rollouts``, default "single_turn"): ``cls(examples, rewards, decode, grpo_cfg)``, the GRPO
+    ``batch_fn``; entries other than "single_turn" also get ``tokenizer=`` (multi-turn tool episodes:
+    "agent_multi_turn").
 """
 from __future__ import annotations
 
@@ -54,13 +57,23 @@ class Registry:
 DATASETS = Registry("dataset", {
     "tiny_memorise": "jaxdrive.train.tiny_recipes:memorise_dataset",
     "tiny_bright": "jaxdrive.train.tiny_recipes:bright_dataset",
+    "agent_tiny_mcq": "jaxdrive.agent.grpo_rollout:tiny_mcq_dataset",
+    "agent_mcq": "jaxdrive.agent.grpo_rollout:mcq_dataset",
+    "agent_sft_records": "jaxdrive.agent.sft_data:records_dataset",
 })
 
 REWARDS = Registry("reward", {
     "exact_match": "jaxdrive.train.rewards:exact_match_from_config",
+    "agent_tiered": "jaxdrive.agent.reward:tiered_from_config",
 })
 
 DECODERS = Registry("decoder", {
     "tiny_words": "jaxdrive.train.tiny_recipes:words_decoder",
     "tokenizer": "jaxdrive.train.tiny_recipes:tokenizer_decoder",
+    "agent_tiny": "jaxdrive.agent.grpo_rollout:tiny_words_decoder",
+})
+
+ROLLOUTS = Registry("rollouts", {
+    "single_turn": "jaxdrive.train.grpo_trainer:Rollouts",
+    "agent_multi_turn": "jaxdrive.agent.grpo_rollout:MultiTurnRollouts",
 })

@@ -1,0 +1,163 @@
+"""The Think-Action-Observation-Update loop (paper Sec. 3.3, B.4) and its JSONL trajectories.
+
+A policy maps the conversation so far (``messages``) to one text reply holding one JSON object:
+
+* a tool turn:   ``{"update": "<belief update from the last observation>", "think": "...",
+                   "action": {"tool": "<name>", "arguments": {...}}}``
+* the answer:    ``{"update": "...", "think": "...", "finish": true, "reasoning": "...",
+                   "final_answer": "B) ...", "memory_used": [1, 2]}``  (numbers of the retrieved entries it used)
+
+The executor runs the tool and appends the observation as a user turn. Budget: at most ``MAX_TOOL_TURNS`` (7) tool
+turns and one answer turn, i.e. at most 8 policy turns. ``finish`` is accepted only after one useful action (a tool
+call that returned a result). Malformed replies, unknown tools, invalid arguments, repeated identical calls, premature
+finishes and running out of turns are fed back as observations and counted; none of them raise.
+
+Trajectory record (one JSON line): ``id``, ``scene_id``, ``question``, ``gold``, ``stm``, ``memory`` (prompt text),
+``retrieved`` (entry ids), ``messages`` (role, content, kind: prompt | action | observation | feedback | answer),
+``steps`` (per tool call: think, action, observation, ok, error, latency_ms, update), ``reasoning``,
+``final_answer``, ``answer_letter``, ``correct``, ``termination`` (finish | max_turns), ``memory_used`` (entry ids),
+``counters``.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Callable, Sequence
+
+from jaxdrive.agent.tools import ToolContext, ToolRegistry
+
+MAX_TOOL_TURNS = 7
+Policy = Callable[[list[dict]], str]
+
+SYSTEM = """You are a driving reasoning agent. Answer the question about the current driving scene. Use the scene memory
+(short-term), the retrieved experience (long-term) and the tools. Reply with ONE JSON object per turn:
+tool turn: {"update": "<what the last observation changed>", "think": "<goal and evidence gap>",
+            "action": {"tool": "<tool name>", "arguments": {...}}}
+answer:    {"update": "...", "think": "...", "finish": true, "reasoning": "<step-by-step>",
+            "final_answer": "<letter>) <option>", "memory_used": [<numbers of the experience entries you used>]}
+At most 7 tool calls; finish only after at least one useful tool call. Coordinates: ego frame, x right, y forward (m).
+Tools:
+"""
+
+
+def system_prompt(registry: ToolRegistry) -> str:
+    return SYSTEM + "\n".join(json.dumps(s, separators=(",", ":")) for s in registry.specs())
+
+
+def user_prompt(question: str, stm: str, memory: str) -> str:
+    return (f"Scene memory (short-term):\n{stm or '(none)'}\n\nRetrieved experience (long-term):\n{memory or '(none)'}"
+            f"\n\nQuestion: {question}")
+
+
+def parse_reply(text: str) -> dict | None:
+    """The first JSON object in ``text`` (code fences allowed), or None."""
+    start = text.find("{")
+    while start != -1:
+        try:
+            obj, _ = json.JSONDecoder().raw_decode(text[start:])
+            return obj if isinstance(obj, dict) else None
+        except json.JSONDecodeError:
+            start = text.find("{", start + 1)
+    return None
+
+
+LETTER = re.compile(r"^\s*\(?([A-F])\)")
+
+
+def answer_letter(final_answer: str) -> str | None:
+    m = LETTER.match(final_answer or "")
+    return m.group(1) if m else None
+
+
+def _key(tool: str, args) -> str:
+    return tool + json.dumps(args, sort_keys=True)
+
+
+def run_episode(policy: Policy, ctx: ToolContext, registry: ToolRegistry, item: dict, *, stm: str = "",
+                memory: str = "", retrieved: Sequence[str] = (), max_tool_turns: int = MAX_TOOL_TURNS) -> dict:
+    """One episode of ``policy`` on ``item`` (``id``, ``question``, optional ``gold`` / ``scene_id``); returns the
+    trajectory record (see the module docstring)."""
+    msgs = [{"role": "system", "content": system_prompt(registry), "kind": "prompt"},
+            {"role": "user", "content": user_prompt(item["question"], stm, memory), "kind": "prompt"}]
+    counters = dict(turns=0, tool_calls=0, useful_calls=0, malformed=0, unknown_tool=0, invalid_args=0, tool_errors=0,
+                    repeated=0, premature_finish=0, max_turns=0)
+    steps: list[dict] = []
+    seen: set[str] = set()
+    final = None
+    for turn in range(max_tool_turns + 1):
+        answer_turn = turn == max_tool_turns
+        reply = policy(msgs)
+        counters["turns"] += 1
+        obj = parse_reply(reply)
+        is_finish = bool(obj) and obj.get("finish") is True and isinstance(obj.get("final_answer"), str)
+        action = obj.get("action") if obj else None
+        is_call = isinstance(action, dict) and isinstance(action.get("tool"), str)
+        msgs.append({"role": "assistant", "content": reply, "kind": "answer" if is_finish else "action"})
+        if steps and obj and isinstance(obj.get("update"), str) and not steps[-1]["update"]:
+            steps[-1]["update"] = obj["update"]
+        if not (is_finish or is_call):
+            counters["malformed"] += 1
+            feedback = "error: malformed reply; expected one JSON object with an action or finish=true"
+        elif is_finish and counters["useful_calls"] == 0:
+            counters["premature_finish"] += 1
+            feedback = "error: finish is allowed only after at least one useful tool call"
+        elif is_finish:
+            final = obj
+            break
+        elif answer_turn:
+            feedback = None
+        else:
+            args = action.get("arguments", {})
+            key = _key(action["tool"], args)
+            if key in seen:
+                counters["repeated"] += 1
+                feedback = "error: repeated identical call; its observation is already above"
+            else:
+                seen.add(key)
+                obs = registry.call(ctx, action["tool"], args)
+                counters["tool_calls"] += 1
+                if obs.ok:
+                    counters["useful_calls"] += 1
+                elif obs.error.startswith("unknown tool"):
+                    counters["unknown_tool"] += 1
+                elif obs.error.startswith("invalid arguments"):
+                    counters["invalid_args"] += 1
+                else:
+                    counters["tool_errors"] += 1
+                steps.append({"think": obj.get("think", ""), "action": {"tool": action["tool"], "arguments": args},
+                              "observation": obs.text(), "ok": obs.ok, "error": obs.error,
+                              "latency_ms": round(obs.latency_ms, 3), "update": ""})
+                msgs.append({"role": "user", "content": f"Observation ({action['tool']}): {obs.text()}",
+                             "kind": "observation"})
+                if turn == max_tool_turns - 1:
+                    msgs.append({"role": "user", "content": "Tool budget used up: answer now (finish=true).",
+                                 "kind": "feedback"})
+                continue
+        if answer_turn:
+            break
+        msgs.append({"role": "user", "content": feedback, "kind": "feedback"})
+    if final is None:
+        counters["max_turns"] = 1
+    used_numbers = final.get("memory_used", []) if final else []
+    memory_used = [retrieved[n - 1] for n in used_numbers
+                   if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= len(retrieved)]
+    final_answer = final["final_answer"] if final else ""
+    letter = answer_letter(final_answer)
+    return {
+        "id": item["id"], "scene_id": item.get("scene_id", ""), "question": item["question"],
+        "gold": item.get("gold"), "stm": stm, "memory": memory, "retrieved": list(retrieved), "messages": msgs,
+        "steps": steps, "reasoning": final.get("reasoning", "") if final else "", "final_answer": final_answer,
+        "answer_letter": letter, "correct": letter is not None and letter == item.get("gold"),
+        "termination": "finish" if final else "max_turns", "memory_used": memory_used, "counters": counters,
+    }
+
+
+def write_jsonl(path, records: Sequence[dict]) -> None:
+    with open(path, "w") as f:
+        for r in records:
+            f.write(json.dumps(r, separators=(",", ":")) + "\n")
+
+
+def read_jsonl(path) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]

@@ -1,0 +1,87 @@
+"""``jaxdrive memory build | query | consolidate``: the long-term memory store from the command line."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def add_memory_subcommands(sub) -> None:
+    p = sub.add_parser("memory", help="long-term memory store: build, query, consolidate")
+    msub = p.add_subparsers(dest="memory_command", required=True)
+    b = msub.add_parser("build", help="embed entries (JSONL of MemoryEntry dicts) with all-MiniLM-L6-v2 into a store")
+    b.add_argument("--entries", type=Path, required=True, help="JSONL file, one entry per line")
+    b.add_argument("--out", type=Path, required=True, help="store directory (a new generation is committed)")
+    b.set_defaults(func=_run_build)
+    q = msub.add_parser("query", help="top-K entries (inference-safe view) for a question and short-term memory")
+    q.add_argument("--store", type=Path, required=True)
+    q.add_argument("--question", required=True)
+    q.add_argument("--stm", type=Path, help="text file with the serialised short-term memory")
+    q.add_argument("--scene-id", default="", help="exclude entries from this scene")
+    q.add_argument("-k", type=int, default=4)
+    q.add_argument("--lam", type=float, default=None, help="utility weight (default: jaxdrive.agent.memory.LAMBDA)")
+    q.add_argument("--devices", type=int, help="shard the entries over this many local devices")
+    q.set_defaults(func=_run_query)
+    c = msub.add_parser("consolidate", help="offline consolidation (Algorithm 1) of verified trajectories")
+    c.add_argument("--store", type=Path, required=True)
+    c.add_argument("--trajectories", type=Path, required=True,
+                   help="JSONL trajectories written by `jaxdrive agent run`")
+    c.add_argument("--eta", type=float, default=0.1, help="utility-update rate (Eq. 6)")
+    c.set_defaults(func=_run_consolidate)
+
+
+def _run_build(args) -> int:
+    from jaxdrive.agent.embed import minilm
+    from jaxdrive.agent.store import build, read_entries_jsonl, save
+
+    if not args.entries.is_file():
+        raise ValueError(f"--entries {args.entries}: no such file")
+    entries = read_entries_jsonl(args.entries)
+    gen = save(build(entries, minilm()), args.out)
+    print(f"wrote {len(entries)} entries to {gen}")
+    return 0
+
+
+def _run_query(args) -> int:
+    import numpy as np
+
+    from jaxdrive.agent import memory
+    from jaxdrive.agent.embed import compose_query, minilm
+    from jaxdrive.agent.store import load
+
+    store = load(args.store)
+    if not 1 <= args.k <= len(store.entries):
+        raise ValueError(f"-k: expected 1..{len(store.entries)} (entries in the store), got {args.k}")
+    stm = args.stm.read_text() if args.stm else ""
+    q = minilm()([compose_query(args.question, stm)])
+    lam = memory.LAMBDA if args.lam is None else args.lam
+    mesh = memory.entry_mesh(args.devices) if args.devices else None
+    scores, idx = memory.retrieve(q, store.embeddings, store.utility, k=args.k, lam=lam,
+                                  exclude=store.exclusion([args.scene_id]), mesh=mesh)
+    for s, i in zip(np.asarray(scores)[0], np.asarray(idx)[0]):
+        if i >= 0:
+            print(json.dumps({"score": round(float(s), 5), **store.entries[int(i)].safe_view()}))
+    return 0
+
+
+def _run_consolidate(args) -> int:
+    import dataclasses
+
+    from jaxdrive.agent.consolidate import ConsolidationConfig, consolidate
+    from jaxdrive.agent.embed import minilm
+    from jaxdrive.agent.store import load, save
+
+    store = load(args.store)
+    trajs = []
+    with open(args.trajectories) as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    trajs.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"--trajectories {args.trajectories}:{n}: not JSON ({e})") from None
+    out, rep = consolidate(store, trajs, minilm(), cfg=ConsolidationConfig(eta=args.eta))
+    gen = save(out, args.store)
+    summary = {k: v for k, v in dataclasses.asdict(rep).items() if k not in ("reinforced", "added")}
+    summary.update(reinforced=len(rep.reinforced), added=len(rep.added), entries=len(out.entries), generation=gen.name)
+    print(json.dumps(summary))
+    return 0

@@ -1,0 +1,87 @@
+"""The tiered outcome reward of trajectory-level GRPO (paper Table 8, appendix B.3). Each trajectory is in exactly one
+tier:
+
+    1  correct and tool and memory cited   +0.7
+    2  correct and tool, no memory citation +0.5
+    3  correct, no tool                     0.0
+    4  incorrect and tool                  +0.2
+    5  incorrect, no tool                   0.0
+    6  malformed output                     0.0
+
+* malformed: no parseable final answer (no option letter in the last answer turn);
+* correct: that letter equals the gold letter;
+* tool: at least one action passed the schema legality check (a known tool with valid arguments; a tool that then
+  answers "not found" still counts);
+* memory cited: at least two concrete scene-state or experience phrases surfaced in the reasoning: the retrieved
+  entries the answer cites (``memory_used``) plus the distinct short-term-memory object ids and long-term-memory
+  clauses (>= 3 words) that appear verbatim (case-insensitive) in the reasoning.
+"""
+from __future__ import annotations
+
+import re
+
+from jaxdrive.agent.loop import answer_letter, parse_reply
+from jaxdrive.train.rewards import Reward
+
+TIER_REWARD = {1: 0.7, 2: 0.5, 3: 0.0, 4: 0.2, 5: 0.0, 6: 0.0}
+_ILLEGAL = ("unknown tool", "invalid arguments")
+
+
+def legal_tool_call(traj: dict) -> bool:
+    return any(s.get("ok") or not str(s.get("error", "")).startswith(_ILLEGAL) for s in traj.get("steps", []))
+
+
+def memory_phrases(stm: str, memory: str) -> set[str]:
+    """Citable phrases: the object ids of the short-term memory lines and the long-term-memory clauses."""
+    out = set()
+    for line in stm.splitlines():
+        head = line.split(":", 1)[0].split()
+        if len(head) == 2 and head[0] not in ("ego", "road", "risk"):
+            out.add(head[0].lower())
+    for clause in re.split(r"[;\n]|\[\d+\]", memory):
+        clause = re.sub(r"^\s*(conditions|risks|success pattern|tool strategy):", "", clause.strip()).strip()
+        if len(clause.split()) >= 3:
+            out.add(clause.lower())
+    return out
+
+
+def memory_citations(traj: dict) -> int:
+    reasoning = str(traj.get("reasoning", "")).lower()
+    words = set(re.findall(r"[a-z0-9_]+", reasoning))
+    found = {p for p in memory_phrases(traj.get("stm", ""), traj.get("memory", ""))
+             if (p in words if " " not in p else p in reasoning)}
+    return len(set(traj.get("memory_used", []))) + len(found)
+
+
+def tier(traj: dict) -> int:
+    """The Table 8 tier of a trajectory record (``jaxdrive.agent.loop`` format; ``gold`` is the correct letter)."""
+    letter = answer_letter(traj.get("final_answer", ""))
+    if letter is None:
+        return 6
+    correct = letter == traj.get("gold")
+    tool = legal_tool_call(traj)
+    if correct and tool:
+        return 1 if memory_citations(traj) >= 2 else 2
+    if correct:
+        return 3
+    return 4 if tool else 5
+
+
+def tiered_reward(completions: list[str], examples: list[dict]) -> list[float]:
+    """Host reward: the tier reward of ``examples[i]["trajectory"]`` (multi-turn rollouts), or of a single-turn
+    completion (one JSON answer, no tool calls) against ``examples[i]["gold"]``."""
+    out = []
+    for text, ex in zip(completions, examples):
+        traj = ex.get("trajectory")
+        if traj is None:
+            obj = parse_reply(text) or {}
+            traj = {"final_answer": str(obj.get("final_answer", "")), "gold": ex.get("gold"),
+                    "reasoning": str(obj.get("reasoning", "")), "stm": ex.get("stm", ""),
+                    "memory": ex.get("memory", "")}
+        out.append(TIER_REWARD[tier(traj)])
+    return out
+
+
+def tiered_from_config(cfg) -> Reward:
+    """Registry factory ``rewards.agent_tiered`` (``weight``, default 1)."""
+    return Reward(name="agent_tiered", fn=tiered_reward, weight=float(cfg.get("weight", 1.0)))

@@ -1,0 +1,107 @@
+"""Stepwise conversion of verified trajectories into two-phase SFT records (paper Sec. 3.4, appendix B.2).
+
+Every accepted policy turn of a trajectory (a tool call that was executed, or the final answer) becomes one
+next-step record: the conversation before it as context, the turn itself as the only supervised target ("loss scope:
+last round", Table 7). Observations returned by the executor are context, never targets.
+
+* phase 1 (tool-decision records): tool-call turns only; the target is the action JSON alone (tool-call tokens); tool
+  observations are removed from the context, except the candidate detections an instance-selection action needs
+  (the observation of ``detect_objects_2d_open_vocab`` right before ``select_referred_instance``).
+* phase 2 (observation-grounded reasoning): tool turns and the answer turn, full replies (belief update, think,
+  action / reasoning and final answer) as targets, observations kept in the context.
+
+A record is ``{"id", "phase", "segments": [{"role", "kind", "text", "train"}]}``; ``to_arrays`` tokenizes it with
+Qwen chat markup into ids and a loss mask (1 on the target's content and ``<|im_end|>``, 0 elsewhere).
+"""
+from __future__ import annotations
+
+import json
+from typing import Callable, Sequence
+
+import numpy as np
+
+from jaxdrive.agent.consolidate import verify
+from jaxdrive.agent.loop import parse_reply
+
+
+def _accepted(messages: list[dict]) -> list[int]:
+    """Indices of assistant turns the executor accepted: followed by an observation, or the final answer."""
+    out = []
+    for j, m in enumerate(messages):
+        if m["role"] != "assistant":
+            continue
+        nxt = messages[j + 1] if j + 1 < len(messages) else None
+        if m["kind"] == "answer" and nxt is None:
+            out.append(j)
+        elif nxt is not None and nxt["kind"] == "observation":
+            out.append(j)
+    return out
+
+
+def _seg(m: dict, train: bool, text: str | None = None) -> dict:
+    return {"role": m["role"], "kind": m["kind"], "text": m["content"] if text is None else text, "train": train}
+
+
+def stepwise_records(traj: dict, phase: int) -> list[dict]:
+    """The phase-1 or phase-2 records of one trajectory (see the module docstring)."""
+    if phase not in (1, 2):
+        raise ValueError(f"phase: expected 1 or 2, got {phase}")
+    msgs = traj["messages"]
+    records = []
+    for j in _accepted(msgs):
+        target = msgs[j]
+        if phase == 1 and target["kind"] != "action":
+            continue
+        ctx = []
+        for k, m in enumerate(msgs[:j]):
+            if m["kind"] == "feedback" or (m["role"] == "assistant" and k not in _accepted(msgs)):
+                continue  # rejected turns and their error feedback are not teacher behaviour
+            if phase == 1 and m["kind"] == "observation":
+                action = parse_reply(target["content"])["action"]
+                keep = action["tool"] == "select_referred_instance" and \
+                    m["content"].startswith("Observation (detect_objects_2d_open_vocab)") and k == j - 1
+                if not keep:
+                    continue
+            if phase == 1 and m["role"] == "assistant":
+                ctx.append(_seg(m, False, json.dumps({"action": parse_reply(m["content"])["action"]})))
+                continue
+            ctx.append(_seg(m, False))
+        text = json.dumps({"action": parse_reply(target["content"])["action"]}) if phase == 1 else None
+        records.append({"id": f"{traj['id']}#p{phase}s{len(records)}", "phase": phase,
+                        "segments": ctx + [_seg(target, True, text)]})
+    return records
+
+
+def convert(trajectories: Sequence[dict], phase: int, only_verified: bool = True) -> list[dict]:
+    """Records of every (verified) trajectory."""
+    return [r for t in trajectories if verify(t) or not only_verified for r in stepwise_records(t, phase)]
+
+
+def to_arrays(record: dict, encode: Callable[[str], list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(ids [S] int32, loss mask [S] int32) of ``record`` in Qwen chat markup ``<|im_start|>role\\n ... <|im_end|>\\n``;
+    the mask covers the content and ``<|im_end|>`` of training segments only."""
+    ids, mask = [], []
+    for s in record["segments"]:
+        for piece, train in ((f"<|im_start|>{s['role']}\n", False), (s["text"] + "<|im_end|>", s["train"]),
+                             ("\n", False)):
+            t = list(encode(piece))
+            ids += t
+            mask += [int(train)] * len(t)
+    return np.asarray(ids, np.int32), np.asarray(mask, np.int32)
+
+
+def records_dataset(cfg, tokenizer) -> list[dict]:
+    """Registry ``data.kind = "agent_sft_records"``: SFT examples from a records JSONL (``cfg.path``, written by
+    ``jaxdrive agent convert``) with the pretrained model's tokenizer: ``prompt`` = the context tokens, ``answer`` =
+    the supervised target (its content and ``<|im_end|>``); observations are in the prompt, so never in the loss."""
+    from jaxdrive.agent.loop import read_jsonl
+
+    if tokenizer is None:
+        raise ValueError("data.kind='agent_sft_records' needs a pretrained model directory with a tokenizer "
+                         "(model.kind='pretrained', model.path)")
+    out = []
+    for r in read_jsonl(cfg.path):
+        ids, mask = to_arrays(r, lambda s: tokenizer.encode(s, add_special_tokens=False))
+        on = np.flatnonzero(mask)
+        out.append({"prompt": ids[: on[0]], "answer": ids[on[0]: on[-1] + 1], "answer_text": r["segments"][-1]["text"]})
+    return out

@@ -1,0 +1,218 @@
+"""Long-term memory entries and their persistent store (pickle-free, written atomically).
+
+An entry is the paper's e_i = (c_i, r_i, p_i+, pi_i^tool, w_i): applicable conditions, risk factors, a reusable success
+pattern, a tool-use strategy and a retrieval utility; plus identity fields (id, source scene, source trajectories, the
+teacher's answer) that the inference-safe view strips.
+
+On disk a store is a directory::
+
+    CURRENT                  one line: the name of the committed generation
+    gen-000007/entries.parquet    one row per entry (text fields, utility float64, sources list<string>)
+    gen-000007/embeddings.npy     float32 [N, D] unit-norm rows (numpy format, loaded with allow_pickle=False)
+    gen-000007/meta.json          {"dim", "count", "embedder", "consolidated": [trajectory ids], "created"}
+
+``save`` writes a new generation into a temporary directory, fsyncs it, renames it into place, then swaps ``CURRENT``
+with ``os.replace`` (atomic on POSIX). A process killed at any point leaves either the old or the new generation
+committed, never a mix; leftovers are removed by the next save. The previous generation is kept as a backup.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+TEXT_FIELDS = ("conditions", "risks", "success_pattern", "tool_strategy")
+SAFE_FIELDS = TEXT_FIELDS  # what the policy may see
+_COLUMNS = ("id", "scene_id", "kind") + TEXT_FIELDS + ("answer", "utility", "support", "sources")
+
+
+@dataclasses.dataclass
+class MemoryEntry:
+    """One long-term memory entry. ``kind``: "rule" (driving knowledge) or "experience" (from verified trajectories)."""
+
+    id: str
+    conditions: str
+    risks: str = ""
+    success_pattern: str = ""
+    tool_strategy: str = ""
+    utility: float = 0.0
+    scene_id: str = ""
+    kind: str = "experience"
+    answer: str = ""
+    support: int = 1
+    sources: list[str] = dataclasses.field(default_factory=list)
+
+    def text(self) -> str:
+        """The text that is embedded: the four schema fields (never identity fields or the answer)."""
+        return "\n".join(f"{f.replace('_', ' ')}: {getattr(self, f)}" for f in TEXT_FIELDS if getattr(self, f))
+
+    def safe_view(self) -> dict:
+        """Inference-safe view: the schema fields only (no id, scene, sources, answer or utility)."""
+        return {f: getattr(self, f) for f in SAFE_FIELDS}
+
+    @staticmethod
+    def from_dict(d: dict, where: str = "entry") -> "MemoryEntry":
+        known = {f.name for f in dataclasses.fields(MemoryEntry)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"{where}: unknown field(s) {unknown} (known: {sorted(known)})")
+        for f in ("id", "conditions"):
+            if not isinstance(d.get(f), str) or not d[f].strip():
+                raise ValueError(f"{where}: field {f!r}: expected a non-empty string, got {d.get(f)!r}")
+        e = MemoryEntry(**d)
+        e.utility, e.support, e.sources = float(e.utility), int(e.support), list(e.sources)
+        return e
+
+
+def format_entries(entries: Sequence[MemoryEntry]) -> str:
+    """The retrieved entries as prompt text (inference-safe view, one numbered block each)."""
+    blocks = []
+    for i, e in enumerate(entries, 1):
+        v = e.safe_view()
+        blocks.append(f"[{i}] " + "; ".join(f"{k.replace('_', ' ')}: {v[k]}" for k in SAFE_FIELDS if v[k]))
+    return "\n".join(blocks)
+
+
+@dataclasses.dataclass
+class MemoryStore:
+    """Entries with their embeddings [N, D] (row i embeds ``entries[i].text()``) and the ids of the trajectories already
+    consolidated into it."""
+
+    entries: list[MemoryEntry]
+    embeddings: np.ndarray
+    consolidated: list[str] = dataclasses.field(default_factory=list)
+    embedder: str = "all-MiniLM-L6-v2"
+
+    def __post_init__(self):
+        self.embeddings = np.asarray(self.embeddings, np.float32)
+        if self.embeddings.ndim != 2 or self.embeddings.shape[0] != len(self.entries):
+            raise ValueError(f"embeddings: expected [{len(self.entries)}, D] (one row per entry), got "
+                             f"{self.embeddings.shape}")
+        ids = [e.id for e in self.entries]
+        if len(set(ids)) != len(ids):
+            dup = next(i for i in ids if ids.count(i) > 1)
+            raise ValueError(f"entries: ids must be unique, {dup!r} repeats")
+
+    @property
+    def utility(self) -> np.ndarray:
+        return np.array([e.utility for e in self.entries], np.float64)
+
+    def scene_ids(self) -> list[str]:
+        return [e.scene_id for e in self.entries]
+
+    def exclusion(self, query_scenes: Sequence[str]) -> np.ndarray:
+        """[Q, N] bool: entry n comes from query q's scene (paper A.2's same-scene safeguard)."""
+        scenes = np.asarray(self.scene_ids(), dtype=object)
+        return np.stack([(scenes == s) & (scenes != "") for s in query_scenes]) if len(query_scenes) else \
+            np.zeros((0, len(self.entries)), bool)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_file(path: Path, write) -> None:
+    with open(path, "wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _table(entries: Sequence[MemoryEntry]) -> pa.Table:
+    cols = {c: [getattr(e, c) for e in entries] for c in _COLUMNS}
+    schema = pa.schema([(c, pa.string()) for c in _COLUMNS[:-3]] +
+                       [("utility", pa.float64()), ("support", pa.int64()), ("sources", pa.list_(pa.string()))])
+    return pa.table(cols, schema=schema)
+
+
+def _current(root: Path) -> str | None:
+    try:
+        name = (root / "CURRENT").read_text().strip()
+    except FileNotFoundError:
+        return None
+    return name or None
+
+
+def save(store: MemoryStore, root: str | os.PathLike) -> Path:
+    """Write ``store`` as the next generation under ``root`` and commit it atomically; returns the generation dir."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    cur = _current(root)
+    for p in root.iterdir():  # leftovers of killed writers
+        if p.name.startswith(".tmp-"):
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    number = int(cur.split("-")[1]) + 1 if cur else 1
+    while (root / f"gen-{number:06d}").exists():
+        number += 1
+    name = f"gen-{number:06d}"
+    tmp = root / f".tmp-{name}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    _write_file(tmp / "entries.parquet", lambda f: pq.write_table(_table(store.entries), f))
+    _write_file(tmp / "embeddings.npy", lambda f: np.save(f, store.embeddings, allow_pickle=False))
+    meta = {"dim": int(store.embeddings.shape[1]), "count": len(store.entries), "embedder": store.embedder,
+            "consolidated": list(store.consolidated), "created": time.time()}
+    _write_file(tmp / "meta.json", lambda f: f.write(json.dumps(meta).encode()))
+    _fsync_dir(tmp)
+    os.rename(tmp, root / name)
+    _fsync_dir(root)
+    pointer = root / f".tmp-CURRENT-{uuid.uuid4().hex[:8]}"
+    _write_file(pointer, lambda f: f.write(f"{name}\n".encode()))
+    os.replace(pointer, root / "CURRENT")  # the commit point
+    _fsync_dir(root)
+    for p in root.iterdir():  # keep the new generation and the one before it
+        if p.name.startswith("gen-") and p.name not in (name, cur):
+            shutil.rmtree(p, ignore_errors=True)
+    return root / name
+
+
+def load(root: str | os.PathLike, mmap: bool = False) -> MemoryStore:
+    """The committed generation of the store at ``root`` (``mmap``: embeddings memory-mapped, read-only)."""
+    root = Path(root)
+    cur = _current(root)
+    if cur is None:
+        raise ValueError(f"memory store {root}: no committed generation (missing CURRENT; build one with "
+                         "`jaxdrive memory build`)")
+    gen = root / cur
+    try:
+        meta = json.loads((gen / "meta.json").read_text())
+        rows = pq.read_table(gen / "entries.parquet").to_pylist()
+        emb = np.load(gen / "embeddings.npy", allow_pickle=False, mmap_mode="r" if mmap else None)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"memory store {root}: generation {cur} is unreadable ({e})") from None
+    entries = [MemoryEntry(**{c: r[c] for c in _COLUMNS}) for r in rows]
+    if len(entries) != meta["count"]:
+        raise ValueError(f"memory store {root}: {cur} holds {len(entries)} entries, meta.json says {meta['count']}")
+    return MemoryStore(entries, emb, list(meta.get("consolidated", [])), meta.get("embedder", ""))
+
+
+def read_entries_jsonl(path: str | os.PathLike) -> list[MemoryEntry]:
+    """Entries from a JSONL file (one ``MemoryEntry`` dict per line; errors name the line)."""
+    out = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: not JSON ({e})") from None
+            out.append(MemoryEntry.from_dict(d, f"{path}:{n}"))
+    return out
+
+
+def build(entries: Sequence[MemoryEntry], embed) -> MemoryStore:
+    """A store of ``entries`` embedded with ``embed`` (texts -> unit rows)."""
+    return MemoryStore(list(entries), embed([e.text() for e in entries]))

@@ -1,0 +1,129 @@
+"""Tool registry: each tool has a name, a description, a JSON schema for its arguments and a function over a
+``ToolContext``. ``ToolRegistry.call`` validates the arguments against the schema, runs the tool, and returns an
+``Observation``: errors (unknown tool, bad arguments, a failure inside the tool) come back as observations with
+``ok = False``, never as exceptions that end the episode. Every call records its latency.
+
+The schema subset understood (enough for the tool library, no dependency): ``type`` object / array / number / integer /
+string / boolean, ``properties``, ``required``, ``additionalProperties: false``, ``items``, ``minItems``, ``maxItems``,
+``enum``, ``minimum``, ``maximum``, ``oneOf`` (exactly one sub-schema matches).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from typing import Any, Callable
+
+
+class ToolError(Exception):
+    """A tool's own "cannot answer" (unknown object id, nothing at that box...): becomes an error observation."""
+
+
+@dataclasses.dataclass
+class Observation:
+    tool: str
+    ok: bool
+    result: Any = None
+    error: str | None = None
+    latency_ms: float = 0.0
+
+    def text(self) -> str:
+        """Compact JSON the policy reads."""
+        return json.dumps({"result": self.result} if self.ok else {"error": self.error}, separators=(",", ":"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    parameters: dict  # JSON schema of the arguments object
+    fn: Callable[..., Any]  # fn(ctx, **arguments) -> JSON-serialisable result
+
+    def spec(self) -> dict:
+        """OpenAI-style function spec (what the prompt lists)."""
+        return {"name": self.name, "description": self.description, "parameters": self.parameters}
+
+
+def validate(value: Any, schema: dict, path: str = "arguments") -> None:
+    """Raise ``ValueError`` naming the path of the first value that does not match ``schema``."""
+    if "oneOf" in schema:
+        ok = 0
+        for sub in schema["oneOf"]:
+            try:
+                validate(value, sub, path)
+                ok += 1
+            except ValueError:
+                pass
+        if ok != 1:
+            raise ValueError(f"{path}: expected exactly one of {json.dumps(schema['oneOf'])}, got {json.dumps(value)}")
+        return
+    t = schema.get("type")
+    checks = {"object": lambda v: isinstance(v, dict), "array": lambda v: isinstance(v, list),
+              "string": lambda v: isinstance(v, str), "boolean": lambda v: isinstance(v, bool),
+              "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+              "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
+              and abs(v) != float("inf")}
+    if t is not None and not checks[t](value):
+        raise ValueError(f"{path}: expected {t}, got {json.dumps(value)}")
+    if "enum" in schema and value not in schema["enum"]:
+        raise ValueError(f"{path}: expected one of {schema['enum']}, got {json.dumps(value)}")
+    if "minimum" in schema and value < schema["minimum"]:
+        raise ValueError(f"{path}: expected >= {schema['minimum']}, got {value}")
+    if "maximum" in schema and value > schema["maximum"]:
+        raise ValueError(f"{path}: expected <= {schema['maximum']}, got {value}")
+    if t == "object":
+        props = schema.get("properties", {})
+        for r in schema.get("required", []):
+            if r not in value:
+                raise ValueError(f"{path}: missing required field {r!r}")
+        if schema.get("additionalProperties") is False:
+            extra = sorted(set(value) - set(props))
+            if extra:
+                raise ValueError(f"{path}: unknown field(s) {extra} (allowed: {sorted(props)})")
+        for k, v in value.items():
+            if k in props:
+                validate(v, props[k], f"{path}.{k}")
+    if t == "array":
+        if len(value) < schema.get("minItems", 0):
+            raise ValueError(f"{path}: expected at least {schema['minItems']} items, got {len(value)}")
+        if "maxItems" in schema and len(value) > schema["maxItems"]:
+            raise ValueError(f"{path}: expected at most {schema['maxItems']} items, got {len(value)}")
+        if "items" in schema:
+            for i, v in enumerate(value):
+                validate(v, schema["items"], f"{path}[{i}]")
+
+
+class ToolRegistry:
+    """Name -> ``Tool``; ``call`` turns every failure into an error ``Observation``."""
+
+    def __init__(self, tools: list[Tool]):
+        self.tools = {t.name: t for t in tools}
+        if len(self.tools) != len(tools):
+            raise ValueError("tools: names must be unique")
+
+    def names(self) -> list[str]:
+        return list(self.tools)
+
+    def specs(self) -> list[dict]:
+        return [t.spec() for t in self.tools.values()]
+
+    def call(self, ctx, name: str, arguments: Any) -> Observation:
+        t0 = time.perf_counter()
+
+        def done(**kw) -> Observation:
+            return Observation(tool=name, latency_ms=(time.perf_counter() - t0) * 1e3, **kw)
+
+        tool = self.tools.get(name)
+        if tool is None:
+            return done(ok=False, error=f"unknown tool {name!r} (available: {', '.join(self.tools)})")
+        try:
+            validate(arguments, tool.parameters)
+        except ValueError as e:
+            return done(ok=False, error=f"invalid arguments for {name}: {e}")
+        try:
+            result = tool.fn(ctx, **arguments)
+        except ToolError as e:
+            return done(ok=False, error=f"{name}: {e}")
+        except Exception as e:  # noqa: BLE001 - a broken tool must not end the episode; the error is the observation
+            return done(ok=False, error=f"{name} failed: {type(e).__name__}: {e}")
+        return done(ok=True, result=result)

@@ -1,0 +1,155 @@
+"""Multi-turn GRPO with tool calls: lockstep episodes on the tiny model (the host runs the tools between turns),
+observation tokens in the attention mask but out of the loss mask, rewards = the tiered reward of each episode; a
+short `jaxdrive train grpo` job with configs/agent_grpo_tiny.py; the text codec on a byte-level Qwen tokenizer."""
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from configs import agent_grpo_tiny
+from jaxdrive.agent.grpo_rollout import MultiTurnRollouts, TextAgentCodec, TinyAgentCodec
+from jaxdrive.agent.reward import TIER_REWARD, tier
+from jaxdrive.agent.tools import default_registry
+from jaxdrive.train import optim
+from jaxdrive.train.grpo_trainer import grpo_loss_fn
+from jaxdrive.train.jobs import build_decoder, build_examples, build_model, build_rewards, prepare_finetuning
+from jaxdrive.train.trainer import Trainer
+
+
+def _cfg(steps=2):
+    cfg = agent_grpo_tiny.get_config()
+    cfg.steps, cfg.progress, cfg.workdir = steps, False, ""
+    cfg.checkpoint.enabled = False
+    cfg.data.num_scenes, cfg.eval_data.num_scenes = 2, 1
+    cfg.optim.warmup_steps = 0
+    cfg.grpo.prompts_per_step = 2
+    return cfg
+
+
+@pytest.mark.slow
+def test_multi_turn_rollout_masks_and_rewards():
+    cfg = _cfg()
+    model = build_model(cfg.model)
+    trainable = prepare_finetuning(model, cfg.finetune)
+    examples = build_examples(cfg.data)
+    ro = MultiTurnRollouts(examples, build_rewards(cfg.rewards), build_decoder(cfg.decoder), cfg.grpo)
+    trainer = Trainer(model, loss_fn=grpo_loss_fn(cfg.grpo), tx=optim.make_optimizer(cfg.optim, 2),
+                      trainable=trainable, progress=False)
+    rows = [examples[i] for i in ro.sampler.indices(0) for _ in range(cfg.grpo.group_size)]
+    tokens, loss_mask, attn, trajs = ro.episodes(trainer, rows, jax.random.key(3))
+    codec = TinyAgentCodec()
+    context_only = {codec.OBS, codec.ERROR} | set(codec.VALUE.values())
+    n_obs = 0
+    for i, t in enumerate(trajs):
+        real = attn[i].astype(bool)
+        gen = loss_mask[i].astype(bool)
+        assert np.all(real[: real.sum()]) and not np.any(gen & ~real)  # contiguous, loss only on real tokens
+        assert gen.sum() == t["counters"]["turns"]  # one generated token per turn
+        obs_tokens = tokens[i][real & ~gen]
+        assert set(obs_tokens.tolist()) <= context_only  # everything the host appended is out of the loss
+        n_obs += len(obs_tokens)
+        g = [int(x) for x in tokens[i][gen]]
+        if t["counters"]["turns"] == cfg.grpo.max_tool_turns + 1:
+            g = g[:-1]  # a tool token in the answer turn is not executed
+        assert sum(x in codec.TOOL for x in g) == len(t["steps"]) + t["counters"]["repeated"]
+    assert n_obs > 0  # the random policy called tools, observations were appended
+    total, valid, _ = ro._score(rows, tokens, loss_mask, trajs)
+    np.testing.assert_allclose(total, [TIER_REWARD[tier(t)] for t in trajs])
+    batch, metrics = ro(trainer, 1, jax.random.key(0))
+    np.testing.assert_array_equal(np.asarray(batch["completion_mask"]).sum(1) > 0, True)
+    assert 0.0 <= metrics["reward_mean"] <= 0.7 and 0.0 <= metrics["tool_calls"] <= cfg.grpo.max_tool_turns
+
+
+def test_tiny_codec_and_tool_observations():
+    from agent_scenes import known_scene
+
+    from jaxdrive.agent.tools import ToolContext
+
+    c = TinyAgentCodec()
+    item = {"kind": "leading", "options": {"A": "No", "B": "Yes"}}
+    assert c.prompt(item) == [c.QUESTION, c.KIND["leading"], c.LETTER["A"], c.VALUE["No"], c.LETTER["B"],
+                              c.VALUE["Yes"]]
+    assert c.parse([32]) == ("tool", "get_leading_object_detection", {})
+    assert c.parse([c.LETTER["B"]]) == ("finish", "B", {}) and c.parse([5]) == ("malformed",)
+    ctx, reg = ToolContext.from_scene(known_scene()), default_registry()
+    assert c.observation(reg.call(ctx, "get_leading_object_detection", {})) == [c.OBS, c.VALUE["Yes"]]
+    assert c.observation(reg.call(ctx, "get_front_object_detections", {})) == [c.OBS, c.VALUE["2"]]
+    assert c.observation(reg.call(ctx, "get_ego_states", {})) == [c.OBS, c.VALUE["FORWARD"], c.VALUE["2 to 8 m/s"]]
+    assert c.observation(reg.call(ctx, "teleport", {})) == [c.ERROR]
+
+
+def test_text_codec_on_a_qwen_tokenizer(tmp_path):
+    from jaxdrive.models.tokenizer_testing import build_test_tokenizer
+
+    tok = build_test_tokenizer(str(tmp_path / "tok"))
+    c = TextAgentCodec(tok)
+    item = {"question": "Is there a leading object? A) Yes B) No", "stm": "ego: v=5.0m/s"}
+    text = tok.decode(c.prompt(item))
+    assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_start|>assistant\n")
+    assert "get_leading_object_detection" in text and "ego: v=5.0m/s" in text
+    call = json.dumps({"think": "x", "action": {"tool": "get_ego_states", "arguments": {}}}) + "<|im_end|>"
+    assert c.parse(tok.encode(call, add_special_tokens=False)) == ("tool", "get_ego_states", {})
+    fin = json.dumps({"finish": True, "final_answer": "B) No", "reasoning": "r"})
+    kind, letter, obj = c.parse(tok.encode(fin, add_special_tokens=False))
+    assert (kind, letter, obj["reasoning"]) == ("finish", "B", "r")
+    assert c.parse(tok.encode("no json", add_special_tokens=False)) == ("malformed",)
+    from jaxdrive.agent.tools import Observation
+
+    obs = tok.decode(c.observation(Observation("get_ego_states", True, {"speed": 5.0})))
+    assert obs == '\n<|im_start|>user\nObservation (get_ego_states): {"result":{"speed":5.0}}<|im_end|>\n' \
+                  "<|im_start|>assistant\n"
+
+
+@pytest.mark.slow
+def test_agent_grpo_job_runs(tmp_path):
+    from jaxdrive.train.jobs import run_grpo
+
+    cfg = _cfg(steps=2)
+    cfg.workdir = str(tmp_path)
+    cfg.eval_every = 2
+    _, records = run_grpo(cfg)
+    train = [r for r in records if "reward_mean" in r and "accuracy" in r and "tool_calls" in r]
+    assert len(train) == 2 and all(np.isfinite(r["loss"]) for r in train)
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert any("eval/greedy/reward_mean" in x for x in lines)
+
+
+@pytest.mark.slow
+def test_text_codec_episode_on_a_byte_level_tiny_model(tmp_path):
+    """The pretrained-model path: the loop's JSON protocol through a Qwen tokenizer, a tiny random model (vocab 263)
+    generating turns; whatever it emits, the loss mask covers only generated tokens and the rejected-reply feedback
+    the host appends is context."""
+    from flax import nnx
+
+    from jaxdrive.agent.mcq import make_mcq_set
+    from jaxdrive.models.config import parse_config
+    from jaxdrive.models.tokenizer_testing import TEST_TOKEN_IDS, build_test_tokenizer
+    from jaxdrive.models.vlm import QwenModel
+    from jaxdrive.train.tiny_recipes import TINY_CONFIG
+
+    tok = build_test_tokenizer(str(tmp_path / "tok"))
+    raw = dict(TINY_CONFIG, vocab_size=263, image_token_id=TEST_TOKEN_IDS["<|image_pad|>"],
+               vision_start_token_id=TEST_TOKEN_IDS["<|vision_start|>"], eos_token_id=TEST_TOKEN_IDS["<|im_end|>"])
+    model = QwenModel(parse_config(raw), rngs=nnx.Rngs(0))
+    cfg = _cfg()
+    from jaxdrive.agent.tools import CORE_TOOLS, ToolRegistry
+
+    registry = ToolRegistry([t for t in CORE_TOOLS if t.name == "get_ego_states"])  # a short system prompt
+    codec = TextAgentCodec(tok, turn_tokens=6, registry=registry)
+    item = make_mcq_set(1, seed=7, kinds=("speed",))[0]
+    rows = [{"prompt": np.asarray(codec.prompt(item), np.int32), "item": item, "gold": item["gold"]}] * 2
+    cfg.grpo.update(dict(prompt_len=len(rows[0]["prompt"]), completion_len=160, max_tool_turns=1,
+                         eos_id=TEST_TOKEN_IDS["<|im_end|>"], pad_id=TEST_TOKEN_IDS["<|endoftext|>"], group_size=2))
+    ro = MultiTurnRollouts(rows, build_rewards(cfg.rewards), codec.words, cfg.grpo, codec=codec)
+    trainer = Trainer(model, loss_fn=grpo_loss_fn(cfg.grpo), tx=optim.make_optimizer(cfg.optim, 2),
+                      trainable=nnx.Param, progress=False)
+    tokens, loss_mask, attn, trajs = ro.episodes(trainer, rows, jax.random.key(0))
+    for i, t in enumerate(trajs):
+        gen = loss_mask[i].astype(bool)
+        assert 1 <= gen.sum() <= 2 * codec.turn_tokens and t["counters"]["turns"] == 2
+        context = tok.decode(tokens[i][attn[i].astype(bool) & ~gen])
+        assert t["termination"] == "max_turns"  # every non-final turn appends one user turn (observation/feedback)
+        assert context.count("<|im_start|>user") == t["counters"]["turns"] - 1
+    total, _, _ = ro._score(rows, tokens, loss_mask, trajs)
+    assert np.all(total == 0.0)  # a random byte model answers nothing parseable: tier 6
