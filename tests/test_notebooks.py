@@ -65,5 +65,6 @@ def test_notebook_executes(path, kernel_env, monkeypatch):
     text = "".join(o.get("text", "") for o in last.get("outputs", []) if o.get("output_type") == "stream")
     assert text.lstrip().startswith("Conclusion"), (
         f"{path.name}: the last code cell must print the measured conclusion ('Conclusion: ...'), printed {text[:200]!r}")
+    print(f"\n{path.stem}: {text.strip()}")
     images = sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert images >= 1, f"{path.name}: no inline plot was produced"
