@@ -118,8 +118,8 @@ for i, dist in enumerate(DISTANCES):
 #
 # Pairs of car-sized boxes with random headings; box b is slid along a random direction to the exact (float64)
 # touching distance, then moved by a signed gap g along it (g is the separation on the separating axis: g > 0
-# apart, g < 0 overlapping, as long as |g| is below the overlap depth). A decision is wrong when `boxes_intersect`
-# disagrees with the same test in float64. Float32 is run on
+# apart, g < 0 overlapping; an overlap deeper than the boxes allow is clipped to concentric boxes). A decision is
+# wrong when `boxes_intersect` disagrees with the same test in float64. Float32 is run on
 # global coordinates at distance D (no re-centring); bfloat16 on ego-centred coordinates with the pair 5-80 m
 # from the ego (the range of a 4 s horizon).
 
@@ -153,7 +153,8 @@ def pairs_at_gap(n, gap, radius=(5.0, 80.0)):
     # on; the boxes overlap while every axis overlaps, so they touch at the smallest s_k (its axis then separates).
     s_k = (half - sign * (mid_b - mid_a)) / un
     k = np.argmin(s_k, -1)
-    s = s_k[np.arange(n), k] + gap / un[np.arange(n), k]
+    # every axis overlaps for s in [0, s_k]: a negative gap deeper than that is clipped to concentric boxes
+    s = np.maximum(s_k[np.arange(n), k] + gap / un[np.arange(n), k], 0.0)
     b = b0 + (ca + s[:, None] * u)[:, None]
     return a, b
 
@@ -168,6 +169,7 @@ for j, g in enumerate(gaps):
     a = np.concatenate([p[0] for p in pairs]); b = np.concatenate([p[1] for p in pairs])
     with jax.enable_x64(True):  # the reference decision
         truth = np.asarray(sat(jnp.asarray(a), jnp.asarray(b)))
+    assert not truth[:N_PAIRS // 2].any() and truth[N_PAIRS // 2:].all(), "pairs are not at the gap asked for"
     bf16_wrong[j] = np.mean(np.asarray(sat(jnp.asarray(a, jnp.bfloat16), jnp.asarray(b, jnp.bfloat16))) != truth)
     f32_local_wrong[j] = np.mean(np.asarray(sat(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32))) != truth)
     for i, dist in enumerate(DISTANCES):

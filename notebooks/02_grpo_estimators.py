@@ -245,7 +245,8 @@ lines = [
     f"Conclusion: (1) KL: up to KL = {rows[4]['kl']:.2f} nats the biases of k1 and k3 are within {z_unbiased:.1f} "
     f"standard errors of 0 (unbiased), and at KL = {small_kl['kl']:.4f} k3's per-token std is {k1_k3_std_ratio:.0f}x "
     f"smaller than k1's; k2 is biased by {k2_bias_big:+.0%} ({z_k2:.0f} standard errors) at KL = {big_kl['kl']:.2f} "
-    f"nats, where the default clamp (|k3| <= 10) biases k3 by {k3_clamp_bias:+.0%}. Without the clamps k3 or its "
+    f"nats, where the default clamp (|k3| <= 10) biases k3 by {k3_clamp_bias:+.0%} (unclamped k3 is "
+    f"unbiased there but its per-token std is {big_kl['k3 raw'][1] / big_kl['kl']:.0f}x the KL). Without the clamps k3 or its "
     f"gradient is non-finite from a log-prob gap of {first_nonfinite:g} nats on; with them it stays finite at every "
     f"gap tested, but its gradient is 0 for gaps above {x_cut:.2f} nats (k3 = 10 there).",
     f"(2) Advantages (G = {G}): Dr.GRPO scales the true advantage by {slope['drgrpo'][i_half]:.3f} at every p "
