@@ -35,7 +35,6 @@ import time
 
 import jax
 import matplotlib.pyplot as plt
-import numpy as np
 
 from jaxdrive.broadphase import PackSpec, pack_batch
 from jaxdrive.data.synthetic import generate_scene
