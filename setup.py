@@ -46,6 +46,10 @@ TEST = ALL + [
     "scikit-learn",
     "scipy",
     "Pillow",
+    "jupytext",     # tests/test_notebooks.py: notebooks/*.py (percent format) -> notebooks
+    "nbformat",
+    "nbclient",     # executes them in CI
+    "ipykernel",
 ]
 
 setup(
