@@ -137,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     from jaxdrive.train_cli import add_train_subcommands
 
     add_train_subcommands(sub)
+    from jaxdrive.eval.planning_cli import add_planning_parser; add_planning_parser(sub)  # noqa: E702 (-> eval planning)
     return parser
 
 
