@@ -15,13 +15,14 @@ import re
 
 import numpy as np
 
+from jaxdrive.eval.cot_format import extract_answer
+
 NUM_POINTS = 6
 STEP_SECONDS = 0.5
 DECIMALS = 2
 
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _PAIR = re.compile(rf"[(\[]\s*({_NUM})\s*,\s*({_NUM})\s*[)\]]")
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _MINUS = str.maketrans({"\u2212": "-", "\u2013": "-", "\u2014": "-"})
 
 
@@ -42,8 +43,8 @@ def parse_trajectory(text: str | None, num_points: int = NUM_POINTS) -> np.ndarr
     the text does not contain exactly ``num_points`` ``(x, y)`` pairs of finite numbers."""
     if not isinstance(text, str):
         return None
-    m = _ANSWER.search(text)
-    body = (m.group(1) if m else text).translate(_MINUS)
+    answer = extract_answer(text)
+    body = (text if answer is None else answer).translate(_MINUS)
     pairs = _PAIR.findall(body)
     if len(pairs) != num_points:
         return None

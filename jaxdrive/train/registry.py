@@ -58,6 +58,12 @@ DATASETS = Registry("dataset", {
 
 REWARDS = Registry("reward", {
     "exact_match": "jaxdrive.train.rewards:exact_match_from_config",
+    "openread_trajectory": "jaxdrive.train.openread_rewards:trajectory_from_config",
+    "openread_format": "jaxdrive.train.openread_rewards:format_from_config",
+    "openread_semantic": "jaxdrive.train.openread_rewards:semantic_from_config",
+    "openread_critic": "jaxdrive.train.openread_rewards:critic_from_config",
+    "openread_knowledge": "jaxdrive.train.openread_rewards:knowledge_from_config",
+    "openread_total": "jaxdrive.train.openread_rewards:total_from_config",
 })
 
 DECODERS = Registry("decoder", {
