@@ -54,6 +54,10 @@ class Registry:
 DATASETS = Registry("dataset", {
     "tiny_memorise": "jaxdrive.train.tiny_recipes:memorise_dataset",
     "tiny_bright": "jaxdrive.train.tiny_recipes:bright_dataset",
+    "openread_synthetic": "jaxdrive.train.openread_recipe:synthetic_dataset",
+    "openread_lingoqa": "jaxdrive.train.openread_recipe:lingoqa_dataset",
+    "openread_omnidrive": "jaxdrive.train.openread_recipe:omnidrive_dataset",
+    "openread_mix": "jaxdrive.train.openread_recipe:mixture_dataset",
 })
 
 REWARDS = Registry("reward", {
