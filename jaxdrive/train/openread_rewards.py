@@ -169,11 +169,15 @@ def critic_reward(critic, threshold: float = 0.5, tasks: Sequence[str] | None = 
 
 def knowledge_reward(critic, similarity, w_critic: float = 0.9, w_semantic: float = 0.1, threshold: float = 0.5,
                      tasks: Sequence[str] | None = KNOWLEDGE_TASKS) -> Reward:
-    """R_know = w_q R_qwen3 + w_s R_semantic (Eq. 6; 0.9 / 0.1)."""
+    """R_know = w_q R_qwen3 + w_s R_semantic (Eq. 6; 0.9 / 0.1); a zero weight skips (and needs no) that scorer."""
 
     def fn(completions, examples):
-        r = w_critic * critic_scores(critic, completions, examples, threshold) if w_critic else 0.0
-        return (r + w_semantic * semantic_scores(similarity, completions, examples)).tolist()
+        r = np.zeros(len(completions))
+        if w_critic:
+            r += w_critic * critic_scores(critic, completions, examples, threshold)
+        if w_semantic:
+            r += w_semantic * semantic_scores(similarity, completions, examples)
+        return r.tolist()
 
     return Reward(name="know", fn=routed(fn, tasks))
 
@@ -252,10 +256,11 @@ def critic_from_config(cfg) -> Reward:
 def knowledge_from_config(cfg) -> Reward:
     """``rewards.openread_knowledge``: ``critic`` block, ``semantic_model``, ``w_critic`` (0.9), ``w_semantic`` (0.1),
     ``threshold`` (0.5), ``tasks``, ``weight``."""
-    w_critic = float(cfg.get("w_critic", 0.9))
+    w_critic, w_semantic = float(cfg.get("w_critic", 0.9)), float(cfg.get("w_semantic", 0.1))
     critic = _critic(cfg) if w_critic else None
-    return _weighted(knowledge_reward(critic, _similarity(cfg), w_critic, float(cfg.get("w_semantic", 0.1)),
-                                      cfg.get("threshold", 0.5), _tasks(cfg, KNOWLEDGE_TASKS)), cfg)
+    similarity = _similarity(cfg) if w_semantic else None
+    return _weighted(knowledge_reward(critic, similarity, w_critic, w_semantic, cfg.get("threshold", 0.5),
+                                      _tasks(cfg, KNOWLEDGE_TASKS)), cfg)
 
 
 def total_from_config(cfg) -> Reward:
