@@ -134,7 +134,7 @@ def planning_metrics(
     Returns:
       {"l2": [6] (sum_n sqrt(mask |pred - gt|^2) / N), "collision": [6] (#GT-filtered box collisions / N),
        "collision_count": [6] int, "l2_1s", "l2_2s", "l2_3s", "collision_1s", "collision_2s", "collision_3s"
-       (floats), "convention", "num_samples"}.
+       (floats), "num_samples" (N)}.
     """
     if convention not in CONVENTIONS:
         raise ValueError(f"convention: expected one of {CONVENTIONS}, got {convention!r}")
@@ -148,8 +148,7 @@ def planning_metrics(
         l2, hit = _per_sample(pred[sl], gt[sl], occ[sl], mask[sl], fp)
         l2_sum += np.asarray(l2, np.float64).sum(0)
         counts += np.asarray(hit).sum(0)
-    out = {"l2": l2_sum / max(n, 1), "collision": counts / max(n, 1), "collision_count": counts,
-           "convention": convention, "num_samples": n}
+    out = {"l2": l2_sum / max(n, 1), "collision": counts / max(n, 1), "collision_count": counts, "num_samples": n}
     for name in ("l2", "collision"):
         for sec, v in horizon_values(out[name], convention).items():
             out[f"{name}_{sec}s"] = v
