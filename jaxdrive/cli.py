@@ -181,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     from jaxdrive.agent.memory_cli import add_memory_subcommands; add_memory_subcommands(sub)  # noqa: E702
     from jaxdrive.agent.agent_cli import add_agent_subcommands; add_agent_subcommands(sub)  # noqa: E702
     from jaxdrive.eval.vqa_cli import add_eval_vqa_subcommand; add_eval_vqa_subcommand(sub)  # noqa: E702
+    from jaxdrive.eval.planning_cli import add_planning_parser; add_planning_parser(sub)  # noqa: E702 (-> eval planning)
     return parser
 
 

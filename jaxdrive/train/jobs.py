@@ -70,6 +70,19 @@ def build_decoder(cfg: ml_collections.ConfigDict, tokenizer=None):
     return DECODERS.get(cfg.kind)(cfg, tokenizer)
 
 
+def export_pretrained(model, path: str, tokenizer=None) -> None:
+    """Writes ``model`` (LoRA adapters merged in) as an HF directory, with ``tokenizer`` beside it when given, so a
+    later job loads it as ``model.kind = "pretrained"`` (e.g. GRPO from a cold-start SFT)."""
+    from jaxdrive.models.lora import lora_modules, merge_lora
+    from jaxdrive.models.weights import save_pretrained
+
+    if lora_modules(model):
+        merge_lora(model)
+    save_pretrained(model, path)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(path)
+
+
 def _infra(cfg: ml_collections.ConfigDict):
     workdir = cfg.get("workdir")
     logger = MetricsLogger(workdir, stdout=cfg.get("log_stdout", True)) if workdir else None
@@ -90,7 +103,8 @@ def run_sft(cfg: ml_collections.ConfigDict, model=None):
     """Runs (or resumes) an SFT job; returns (trainer, records)."""
     model = build_model(cfg.model) if model is None else model
     trainable = prepare_finetuning(model, cfg.finetune)
-    examples = build_examples(cfg.data, load_tokenizer(cfg.model))
+    tokenizer = load_tokenizer(cfg.model)
+    examples = build_examples(cfg.data, tokenizer)
     arrays = data.stack_examples([
         sft.sft_example(e["prompt"], e["answer"], cfg.data.max_len, cfg.data.get("pad_id", 0),
                         **{k: e[k] for k in ("pixel_values", "image_grid_thw") if k in e}) for e in examples])
@@ -111,6 +125,8 @@ def run_sft(cfg: ml_collections.ConfigDict, model=None):
     records = trainer.run(cfg.steps, batch_fn, position_fn=sampler.position, stop_after=cfg.get("stop_after"))
     if logger:
         logger.close()
+    if cfg.get("export_dir") and trainer.step >= cfg.steps:
+        export_pretrained(trainer.model(), cfg.export_dir, tokenizer)
     return trainer, records
 
 

@@ -60,11 +60,21 @@ DATASETS = Registry("dataset", {
     "agent_tiny_mcq": "jaxdrive.agent.grpo_rollout:tiny_mcq_dataset",
     "agent_mcq": "jaxdrive.agent.grpo_rollout:mcq_dataset",
     "agent_sft_records": "jaxdrive.agent.sft_data:records_dataset",
+    "openread_synthetic": "jaxdrive.train.openread_recipe:synthetic_dataset",
+    "openread_lingoqa": "jaxdrive.train.openread_recipe:lingoqa_dataset",
+    "openread_omnidrive": "jaxdrive.train.openread_recipe:omnidrive_dataset",
+    "openread_mix": "jaxdrive.train.openread_recipe:mixture_dataset",
 })
 
 REWARDS = Registry("reward", {
     "exact_match": "jaxdrive.train.rewards:exact_match_from_config",
     "agent_tiered": "jaxdrive.agent.reward:tiered_from_config",
+    "openread_trajectory": "jaxdrive.train.openread_rewards:trajectory_from_config",
+    "openread_format": "jaxdrive.train.openread_rewards:format_from_config",
+    "openread_semantic": "jaxdrive.train.openread_rewards:semantic_from_config",
+    "openread_critic": "jaxdrive.train.openread_rewards:critic_from_config",
+    "openread_knowledge": "jaxdrive.train.openread_rewards:knowledge_from_config",
+    "openread_total": "jaxdrive.train.openread_rewards:total_from_config",
 })
 
 DECODERS = Registry("decoder", {

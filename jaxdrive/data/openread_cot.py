@@ -1,0 +1,282 @@
+"""OpenREAD chain-of-thought records: ``<think>``/``<answer>`` targets for knowledge QA, trajectory planning and
+counterfactual trajectory analysis.
+
+A record is a dict:
+  ``id``, ``task`` ("knowledge" | "planning" | "counterfactual"), ``question``, ``think``, ``answer`` (the answer text
+  without tags; the reward's ``reference``), ``target`` (``format_cot(think, answer)``), ``images`` (file paths, may be
+  empty) and, for planning, ``trajectory`` [6, 2] float (text frame: x forward, y left, metres, 2 Hz over 3 s).
+
+Sources:
+  * ``synthetic_records``: from ``jaxdrive.data.synthetic`` scenes (text-only; a one-line scene description stands in
+    for the camera images). Planning answers are the logged human future; counterfactual trajectories are the
+    scene's other proposals, judged from their generator family (leaves the road, wrong way, harsh manoeuvre) and a
+    clearance check against every agent at 0.1 s.
+  * ``load_lingoqa``: LingoQA's public parquet layout (``<root>/{action,scenery}/train.parquet``,
+    ``<root>/evaluation/val.parquet``; columns ``question_id``, ``segment_id``, ``question``, ``answer`` or
+    ``answers``, ``images``; an optional rationale column becomes the think part).
+  * ``load_omnidrive``: OmniDrive-nuScenes' per-sample QA files ``<root>/{vqa,conv}/<split>/<token>.json`` (lists of
+    ``{"question", "answer"}``); a question holding a trajectory is counterfactual, a planning question whose answer
+    holds 6 points is a planning record (the answer's text before the points is the think part), the rest knowledge.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from jaxdrive.eval.cot_format import format_cot
+from jaxdrive.eval.trajectory_text import NUM_POINTS, format_trajectory, parse_trajectory
+from jaxdrive.scene import AgentType, HostScene, StateIndex
+
+KNOWLEDGE, PLANNING, COUNTERFACTUAL = "knowledge", "planning", "counterfactual"
+WAYPOINT_INDICES = np.arange(5, 31, 5)  # 0.5 .. 3.0 s in the 0.1 s state arrays
+PLANNING_QUESTION = ("Your navigation command is {command}. Your current velocity is {v:.2f} m/s, and your "
+                     "acceleration speed is {a:.2f} m/s^2. Please plan a trajectory for the next three seconds.")
+COUNTERFACTUAL_QUESTION = ("If the ego vehicle followed the trajectory {traj} over the next three seconds, would that "
+                           "be reasonable? What would happen?")
+_LIGHT = {"G": "green", "Y": "yellow", "R": "red"}
+_BAD_FAMILIES = {
+    "leave_road": "it would leave the drivable area",
+    "wrong_way": "it would drive against the direction of traffic",
+    "enter_carpark": "it would leave the route into a car park",
+    "turn_other": "it would turn off the planned route",
+    "accel_hard": "it would accelerate harshly",
+    "brake_hard": "it would brake harshly without need",
+    "swerve": "it would swerve abruptly",
+    "speed_into_lead": "it would close in on the vehicle ahead too fast",
+}
+EGO_CENTRE_OFFSET = 1.46  # m, rear axle -> box centre (NAVSIM Pacifica)
+CONTACT_MARGIN = 0.5  # m added to the half widths in the clearance check (circle approximation of the boxes)
+
+
+def record(task: str, question: str, think: str, answer: str, rid: str, **extra) -> dict:
+    """One CoT record (see the module docstring)."""
+    return dict(id=rid, task=task, question=question, think=think, answer=answer, target=format_cot(think, answer),
+                images=list(extra.pop("images", [])), **extra)
+
+
+# ------------------------------------------------------------------ synthetic scenes -> facts
+
+class _EgoFrame:
+    """Global -> ego frame at t = 0 (x forward, y left) of a scene."""
+
+    def __init__(self, scene: HostScene):
+        s = scene.history_states[-1]
+        self.origin = np.asarray(s[:2], np.float64)
+        c, si = math.cos(s[StateIndex.HEADING]), math.sin(s[StateIndex.HEADING])
+        self.rot = np.array([[c, si], [-si, c]])
+
+    def points(self, xy: np.ndarray) -> np.ndarray:
+        return (np.asarray(xy, np.float64) - self.origin) @ self.rot.T
+
+
+def _kind(t: AgentType) -> str:
+    return {AgentType.VEHICLE: "vehicle", AgentType.PEDESTRIAN: "pedestrian", AgentType.BICYCLE: "cyclist"}.get(
+        t, "static object")
+
+
+def scene_facts(scene: HostScene) -> dict:
+    """Host facts of a scene in the ego frame: speed, acceleration, lead object, counts, light, future, action."""
+    frame = _EgoFrame(scene)
+    now = scene.history_states[-1]
+    objs = []
+    for a in scene.agents:
+        if np.isfinite(a.track[0, :2]).all():
+            fx, fy = frame.points(a.track[0, :2])
+            objs.append((_kind(a.type), float(fx), float(fy)))
+    ahead = [(k, x) for k, x, y in objs if 0 < x < 60 and abs(y) < 2.5]
+    lead = min(ahead, key=lambda o: o[1]) if ahead else None
+    near = [(k, math.hypot(x, y)) for k, x, y in objs]
+    light = None
+    for lane in scene.lanes:
+        if lane.on_route and lane.id in scene.traffic_lights:
+            light = _LIGHT.get(scene.traffic_lights[lane.id][0])
+            break
+    future = frame.points(scene.human_states[WAYPOINT_INDICES, :2]) if scene.human_states is not None else None
+    v0, a0 = float(now[StateIndex.VELOCITY_X]), float(now[StateIndex.ACCELERATION_X])
+    facts = dict(v=v0, a=a0, lead=lead, light=light, future=future,
+                 vehicles_30m=sum(k == "vehicle" and d < 30 for k, d in near),
+                 pedestrians_30m=sum(k == "pedestrian" and d < 30 for k, d in near))
+    if future is not None:
+        lateral = future[-1, 1]
+        facts["command"] = "Turn Left" if lateral > 2 else "Turn Right" if lateral < -2 else "Go Straight"
+        v3 = float(scene.human_states[WAYPOINT_INDICES[-1], StateIndex.VELOCITY_X])
+        facts["speed_action"] = ("stop" if v3 < 0.5 and v0 > 0.5 else "accelerate" if v3 - v0 > 1.0
+                                 else "decelerate" if v3 - v0 < -1.0 else "keep its speed")
+    return facts
+
+
+def describe(f: dict) -> str:
+    """One-sentence scene description (stands in for the images in the text-only synthetic set)."""
+    parts = [f"the ego vehicle drives at {f['v']:.1f} m/s"]
+    parts.append(f"a {f['lead'][0]} is {f['lead'][1]:.1f} m ahead in the ego lane" if f["lead"]
+                 else "the ego lane ahead is clear")
+    if f["light"]:
+        parts.append(f"the traffic light for the ego lane is {f['light']}")
+    if f["pedestrians_30m"]:
+        parts.append(f"{f['pedestrians_30m']} pedestrian(s) are within 30 m")
+    return "Scene: " + "; ".join(parts) + "."
+
+
+def _reason(f: dict) -> str:
+    if f["light"] == "red":
+        return "the traffic light ahead is red"
+    if f["lead"] and f["lead"][1] < 30:
+        return f"a {f['lead'][0]} is {f['lead'][1]:.0f} m ahead"
+    if f["pedestrians_30m"]:
+        return "pedestrians are nearby"
+    return "the road ahead is clear"
+
+
+def _action(f: dict) -> str:
+    turn = {"Turn Left": "turn left", "Turn Right": "turn right", "Go Straight": "go straight"}[f["command"]]
+    return f"{turn} and {f['speed_action']}"
+
+
+def planning_record(scene: HostScene, f: dict, describe_scene: bool = True) -> dict:
+    q = PLANNING_QUESTION.format(command=f["command"], v=f["v"], a=f["a"])
+    think = f"The ego vehicle should {_action(f)}, because {_reason(f)}."
+    traj = np.round(f["future"], 2) + 0.0
+    return record(PLANNING, (describe(f) + " " if describe_scene else "") + q, think, format_trajectory(traj),
+                  f"{scene.id}/planning", trajectory=traj)
+
+
+def knowledge_records(scene: HostScene, f: dict, describe_scene: bool = True) -> list[dict]:
+    ctx = describe(f) + " " if describe_scene else ""
+    out = []
+    if f["lead"]:
+        k, d = f["lead"]
+        out.append(("lead", "What is the closest road user ahead of the ego vehicle?",
+                    f"Looking along the ego lane, the nearest object in front is a {k} at about {d:.0f} m.",
+                    f"A {k}, about {d:.0f} meters ahead."))
+    else:
+        out.append(("lead", "What is the closest road user ahead of the ego vehicle?",
+                    "Looking along the ego lane, nothing is within 60 m in front.", "There is no road user ahead."))
+    n = f["vehicles_30m"]
+    out.append(("count", "How many vehicles are within 30 meters of the ego vehicle?",
+                f"Counting the vehicles around the ego car gives {n} within 30 m.",
+                f"There {'is' if n == 1 else 'are'} {n} vehicle{'' if n == 1 else 's'} within 30 meters."))
+    if f.get("command"):
+        out.append(("action", "What should the ego vehicle do next?",
+                    f"The ego vehicle should {_action(f)}, because {_reason(f)}.", f"It should {_action(f)}."))
+    if f["light"]:
+        out.append(("light", "What is the state of the traffic light for the ego lane?",
+                    f"The signal controlling the ego lane shows {f['light']}.", f"The light is {f['light']}."))
+    return [record(KNOWLEDGE, ctx + q, t, a, f"{scene.id}/{name}") for name, q, t, a in out]
+
+
+def _clearance(scene: HostScene, states: np.ndarray) -> tuple[float, str, float] | None:
+    """(distance to contact, kind, time) of the closest agent approach of an ego rollout [41, 11], or None."""
+    head = states[:, StateIndex.HEADING]
+    centre = states[:, :2] + EGO_CENTRE_OFFSET * np.stack([np.cos(head), np.sin(head)], -1)
+    best = None
+    for a in scene.agents:
+        d = np.linalg.norm(a.track[:, :2] - centre, axis=-1) - (1.0 + a.width / 2 + CONTACT_MARGIN)
+        d = np.where(np.isfinite(d), d, np.inf)
+        i = int(np.argmin(d))
+        if best is None or d[i] < best[0]:
+            best = (float(d[i]), _kind(a.type), 0.1 * i)
+    return best
+
+
+def counterfactual_record(scene: HostScene, f: dict, k: int, describe_scene: bool = True) -> dict:
+    frame = _EgoFrame(scene)
+    states = scene.proposal_states[k]
+    traj = np.round(frame.points(states[WAYPOINT_INDICES, :2]), 2) + 0.0
+    q = COUNTERFACTUAL_QUESTION.format(traj=format_trajectory(traj))
+    family = scene.proposal_families[k]
+    close = _clearance(scene, states)
+    if close is not None and close[0] < 0:
+        think = f"Following it, the ego vehicle would come into contact with a {close[1]} after {close[2]:.1f} s."
+        answer = f"No. It would collide with a {close[1]}."
+    elif family in _BAD_FAMILIES:
+        think = f"The trajectory does not match safe driving here: {_BAD_FAMILIES[family]}."
+        answer = f"No. {_BAD_FAMILIES[family][0].upper()}{_BAD_FAMILIES[family][1:]}."
+    else:
+        think = "The trajectory stays on the road, keeps clear of other road users and changes speed smoothly."
+        answer = "Yes. The trajectory is reasonable and safe."
+    return record(COUNTERFACTUAL, (describe(f) + " " if describe_scene else "") + q, think, answer,
+                  f"{scene.id}/counterfactual/{k}")
+
+
+def synthetic_records(num_scenes: int, seed: int = 0, tasks=(KNOWLEDGE, PLANNING, COUNTERFACTUAL),
+                      describe_scene: bool = True, num_proposals: int = 8) -> list[dict]:
+    """CoT records from ``num_scenes`` synthetic scenes (per scene: 1 planning, 2-4 knowledge, 1 counterfactual)."""
+    from jaxdrive.data.synthetic import iter_scenes
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for scene in iter_scenes(num_scenes, seed, num_proposals=num_proposals, validate=False):
+        f = scene_facts(scene)
+        if f["future"] is None:
+            continue
+        if PLANNING in tasks:
+            out.append(planning_record(scene, f, describe_scene))
+        if KNOWLEDGE in tasks:
+            out += knowledge_records(scene, f, describe_scene)
+        if COUNTERFACTUAL in tasks and scene.num_proposals > 1:
+            out.append(counterfactual_record(scene, f, int(rng.integers(1, scene.num_proposals)), describe_scene))
+    return out
+
+
+# ------------------------------------------------------------------ public layouts from a local directory
+
+def load_lingoqa(root: str | Path, rationale_column: str = "rationale") -> list[dict]:
+    """Knowledge records from LingoQA parquet files under ``root`` (see the module docstring). Evaluation rows with
+    several ``answers`` use the first as the target and keep all as ``references``."""
+    import pyarrow.parquet as pq
+
+    root = Path(root)
+    files = sorted(root.glob("*/*.parquet")) + sorted(root.glob("*.parquet"))
+    if not files:
+        raise ValueError(f"LingoQA root {root}: no parquet files (expected action/train.parquet, ...)")
+    out = []
+    for path in files:
+        table = pq.read_table(path).to_pylist()
+        for row in table:
+            answers = row.get("answers")
+            refs = [str(a) for a in answers] if answers is not None else [str(row["answer"])]
+            images = [str(root / p) for p in (row.get("images") or [])]
+            rid = f"lingoqa/{path.parent.name}/{row.get('question_id', len(out))}"
+            out.append(record(KNOWLEDGE, str(row["question"]), str(row.get(rationale_column) or ""), refs[0], rid,
+                              images=images, references=refs, segment_id=row.get("segment_id")))
+    return out
+
+
+def _omnidrive_qa(question: str, answer: str, rid: str) -> dict:
+    points = parse_trajectory(answer)
+    if points is not None and "plan" in question.lower():
+        head = answer.split("(", 1)[0].strip().rstrip(":").strip()
+        return record(PLANNING, question, head, format_trajectory(points), rid, trajectory=points)
+    if "(" in question and any(c.isdigit() for c in question.split("(", 1)[1][:8]):
+        return record(COUNTERFACTUAL, question, "", answer.strip(), rid)
+    return record(KNOWLEDGE, question, "", answer.strip(), rid)
+
+
+def load_omnidrive(root: str | Path, split: str = "train", kinds=("vqa", "conv")) -> list[dict]:
+    """Records from OmniDrive's ``<root>/<kind>/<split>/<token>.json`` QA lists (see the module docstring)."""
+    root = Path(root)
+    out = []
+    for kind in kinds:
+        for path in sorted((root / kind / split).glob("*.json")):
+            try:
+                items = json.loads(path.read_text())
+            except json.JSONDecodeError as e:
+                raise ValueError(f"OmniDrive file {path}: invalid JSON ({e})") from None
+            for i, qa in enumerate(items):
+                if not isinstance(qa, dict) or "question" not in qa or "answer" not in qa:
+                    raise ValueError(f"OmniDrive file {path}: item {i} is not a {{question, answer}} object")
+                out.append(_omnidrive_qa(str(qa["question"]), str(qa["answer"]), f"omnidrive/{kind}/{path.stem}/{i}"))
+    if not out:
+        raise ValueError(f"OmniDrive root {root}: no QA files under {[f'{k}/{split}' for k in kinds]}")
+    return out
+
+
+def trajectory_array(rec: dict) -> np.ndarray:
+    """The planning record's GT [6, 2] as float32."""
+    t = np.asarray(rec["trajectory"], np.float32)
+    if t.shape != (NUM_POINTS, 2):
+        raise ValueError(f"record {rec.get('id')}: trajectory must be [6, 2], got {t.shape}")
+    return t

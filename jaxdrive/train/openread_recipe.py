@@ -1,0 +1,83 @@
+"""OpenREAD training data for ``jaxdrive train``: CoT records (``jaxdrive.data.openread_cot``) tokenized with the
+policy's chat template, registered in ``registry.DATASETS`` as "openread_synthetic", "openread_lingoqa",
+"openread_omnidrive".
+
+Each example: ``prompt`` ids (system prompt + question, generation prompt appended), ``answer`` ids (the
+``<think>/<answer>`` target and the end-of-turn token), and the fields the OpenREAD rewards read: ``task``,
+``question``, ``reference`` (the answer text), ``trajectory`` (planning), ``answer_text`` (the full target).
+Text-only: image paths of the public sets are kept in ``images`` for a VLM pipeline but not encoded here.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from jaxdrive.data import openread_cot as cot
+from jaxdrive.eval.cot_format import SYSTEM_PROMPT
+
+IM_END = "<|im_end|>"
+
+
+def system_prompt(name: str) -> str:
+    """``"openread"`` -> OpenREAD's GRPO system prompt; ``""`` -> none; anything else is used as written."""
+    return SYSTEM_PROMPT if name == "openread" else name
+
+
+def encode_record(rec: dict, tokenizer, system: str = SYSTEM_PROMPT) -> dict:
+    """One training example from a CoT record (see the module docstring)."""
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": rec["question"]}]
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    prompt = tokenizer.encode(text, add_special_tokens=False)
+    answer = tokenizer.encode(rec["target"] + IM_END, add_special_tokens=False)
+    ex = {"prompt": np.asarray(prompt, np.int32), "answer": np.asarray(answer, np.int32), "task": rec["task"],
+          "question": rec["question"], "reference": rec["answer"], "answer_text": rec["target"], "id": rec["id"]}
+    if rec["task"] == cot.PLANNING:
+        ex["trajectory"] = cot.trajectory_array(rec)
+    return ex
+
+
+def _need_tokenizer(tokenizer, kind: str):
+    if tokenizer is None:
+        raise ValueError(f"data.kind={kind!r} needs a tokenizer: use model.kind='pretrained' with a model.path holding "
+                         "one (python -m jaxdrive.train.openread_tiny DIR builds a tiny one)")
+
+
+def _encode_all(records: list[dict], cfg, tokenizer, kind: str) -> list[dict]:
+    _need_tokenizer(tokenizer, kind)
+    system = system_prompt(cfg.get("system_prompt", "openread"))
+    out = [encode_record(r, tokenizer, system) for r in records]
+    limit = cfg.get("max_examples")
+    return out[:limit] if limit else out
+
+
+def synthetic_dataset(cfg, tokenizer) -> list[dict]:
+    """``data.kind = "openread_synthetic"``: ``num_scenes``, ``seed``, ``tasks`` (default all three),
+    ``describe_scene`` (True), ``system_prompt`` ("openread" | "" | text), ``max_examples``."""
+    records = cot.synthetic_records(cfg.num_scenes, cfg.get("seed", 0),
+                                    tuple(cfg.get("tasks", (cot.KNOWLEDGE, cot.PLANNING, cot.COUNTERFACTUAL))),
+                                    cfg.get("describe_scene", True))
+    return _encode_all(records, cfg, tokenizer, "openread_synthetic")
+
+
+def lingoqa_dataset(cfg, tokenizer) -> list[dict]:
+    """``data.kind = "openread_lingoqa"``: ``root`` (local LingoQA directory), ``rationale_column``."""
+    return _encode_all(cot.load_lingoqa(cfg.root, cfg.get("rationale_column", "rationale")), cfg, tokenizer,
+                       "openread_lingoqa")
+
+
+def omnidrive_dataset(cfg, tokenizer) -> list[dict]:
+    """``data.kind = "openread_omnidrive"``: ``root`` (local OmniDrive-nuScenes directory), ``split``."""
+    return _encode_all(cot.load_omnidrive(cfg.root, cfg.get("split", "train")), cfg, tokenizer, "openread_omnidrive")
+
+
+def mixture_dataset(cfg, tokenizer) -> list[dict]:
+    """``data.kind = "openread_mix"``: the concatenation of the sub-blocks of ``sources`` (each a data block with its
+    own ``kind``, e.g. openread_lingoqa + openread_omnidrive for the cold start), shuffled with ``seed``."""
+    from jaxdrive.train.registry import DATASETS
+
+    if not cfg.get("sources"):
+        raise ValueError("data.sources: expected at least one sub-block with a 'kind'")
+    out = []
+    for name, block in cfg.sources.items():
+        out += DATASETS.get(block.kind)(block, tokenizer)
+    order = np.random.default_rng(cfg.get("seed", 0)).permutation(len(out))
+    return [out[i] for i in order]

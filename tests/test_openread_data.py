@@ -1,0 +1,122 @@
+"""OpenREAD CoT data: synthetic records from generated scenes (frame, targets, counterfactual judgements), LingoQA and
+OmniDrive loaders on tiny layouts written in the test, and tokenized training examples."""
+import json
+
+import ml_collections
+import numpy as np
+import pytest
+
+from jaxdrive.data import openread_cot as cot
+from jaxdrive.eval.cot_format import extract_answer, is_well_formed
+from jaxdrive.eval.trajectory_text import parse_trajectory
+from jaxdrive.scene import StateIndex
+
+
+@pytest.fixture(scope="module")
+def records():
+    return cot.synthetic_records(12, seed=3)
+
+
+def test_synthetic_records_are_well_formed_and_cover_the_three_tasks(records):
+    tasks = {r["task"] for r in records}
+    assert tasks == {cot.KNOWLEDGE, cot.PLANNING, cot.COUNTERFACTUAL}
+    for r in records:
+        assert is_well_formed(r["target"]), r["target"]
+        assert extract_answer(r["target"]) == r["answer"]
+        if r["task"] == cot.PLANNING:
+            np.testing.assert_allclose(parse_trajectory(r["target"]), r["trajectory"], atol=1e-9)
+
+
+def test_planning_answer_is_the_human_future_in_the_text_frame():
+    """x forward, y left: rotate the logged human future into the ego frame at t = 0 independently and compare."""
+    from jaxdrive.data.synthetic import generate_scene
+
+    scene = generate_scene(5, num_proposals=4)
+    f = cot.scene_facts(scene)
+    rec = cot.planning_record(scene, f)
+    ego = scene.history_states[-1]
+    h = ego[StateIndex.HEADING]
+    d = scene.human_states[[5, 10, 15, 20, 25, 30], :2] - ego[:2]
+    forward = d[:, 0] * np.cos(h) + d[:, 1] * np.sin(h)
+    left = -d[:, 0] * np.sin(h) + d[:, 1] * np.cos(h)
+    np.testing.assert_allclose(rec["trajectory"], np.round(np.stack([forward, left], -1), 2), atol=1e-9)
+    assert forward[-1] > 0  # driving forwards
+    lateral = left[-1]
+    expect = "Turn Left" if lateral > 2 else "Turn Right" if lateral < -2 else "Go Straight"
+    assert f"navigation command is {expect}" in rec["question"]
+
+
+def test_counterfactual_judgements_follow_the_generator_labels(records):
+    cf = [r for r in records if r["task"] == cot.COUNTERFACTUAL]
+    assert cf and all(r["answer"].startswith(("Yes.", "No.")) for r in cf)
+    for r in cf:
+        assert parse_trajectory(r["question"]) is not None  # the pseudo trajectory is in the question
+    from jaxdrive.data.synthetic import generate_scene
+
+    scene = generate_scene(0, num_proposals=16)
+    f = cot.scene_facts(scene)
+    bad = [k for k, fam in enumerate(scene.proposal_families) if fam in ("leave_road", "wrong_way", "accel_hard")]
+    for k in bad:
+        assert cot.counterfactual_record(scene, f, k)["answer"].startswith("No.")
+
+
+def test_lingoqa_loader_on_a_tiny_parquet_layout(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "action").mkdir()
+    (tmp_path / "evaluation").mkdir()
+    pq.write_table(pa.table({"question_id": ["q1"], "segment_id": ["s1"], "question": ["Why slow down?"],
+                             "answer": ["A cyclist ahead."], "images": [["images/s1/0.jpg", "images/s1/1.jpg"]],
+                             "rationale": ["The cyclist is 10 m ahead in our lane."]}), tmp_path / "action" / "train.parquet")
+    pq.write_table(pa.table({"question_id": ["q2"], "segment_id": ["s2"], "question": ["What colour is the light?"],
+                             "answers": [["Red.", "It is red."]], "images": [["images/s2/0.jpg"]]}),
+                   tmp_path / "evaluation" / "val.parquet")
+    recs = {r["id"]: r for r in cot.load_lingoqa(tmp_path)}
+    a, e = recs["lingoqa/action/q1"], recs["lingoqa/evaluation/q2"]
+    assert a["task"] == cot.KNOWLEDGE and a["answer"] == "A cyclist ahead."
+    assert "The cyclist is 10 m ahead" in a["target"] and is_well_formed(a["target"])
+    assert a["images"][0].endswith("images/s1/0.jpg")
+    assert e["answer"] == "Red." and e["references"] == ["Red.", "It is red."]
+    with pytest.raises(ValueError, match="no parquet"):
+        cot.load_lingoqa(tmp_path / "missing")
+
+
+def test_omnidrive_loader_on_a_tiny_json_layout(tmp_path):
+    d = tmp_path / "vqa" / "train"
+    d.mkdir(parents=True)
+    (d / "tok1.json").write_text(json.dumps([
+        {"question": "Please plan the trajectory for the ego car.",
+         "answer": "Keep lane at constant speed: (1.5, 0.0), (3.0, 0.0), (4.5, -0.1), (6.0, -0.1), (7.5, -0.2), (9, -0.2)"},
+        {"question": "If I follow the trajectory [(1.0, 0.0), (2.0, 3.0)], what happens?", "answer": "You would hit the curb."},
+        {"question": "What is in front of the ego car?", "answer": "A bus."},
+    ]))
+    recs = cot.load_omnidrive(tmp_path, "train", kinds=("vqa",))
+    assert [r["task"] for r in recs] == [cot.PLANNING, cot.COUNTERFACTUAL, cot.KNOWLEDGE]
+    plan = recs[0]
+    assert plan["think"] == "Keep lane at constant speed"
+    np.testing.assert_allclose(plan["trajectory"][-1], [9.0, -0.2])
+    (d / "bad.json").write_text("[{\"q\": 1}]")
+    with pytest.raises(ValueError, match="bad.json"):
+        cot.load_omnidrive(tmp_path, "train", kinds=("vqa",))
+
+
+def test_training_examples_from_the_tiny_tokenizer(tmp_path):
+    """Chat-template prompts and targets ending in the end-of-turn token; rewards' fields present; an SFT example fits."""
+    from jaxdrive.train.openread_recipe import synthetic_dataset
+    from jaxdrive.train.openread_tiny import EOS_ID, train_tokenizer
+
+    recs = cot.synthetic_records(6, seed=1)
+    tok = train_tokenizer([r["question"] + "\n" + r["target"] for r in recs], vocab_size=400)
+    assert tok.convert_tokens_to_ids("<|im_end|>") == EOS_ID
+    assert len(tok.encode("<think>", add_special_tokens=False)) == 1
+    cfg = ml_collections.ConfigDict(dict(num_scenes=6, seed=1, system_prompt=""))
+    exs = synthetic_dataset(cfg, tok)
+    assert len(exs) == len(recs)
+    for e, r in zip(exs, recs):
+        assert e["answer"][-1] == EOS_ID
+        assert tok.decode(e["answer"][:-1]) == r["target"]
+        assert tok.decode(e["prompt"]).endswith("<|im_start|>assistant\n")
+        assert e["reference"] == r["answer"] and e["task"] == r["task"]
+    with pytest.raises(ValueError, match="needs a tokenizer"):
+        synthetic_dataset(cfg, None)

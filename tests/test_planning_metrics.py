@@ -1,0 +1,232 @@
+"""Open-loop planning metrics (UniAD L2 / GT-filtered box collision): known answers in both conventions with
+asymmetric occupancies, GT-collision filtering, masked steps, footprints leaving the grid, a loop reference with
+UniAD's truncation, and parity with UniAD's own outputs (``fixtures/planning``)."""
+import json
+
+import numpy as np
+import pytest
+from conftest import SHARED
+
+from jaxdrive.eval import planning as P
+from jaxdrive.eval.planning import planning_metrics
+
+FIXTURE = SHARED / "fixtures" / "planning" / "uniad_public.npz"
+
+
+def cell(x: float, y: float) -> tuple[int, int]:
+    """(row, col) of the cell whose centre is nearest (x right, y forward)."""
+    return int(round((y + 49.75) / 0.5)), int(round((x + 49.75) / 0.5))
+
+
+def straight(n: int = 1, speed: float = 4.0) -> np.ndarray:
+    """[n, 6, 2] straight ahead at ``speed`` m/s."""
+    t = 0.5 * np.arange(1, 7)
+    return np.tile(np.stack([np.zeros(6), speed * t], -1)[None], (n, 1, 1)).astype(np.float32)
+
+
+def empty(n: int = 1) -> np.ndarray:
+    return np.zeros((n, 6, 200, 200), bool)
+
+
+def reference_box_collision(traj: np.ndarray, seg: np.ndarray) -> np.ndarray:
+    """Loop reference of UniAD's box lookup: footprint rows 97..104 x cols 98..101, index = astype(int32)(2 v + px)
+    (truncation toward zero, in float64), clipped to [0, 199] before reading."""
+    rr, cc = np.meshgrid(np.arange(97, 105), np.arange(98, 102), indexing="ij")
+    out = np.zeros(len(traj), bool)
+    for t, (x, y) in enumerate(np.asarray(traj, np.float64)):
+        r = np.clip((2 * y + rr.reshape(-1)).astype(np.int32), 0, 199)
+        c = np.clip((2 * x + cc.reshape(-1)).astype(np.int32), 0, 199)
+        out[t] = seg[t, r, c].any()
+    return out
+
+
+def test_footprint_is_uniads_32_pixels():
+    fp = P.FOOTPRINT
+    assert fp.shape == (32, 2)
+    assert (fp[:, 0].min(), fp[:, 0].max(), fp[:, 1].min(), fp[:, 1].max()) == (97, 104, 98, 101)
+
+
+def test_obstacle_on_the_left_catches_a_mirrored_axis():
+    """An obstacle 3 m left (x = -3) and 10 m ahead: swerving left collides, swerving right does not."""
+    occ = empty(2)
+    r, c = cell(-3.0, 10.0)
+    assert c < 100
+    occ[:, :, r - 2 : r + 3, c - 1 : c + 2] = True
+    pred = np.zeros((2, 6, 2), np.float32)
+    pred[0, :, 0], pred[1, :, 0] = -3.0, 3.0  # left / right
+    pred[:, :, 1] = 10.0
+    gt = np.zeros((2, 6, 2), np.float32)  # standing still at the origin: no GT collision
+    out = planning_metrics(pred, gt, occ)
+    np.testing.assert_array_equal(out["collision_count"], [1] * 6)
+    np.testing.assert_allclose(out["collision"], [0.5] * 6)
+    sample_hits = [planning_metrics(pred[i : i + 1], gt[i : i + 1], occ[i : i + 1])["collision_count"].sum() for i in (0, 1)]
+    assert sample_hits == [6, 0]
+
+
+def test_gt_collision_filter_and_denominator():
+    """Steps where the GT box collides are not counted; the denominator stays N."""
+    occ = empty(4)
+    r, c = cell(0.0, 8.0)
+    occ[:, :, r, c] = True  # an obstacle on the lane centre 8 m ahead, every step
+    gt = straight(4, speed=0.0)  # GT stays at the origin: no GT collision
+    gt[1, :3, 1] = 8.0  # sample 1: GT itself sits on the obstacle for steps 0..2
+    pred = straight(4, speed=0.0)
+    pred[:2, :, 1] = 8.0  # samples 0 and 1 drive into it at every step
+    out = planning_metrics(pred, gt, occ)
+    np.testing.assert_array_equal(out["collision_count"], [1, 1, 1, 2, 2, 2])
+    np.testing.assert_allclose(out["collision"], np.array([1, 1, 1, 2, 2, 2]) / 4)
+
+
+def test_masked_steps_drop_from_l2_but_not_from_collisions():
+    occ = empty(2)
+    r, c = cell(0.0, 8.0)
+    occ[:, :, r, c] = True
+    gt = straight(2, speed=0.0)
+    pred = gt.copy()
+    pred[:, :, 1] = 8.0  # 8 m off and on the obstacle
+    mask = np.ones((2, 6), np.float32)
+    mask[1, 3:] = 0
+    out = planning_metrics(pred, gt, occ, gt_mask=mask)
+    np.testing.assert_allclose(out["l2"], [8, 8, 8, 4, 4, 4], atol=1e-5)
+    np.testing.assert_array_equal(out["collision_count"], [2] * 6)
+    unmasked = planning_metrics(pred, gt, occ)
+    np.testing.assert_allclose(unmasked["l2"], [8] * 6, atol=1e-5)
+
+
+def test_footprint_leaving_the_grid_is_tested_against_border_cells():
+    """60 m ahead is off the grid: UniAD clips the indices, so an obstacle in the last row (and only there) counts;
+    8 m behind the grid's rear edge the first row counts."""
+    occ = empty(2)
+    occ[0, :, 199, 98:102] = True  # forward border only
+    occ[1, :, 0, 98:102] = True  # rear border only
+    pred = np.zeros((2, 6, 2), np.float32)
+    pred[0, :, 1] = 60.0
+    pred[1, :, 1] = -58.0
+    pred[1, :3, 1] = -40.0  # still on the grid for steps 0..2: no contact with row 0
+    gt = np.zeros((2, 6, 2), np.float32)
+    out = planning_metrics(pred, gt, occ)
+    np.testing.assert_array_equal(out["collision_count"], [1, 1, 1, 2, 2, 2])
+    # sideways off the grid: column clipped to 199
+    occ = empty(1)
+    occ[0, :, 97:105, 199] = True
+    side = np.zeros((1, 6, 2), np.float32)
+    side[0, :, 0] = 70.0
+    assert planning_metrics(side, np.zeros_like(side), occ)["collision_count"].tolist() == [1] * 6
+
+
+def test_conventions_uniad_at_and_stp3_mean_up_to():
+    gt = straight(3, speed=0.0)
+    pred = gt.copy()
+    pred[:, :, 0] = np.arange(1, 7)  # lateral error t + 1 m at step t
+    occ = empty(3)
+    u = planning_metrics(pred, gt, occ, convention="uniad")
+    s = planning_metrics(pred, gt, occ, convention="stp3")
+    np.testing.assert_allclose(u["l2"], np.arange(1, 7), atol=1e-5)
+    assert [u["l2_1s"], u["l2_2s"], u["l2_3s"]] == pytest.approx([2, 4, 6], abs=1e-5)
+    assert [s["l2_1s"], s["l2_2s"], s["l2_3s"]] == pytest.approx([1.5, 2.5, 3.5], abs=1e-5)
+    with pytest.raises(ValueError, match="convention"):
+        planning_metrics(pred, gt, occ, convention="vad")
+
+
+def test_matches_a_loop_reference_with_truncation_on_random_inputs():
+    """Random points across the whole grid and beyond it (negative sums included) and random sparse occupancy."""
+    rng = np.random.default_rng(0)
+    n = 40
+    occ = rng.random((n, 6, 200, 200)) < 0.02
+    pred = rng.uniform(-60, 60, (n, 6, 2)).astype(np.float32)
+    pred[:10] = np.round(pred[:10] * 2) / 2  # points on cell edges: truncation vs floor must agree
+    gt = rng.uniform(-60, 60, (n, 6, 2)).astype(np.float32)
+    out = planning_metrics(pred, gt, occ, chunk=16)
+    expect = np.zeros(6, int)
+    for i in range(n):
+        expect += reference_box_collision(pred[i], occ[i]) & ~reference_box_collision(gt[i], occ[i])
+    np.testing.assert_array_equal(out["collision_count"], expect)
+    assert expect.sum() > 10
+    l2 = np.sqrt(((pred.astype(np.float64) - gt) ** 2).sum(-1)).sum(0) / n
+    np.testing.assert_allclose(out["l2"], l2, atol=1e-5)
+
+
+def test_parity_with_uniads_own_planning_metric():
+    d = np.load(FIXTURE)
+    out = planning_metrics(d["pred"], d["gt"], d["occupancy"], gt_mask=d["gt_mask"], convention="uniad")
+    np.testing.assert_array_equal(out["collision_count"], d["collision_count"])
+    np.testing.assert_allclose(out["collision"], d["collision"], atol=1e-7)
+    np.testing.assert_allclose(out["l2"], d["l2"], atol=1e-5)
+    assert out["l2_2s"] == pytest.approx(d["l2"][3], abs=1e-5)
+    stp3 = planning_metrics(d["pred"], d["gt"], d["occupancy"], gt_mask=d["gt_mask"], convention="stp3")
+    assert stp3["collision_3s"] == pytest.approx(d["collision"].mean(), abs=1e-7)
+    # the fixture's obstacles are only on the left: a mirrored lateral axis changes the counts
+    flip = np.array([-1.0, 1.0], np.float32)
+    mirrored = planning_metrics(d["pred"] * flip, d["gt"] * flip, d["occupancy"], gt_mask=d["gt_mask"])
+    assert not np.array_equal(mirrored["collision_count"], d["collision_count"])
+
+
+def test_validation_names_the_field():
+    gt = straight(2)
+    with pytest.raises(ValueError, match="occupancy"):
+        planning_metrics(gt, gt, np.zeros((2, 6, 100, 100), bool))
+    with pytest.raises(ValueError, match="gt_mask"):
+        planning_metrics(gt, gt, empty(2), gt_mask=np.ones((2, 5)))
+    with pytest.raises(ValueError, match="gt:"):
+        planning_metrics(gt, gt[:1], empty(2))
+    bad = gt.copy()
+    bad[1, 2, 0] = np.nan
+    with pytest.raises(ValueError, match="pred: non-finite"):
+        planning_metrics(bad, gt, empty(2))
+
+
+def test_obstacle_variants_and_frame_converters():
+    veh, ped = empty(1), empty(1)
+    r, c = cell(-3.0, 10.0)
+    ped[0, :, r, c] = True
+    pred = np.zeros((1, 6, 2), np.float32)
+    pred[0, :, :] = (-3.0, 10.0)
+    layers = {"vehicle": veh, "pedestrian": ped}
+    only_veh = planning_metrics(pred, np.zeros_like(pred), P.obstacle_occupancy(layers, "vehicle"))
+    with_ped = planning_metrics(pred, np.zeros_like(pred), P.obstacle_occupancy(layers, "vehicle+pedestrian"))
+    assert only_veh["collision_count"].sum() == 0 and with_ped["collision_count"].sum() == 6
+    with pytest.raises(ValueError, match="pedestrian"):
+        P.obstacle_occupancy({"vehicle": veh}, "vehicle+pedestrian")
+    # text frame (x forward, y left): 10 m ahead and 3 m left is (-3, 10) in the metric frame, and back
+    text = np.array([[10.0, 3.0]])
+    np.testing.assert_array_equal(P.text_to_lidar(text), [[-3.0, 10.0]])
+    np.testing.assert_array_equal(P.lidar_to_text(P.text_to_lidar(text)), text)
+    # a rows-reversed stored occupancy (VAD's image frame) comes back to ours
+    vad = veh.copy()
+    vad[0, :, 199 - r, c] = True
+    back = P.occupancy_to_uniad(vad, "openread_vad")
+    assert back[0, 0, r, c] and back.sum() == 6
+
+
+def test_cli_prints_both_conventions_and_reads_text_answers(tmp_path, capsys):
+    """``jaxdrive eval-planning`` on the UniAD fixture: npz predictions, then JSON text answers keyed by token with one
+    unparsable answer (exit 3, scored on the rest)."""
+    from jaxdrive.cli import main
+    from jaxdrive.eval.trajectory_text import format_trajectory
+
+    d = np.load(FIXTURE)
+    tokens = np.array([f"tok{i}" for i in range(len(d["gt"]))])
+    gt_path, pred_path = tmp_path / "gt.npz", tmp_path / "pred.npz"
+    np.savez(gt_path, gt=d["gt"], gt_mask=d["gt_mask"], occupancy=d["occupancy"], tokens=tokens)
+    np.savez(pred_path, pred=d["pred"])
+    out_json = tmp_path / "m.json"
+    assert main(["eval-planning", "--predictions", str(pred_path), "--gt", str(gt_path), "--json", str(out_json)]) == 0
+    table = capsys.readouterr().out
+    assert "uniad" in table and "stp3" in table and "Col% avg" in table
+    saved = json.loads(out_json.read_text())
+    assert saved["uniad"]["collision_count"] == d["collision_count"].tolist()
+    assert saved["stp3"]["l2_1s"] == pytest.approx(d["l2"][:2].mean(), abs=1e-5)
+    # text answers (x forward, y left; 2 decimals), one garbage answer
+    answers = {t: f"<think>ok</think><answer>{format_trajectory(P.lidar_to_text(p))}</answer>"
+               for t, p in zip(tokens, d["pred"])}
+    answers["tok3"] = "<answer>turn left</answer>"
+    js = tmp_path / "pred.json"
+    js.write_text(json.dumps(answers))
+    assert main(["eval-planning", "--predictions", str(js), "--gt", str(gt_path), "--json", str(out_json)]) == 3
+    err = capsys.readouterr().err
+    assert "tok3" in err
+    text_metrics = json.loads(out_json.read_text())["uniad"]
+    assert text_metrics["num_samples"] == len(tokens) - 1
+    # bad inputs: exit 2 with the flag named
+    assert main(["eval-planning", "--predictions", str(tmp_path / "nope.npz"), "--gt", str(gt_path)]) == 2
+    assert "--predictions" in capsys.readouterr().err
