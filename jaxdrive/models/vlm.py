@@ -58,18 +58,17 @@ jax.tree_util.register_dataclass(
 
 
 def vision_tower_class(family: str):
-    """The vision tower class of ``family`` (or None for text-only families / a tower module not installed)."""
-    try:
-        if family == "qwen2_5_vl":
-            from jaxdrive.models.vision_qwen25 import Qwen25VisionTower
+    """The vision tower class of ``family`` (None for text-only families).
 
-            return Qwen25VisionTower
-        if family == "qwen3_vl":
-            from jaxdrive.models.vision_qwen3 import Qwen3VisionTower
+    Import errors propagate: a VL model is never built without its vision tower."""
+    if family == "qwen2_5_vl":
+        from jaxdrive.models.vision_qwen25 import Qwen25VisionTower
 
-            return Qwen3VisionTower
-    except ImportError:
-        return None
+        return Qwen25VisionTower
+    if family == "qwen3_vl":
+        from jaxdrive.models.vision_qwen3 import Qwen3VisionTower
+
+        return Qwen3VisionTower
     return None
 
 
