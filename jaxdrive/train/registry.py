@@ -54,6 +54,7 @@ class Registry:
 DATASETS = Registry("dataset", {
     "tiny_memorise": "jaxdrive.train.tiny_recipes:memorise_dataset",
     "tiny_bright": "jaxdrive.train.tiny_recipes:bright_dataset",
+    "chat_qa": "jaxdrive.train.chat_qa:chat_qa_dataset",
 })
 
 REWARDS = Registry("reward", {
