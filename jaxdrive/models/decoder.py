@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Bool, Float, Int
 
+from jaxdrive.models.attention import masked_attention
 from jaxdrive.models.config import TextConfig
 from jaxdrive.models.rope import apply_rope
 from jaxdrive.parallel import constrain
@@ -88,6 +89,35 @@ def attention_mask(
     return (k_slots[None, None, :] <= q_slots[None, :, None]) & kv_mask[:, None, :]
 
 
+#: "auto": cuDNN's fused attention on GPU for bf16/fp16 (head_dim a multiple of 8, <= 128), the XLA kernel of
+#: :mod:`jaxdrive.models.attention` otherwise; "xla": always the XLA kernel. Read at trace time.
+ATTENTION_IMPLEMENTATION = "auto"
+
+
+def attention_implementation(dtype, head_dim: int) -> str:
+    """"cudnn" or "xla" for attention in ``dtype`` with ``head_dim`` (see :data:`ATTENTION_IMPLEMENTATION`)."""
+    if ATTENTION_IMPLEMENTATION not in ("auto", "xla"):
+        raise ValueError(f"ATTENTION_IMPLEMENTATION: expected 'auto' or 'xla', got {ATTENTION_IMPLEMENTATION!r}")
+    fused_ok = jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)) and head_dim % 8 == 0 and head_dim <= 128
+    if ATTENTION_IMPLEMENTATION == "auto" and fused_ok and jax.default_backend() == "gpu":
+        return "cudnn"
+    return "xla"
+
+
+def attend(
+    q: Float[Array, "B S N D"], k: Float[Array, "B L K D"], v: Float[Array, "B L K D"], mask: Bool[Array, "B S L"]
+) -> Float[Array, "B S N D"]:
+    """Grouped-query attention of ``q`` over ``k, v`` where ``mask`` is True (scale ``D**-0.5``, float32 statistics)."""
+    b, s, n, d = q.shape
+    kv = k.shape[2]
+    if attention_implementation(q.dtype, d) == "cudnn":
+        return jax.nn.dot_product_attention(q, k, v, mask=mask[:, None], implementation="cudnn")
+    qh = q.reshape(b, s, kv, n // kv, d).transpose(0, 2, 3, 1, 4)  # [B, K, G, S, D]
+    kh, vh = k.transpose(0, 2, 1, 3)[:, :, None], v.transpose(0, 2, 1, 3)[:, :, None]  # [B, K, 1, L, D]
+    out = masked_attention(qh, kh, vh, mask[:, None, None], d**-0.5)
+    return out.transpose(0, 3, 1, 2, 4).reshape(b, s, n, d)
+
+
 class Attention(nnx.Module):
     """Grouped-query self-attention with rotary embeddings, optional q/k RMSNorm and a static KV cache."""
 
@@ -129,16 +159,7 @@ class Attention(nnx.Module):
             k = constrain(k, ("batch", "cache_seq", "act_kv_heads", None))
             v = constrain(v, ("batch", "cache_seq", "act_kv_heads", None))
             cache = LayerCache(k, v)
-        groups = self.num_heads // self.num_kv_heads
-        qg = q.reshape(b, s, self.num_kv_heads, groups, self.head_dim)
-        scores = jnp.einsum(
-            "bsngd,blnd->bngsl", qg, k.astype(q.dtype), preferred_element_type=jnp.float32
-        ) * (self.head_dim**-0.5)
-        scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
-        probs = jax.nn.softmax(scores, axis=-1)
-        out = jnp.einsum(
-            "bngsl,blnd->bsngd", probs.astype(self.dtype), v.astype(self.dtype), preferred_element_type=jnp.float32
-        )
+        out = attend(q, k.astype(q.dtype), v.astype(q.dtype), mask)
         out = out.reshape(b, s, self.num_heads * self.head_dim).astype(self.dtype)
         return self.o_proj(out), cache
 

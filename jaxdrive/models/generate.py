@@ -15,11 +15,10 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.models.logprobs import token_logprobs
-from jaxdrive.models.vlm import ModelInputs, QwenModel
+from jaxdrive.models.vlm import ModelInputs, QwenModel, model_jit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,7 +144,7 @@ def generate_from_inputs(
     return GenerationOutput(toks, lps, msk, msk.sum(1).astype(jnp.int32))
 
 
-_generate_jit = nnx.jit(generate_from_inputs, static_argnames=("config",))
+_generate_jit = model_jit(generate_from_inputs, static_argnames=("config",))
 
 
 def generate(
@@ -170,7 +169,7 @@ def generate(
     n_stop = len(config.stop_token_ids)
     stop = np.full(max(8, -(-n_stop // 8) * 8), -1, np.int32)  # padded to a multiple of 8: one compile
     stop[:n_stop] = config.stop_token_ids
-    return _generate_jit(model, inputs, key, dataclasses.replace(config, stop_token_ids=()), stop)
+    return _generate_jit(model, inputs, key, config=dataclasses.replace(config, stop_token_ids=()), stop_ids=stop)
 
 
 def predecessor_index(mask: np.ndarray) -> np.ndarray:

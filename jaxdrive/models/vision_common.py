@@ -30,6 +30,8 @@ import numpy as np
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
+from jaxdrive.models.attention import masked_attention
+
 Axes = tuple[str | None, ...]
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -119,19 +121,28 @@ def apply_rotary(x: Float[Array, "n heads head_dim"], cos: Float[Array, "n head_
 
 
 def segment_attention(q: Float[Array, "n heads d"], k: Float[Array, "n heads d"], v: Float[Array, "n heads d"],
-                      segment_ids: Int[Array, " n"]) -> Float[Array, "n heads d"]:
-    """Softmax attention where token i sees token j iff segment_ids[i] == segment_ids[j].
+                      segment_ids: Int[Array, " n"], block: int | None = None) -> Float[Array, "n heads d"]:
+    """Softmax attention where token i sees token j iff segment_ids[i] == segment_ids[j] (and, with `block`, both lie
+    in the same run of `block` consecutive tokens).
 
-    This is the dense-mask form of transformers' per-`cu_seqlens`-chunk attention (block-diagonal mask). Every token
-    sees at least itself, so no row is fully masked (padding tokens share segment id -1 and only see each other).
-    Memory is O(heads * n^2); scores and softmax are float32.
+    The dense-mask form of transformers' per-`cu_seqlens`-chunk attention (block-diagonal mask). `block` (n must be a
+    multiple of it) cuts the work to n * block scores: Qwen2.5-VL's windowed layers pass the padded window length, so
+    each window attends only to itself, as transformers' per-window loop does. Every token sees at least itself, so no
+    row is fully masked (padding tokens share segment id -1 and only see each other). Memory is
+    O(heads * n * block); scores and softmax statistics are float32 (`jaxdrive.models.attention`).
     """
-    scale = q.shape[-1] ** -0.5
-    scores = jnp.einsum("qhd,khd->hqk", q, k, preferred_element_type=jnp.float32) * scale
-    mask = segment_ids[:, None] == segment_ids[None, :]
-    scores = jnp.where(mask[None], scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    return jnp.einsum("hqk,khd->qhd", probs, v, preferred_element_type=jnp.float32).astype(v.dtype)
+    n, heads, d = q.shape
+    block = n if block is None else block
+    if n % block:
+        raise ValueError(f"segment_attention: length {n} is not a multiple of the block length {block}")
+
+    def blocks(x):  # [n, heads, d] -> [n / block, heads, block, d]
+        return x.reshape(n // block, block, heads, d).transpose(0, 2, 1, 3)
+
+    seg = segment_ids.reshape(n // block, block)
+    mask = (seg[:, :, None] == seg[:, None, :])[:, None]  # [n / block, 1, block, block]
+    out = masked_attention(blocks(q), blocks(k), blocks(v), mask, d ** -0.5)
+    return out.transpose(0, 2, 1, 3).reshape(n, heads, d)
 
 
 class VisionAttention(nnx.Module):
@@ -155,12 +166,13 @@ class VisionAttention(nnx.Module):
         self.dtype = dtype
 
     def __call__(self, x: Float[Array, "n embed"], cos: Float[Array, "n head_dim"], sin: Float[Array, "n head_dim"],
-                 segment_ids: Int[Array, " n"]) -> Float[Array, "n embed"]:
+                 segment_ids: Int[Array, " n"], block: int | None = None) -> Float[Array, "n embed"]:
+        """`block`: attend inside consecutive runs of `block` tokens only (see `segment_attention`)."""
         qkv = jnp.einsum("nd,dthk->tnhk", x.astype(self.dtype), self.qkv_kernel[...].astype(self.dtype),
                          preferred_element_type=jnp.float32)
         qkv = (qkv + self.qkv_bias[...].astype(jnp.float32)[:, None]).astype(self.dtype)
         q, k = apply_rotary(qkv[0], cos, sin), apply_rotary(qkv[1], cos, sin)
-        out = segment_attention(q, k, qkv[2], segment_ids)
+        out = segment_attention(q, k, qkv[2], segment_ids, block)
         y = jnp.einsum("nhk,hkd->nd", out, self.proj_kernel[...].astype(self.dtype),
                        preferred_element_type=jnp.float32)
         return (y + self.proj_bias[...].astype(jnp.float32)).astype(self.dtype)

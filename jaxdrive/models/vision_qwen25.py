@@ -1,9 +1,11 @@
 """Qwen2.5-VL vision tower in Flax NNX (parity target: transformers' `Qwen2_5_VisionTransformerPretrainedModel`).
 
 Pipeline for a packed sequence of N patches (several images / video frames one after another):
-patch embed -> window permutation (reorder spatial-merge blocks so each attention window is contiguous) ->
+patch embed -> window permutation (reorder spatial-merge blocks so each attention window is one slot of
+`window_patches` rows, edge windows padded) ->
 `depth` pre-norm blocks (RMSNorm, fused-qkv attention with 2-D rotary, RMSNorm, SwiGLU MLP); blocks listed in
-`fullatt_block_indexes` attend over the whole frame, the others only inside their window -> 2x2 patch merger
+`fullatt_block_indexes` attend over the whole frame, the others only inside their slot (a reshape, no cross-window
+scores) -> 2x2 patch merger
 (RMSNorm, concat of the 4 patches of a merge block, MLP with exact GELU) -> inverse window permutation.
 
 Usage (config: a plain dict such as config.json's "vision_config", or an HF config object; `to_dict()` is taken):
@@ -55,23 +57,30 @@ class Qwen25VisionConfig(vc.VisionConfigMixin):
         """Window side in merged tokens (transformers' `vit_merger_window_size`)."""
         return self.window_size // self.spatial_merge_size // self.patch_size
 
+    @property
+    def window_patches(self) -> int:
+        """Patches in a full window (the slot length of the windowed layers)."""
+        return self.window_units ** 2 * self.merge_unit
+
 
 @struct.dataclass
 class Qwen25VisionMeta:
     """Host-computed, fixed-shape metadata for one call (n = padded patch count, m = n / merge_size**2).
 
-    Everything per patch is in *window order* (the order the blocks run in).
-    patch_perm: window-order position -> original patch index. merged_unperm: original merged-token index ->
-    window-order merged index. cos/sin: rotary tables [n, head_dim]. full_segments / window_segments: attention
-    segment ids (-1 = padding). merged_valid: True for merged tokens of real patches.
+    The blocks run in *window-slot order*: windows one after another, each padded to the full window length
+    `window_units**2 * merge_size**2` patches, so a windowed layer is a reshape to [slots, window] with no mask
+    between windows (l = slots * window >= n rows; the extra rows are padding).
+    patch_perm: slot row -> original patch index (padding rows: 0). merged_unperm: original merged-token index ->
+    slot-order merged index. cos/sin: rotary tables [l, head_dim]. full_segments / window_segments: attention segment
+    ids per slot row (-1 = padding). merged_valid: True for merged tokens of real patches.
     """
 
-    patch_perm: Int[Array, " n"]
+    patch_perm: Int[Array, " l"]
     merged_unperm: Int[Array, " m"]
-    cos: Float[Array, "n head_dim"]
-    sin: Float[Array, "n head_dim"]
-    full_segments: Int[Array, " n"]
-    window_segments: Int[Array, " n"]
+    cos: Float[Array, "l head_dim"]
+    sin: Float[Array, "l head_dim"]
+    full_segments: Int[Array, " l"]
+    window_segments: Int[Array, " l"]
     merged_valid: Bool[Array, " m"]
 
 
@@ -101,24 +110,38 @@ def prepare_qwen25_vision_inputs(grid_thw, cfg: Qwen25VisionConfig, pad_to: int 
     """Host metadata for `Qwen25VisionTower.__call__` from grid_thw [num_images, 3] (t, h, w in patches).
 
     pad_to: static padded patch count (multiple of merge_size**2, >= sum(t*h*w)); None = no padding.
+    The slot count is max(ceil(pad_to / window), number of windows): a function of pad_to alone whenever the
+    windows tile the images exactly (image sides multiples of `window_size` pixels), so such mixes share a compile.
     """
     grid = vc.validate_grid_thw(grid_thw, cfg.spatial_merge_size)
     n = vc.num_patches(grid)
     n_pad = vc.resolve_pad_to(n, pad_to, cfg.merge_unit)
-    u = cfg.merge_unit
+    u, window = cfg.merge_unit, cfg.window_patches
     merged_order, window_lengths = window_order(grid, cfg)
-    merged_order = np.concatenate([merged_order, np.arange(n // u, n_pad // u)])
-    patch_perm = (merged_order[:, None] * u + np.arange(u)).reshape(-1)
+    slots = max(-(-n_pad // window), len(window_lengths))
+    # slot row of every patch in window order, and the original patch it holds
+    rows = np.concatenate([w * window + np.arange(length) for w, length in enumerate(window_lengths)])
+    source = (merged_order[:, None] * u + np.arange(u)).reshape(-1)
+    patch_perm = np.zeros(slots * window, np.int32)
+    patch_perm[rows] = source
+
+    def to_slots(values: np.ndarray, fill) -> np.ndarray:
+        out = np.full((slots * window,) + values.shape[1:], fill, values.dtype)
+        out[rows] = values[source]
+        return out
+
     cos, sin = vc.rotary_tables(vc.patch_positions(grid, cfg.spatial_merge_size), cfg.head_dim, cfg.rope_theta)
-    cos, sin = vc.pad_rows(cos, n_pad, 0.0)[patch_perm], vc.pad_rows(sin, n_pad, 0.0)[patch_perm]
-    full = vc.pad_rows(vc.frame_segment_ids(grid), n_pad, -1)[patch_perm]
-    window = np.repeat(np.arange(len(window_lengths), dtype=np.int32), window_lengths)
+    window_ids = np.repeat(np.arange(len(window_lengths), dtype=np.int32), window_lengths)
+    window_segments = np.full(slots * window, -1, np.int32)
+    window_segments[rows] = window_ids
+    merged_unperm = np.zeros(n_pad // u, np.int32)
+    merged_unperm[merged_order] = rows[::u] // u
     return Qwen25VisionMeta(
-        patch_perm=patch_perm.astype(np.int32),
-        merged_unperm=np.argsort(merged_order).astype(np.int32),
-        cos=cos, sin=sin,
-        full_segments=full.astype(np.int32),
-        window_segments=vc.pad_rows(window, n_pad, -1),
+        patch_perm=patch_perm,
+        merged_unperm=merged_unperm,
+        cos=to_slots(cos, 0.0), sin=to_slots(sin, 0.0),
+        full_segments=to_slots(vc.frame_segment_ids(grid), -1),
+        window_segments=window_segments,
         merged_valid=vc.merged_valid_mask(n, n_pad, u),
     )
 
@@ -160,8 +183,8 @@ class Qwen25VisionBlock(nnx.Module):
         self.mlp = SwiGLU(d, cfg.intermediate_size, cfg.hidden_act, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
     def __call__(self, x: Float[Array, "n d"], cos: Float[Array, "n hd"], sin: Float[Array, "n hd"],
-                 segments: Int[Array, " n"]) -> Float[Array, "n d"]:
-        x = x + self.attn(self.norm1(x), cos, sin, segments)
+                 segments: Int[Array, " n"], block: int | None = None) -> Float[Array, "n d"]:
+        x = x + self.attn(self.norm1(x), cos, sin, segments, block)
         return x + self.mlp(self.norm2(x))
 
 
@@ -221,12 +244,15 @@ class Qwen25VisionTower(vc.HFTensorsMixin, nnx.Module):
         cos, sin = jnp.asarray(meta.cos), jnp.asarray(meta.sin)
         full_set = set(cfg.fullatt_block_indexes)
         for i, block in enumerate(self.blocks):
-            x = block(x, cos, sin, meta.full_segments if i in full_set else meta.window_segments)
+            if i in full_set:
+                x = block(x, cos, sin, meta.full_segments)
+            else:
+                x = block(x, cos, sin, meta.window_segments, cfg.window_patches)
         return self.merger(x)[meta.merged_unperm]
 
     def _meta(self, pixel_values, grid_or_meta) -> Qwen25VisionMeta:
         if isinstance(grid_or_meta, Qwen25VisionMeta):
-            n = grid_or_meta.patch_perm.shape[0]
+            n = grid_or_meta.merged_unperm.shape[0] * self.config.merge_unit
             if pixel_values.shape != (n, self.config.patch_dim):
                 raise ValueError(f"pixel_values: metadata was prepared for shape ({n}, {self.config.patch_dim}), "
                                  f"got {tuple(pixel_values.shape)}")

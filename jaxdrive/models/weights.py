@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import warnings
 from collections.abc import Callable
 
 import jax
@@ -124,12 +125,28 @@ def abstract_model(cfg: ModelConfig, *, dtype=jnp.float32, param_dtype=None) -> 
     return nnx.eval_shape(lambda: QwenModel(cfg, dtype=dtype, param_dtype=param_dtype, rngs=nnx.Rngs(0)))
 
 
+def _names(items: list[str], limit: int = 20) -> str:
+    shown = ", ".join(map(repr, items[:limit]))
+    return shown + (f", ... ({len(items) - limit} more)" if len(items) > limit else "")
+
+
 def load_weights(
-    model: QwenModel, path: str | os.PathLike, *, mesh: jax.sharding.Mesh | None = None, rules: Rules = LOGICAL_AXIS_RULES
+    model: QwenModel,
+    path: str | os.PathLike,
+    *,
+    mesh: jax.sharding.Mesh | None = None,
+    rules: Rules = LOGICAL_AXIS_RULES,
+    strict: bool = True,
 ) -> QwenModel:
     """A new model with the graph of ``model`` (abstract or concrete) and the parameters of HF checkpoint ``path``.
 
-    Raises ``ValueError`` listing every missing or mis-shaped tensor before anything is loaded.
+    Every parameter must come from exactly one checkpoint tensor and every checkpoint tensor must be used: missing
+    and unexpected tensors are listed by name in a ``ValueError`` raised before anything is loaded (so a VL model
+    whose checkpoint lacks its vision tower, or a checkpoint of another architecture, never loads half-way).
+    ``lm_head.weight`` in a checkpoint of a model with tied embeddings is not unexpected: it is the embedding's twin
+    and ignored, as transformers ignores it. ``strict=False`` is the opt-out for intentional partial loads: unexpected
+    tensors are skipped and parameters without a tensor keep ``model``'s values (which must then be concrete); both
+    lists are reported with ``warnings.warn``. Mis-shaped tensors are always an error.
     """
     reader = SafetensorsDir(path)
     keys = reader.keys()
@@ -140,21 +157,49 @@ def load_weights(
         want = _prefixes(layout)[1]
         if found and found != want:
             specs = [dataclasses.replace(s, key=found + s.key[len(want):]) if s.path[0] == "visual" else s for s in specs]
-    problems = []
-    for s in specs:
-        if s.key not in reader:
-            problems.append(f"missing tensor {s.key!r} (shape {s.hf_shape})")
-        elif reader.shape(s.key) != s.hf_shape:
-            problems.append(f"tensor {s.key!r}: expected shape {s.hf_shape}, got {reader.shape(s.key)}")
-    if problems:
-        raise ValueError(f"checkpoint {os.fspath(path)}: " + "; ".join(problems))
+    where = f"checkpoint {os.fspath(path)}"
+    wanted = {s.key for s in specs}
+    tied_twin = {"lm_head.weight"} if model.cfg.text.tie_word_embeddings else set()
+    unexpected = sorted(k for k in keys if k not in wanted and k not in tied_twin)
+    missing = [s for s in specs if s.key not in reader]
+    misshaped = [f"tensor {s.key!r}: expected shape {s.hf_shape}, got {reader.shape(s.key)}"
+                 for s in specs if s.key in reader and reader.shape(s.key) != s.hf_shape]
     graphdef, state = nnx.split(model)
+    flat = [(tuple(p), var) for p, var in nnx.to_flat_state(state)]
+    if missing and not strict:
+        values = {p: var.get_value() for p, var in flat}
+        abstract = [s.key for s in missing if isinstance(values[s.path], jax.ShapeDtypeStruct)]
+        if abstract:
+            raise ValueError(f"{where}: strict=False keeps the current value of a parameter without a tensor, but "
+                             f"the model is abstract (no values) for: {_names(abstract)}")
+    problems = list(misshaped)
+    if strict:
+        problems += [f"missing tensor {s.key!r} (shape {s.hf_shape})" for s in missing[:20]]
+        if len(missing) > 20:
+            problems.append(f"... and {len(missing) - 20} more missing tensors")
+        if unexpected:
+            problems.append(f"unexpected tensors (not parameters of this {model.cfg.family} model): {_names(unexpected)}")
+    if problems:
+        hint = " (pass strict=False to load a partial checkpoint on purpose)" if missing or unexpected else ""
+        raise ValueError(f"{where}: " + "; ".join(problems) + hint)
+    if missing:
+        warnings.warn(f"{where}: {len(missing)} parameters keep their current values (no tensor): "
+                      f"{_names([s.key for s in missing])}", stacklevel=2)
+    if unexpected:
+        warnings.warn(f"{where}: {len(unexpected)} unexpected tensors skipped: {_names(unexpected)}", stacklevel=2)
     by_path = {s.path: s for s in specs}
+    absent = {s.key for s in missing}
     loaded = []
-    for p, var in nnx.to_flat_state(state):
-        spec = by_path.get(tuple(p))
+    for p, var in flat:
+        spec = by_path.get(p)
         if spec is None:
             raise ValueError(f"internal: parameter {'.'.join(map(str, p))} has no HF tensor mapping")
+        if spec.key in absent:
+            value = var.get_value()
+            if mesh is not None:
+                value = jax.device_put(value, named_sharding(variable_axes(var), value.shape, mesh, rules))
+            loaded.append((p, var.replace(value)))
+            continue
         target = var.get_value()
         arr = np.asarray(spec.to_ours(reader.get(spec.key)))
         if arr.shape != tuple(target.shape):
@@ -176,14 +221,21 @@ def from_pretrained(
     param_dtype=None,
     mesh: jax.sharding.Mesh | None = None,
     rules: Rules = LOGICAL_AXIS_RULES,
+    strict: bool = True,
 ) -> QwenModel:
     """Load a local HF directory (Qwen2.5-VL, Qwen3-VL or Qwen3) as a :class:`QwenModel`.
 
     ``dtype`` is the compute dtype and, unless ``param_dtype`` is given, the parameter dtype. With ``mesh``, each
-    parameter is placed by its logical axes through ``rules`` as it is read.
+    parameter is placed by its logical axes through ``rules`` as it is read. Missing or unexpected tensors are an
+    error naming them (:func:`load_weights`); ``strict=False`` (partial checkpoints on purpose) starts from a
+    randomly initialised model (seed 0) whose parameters without a tensor keep their initial values.
     """
     cfg = load_config(path)
-    return load_weights(abstract_model(cfg, dtype=dtype, param_dtype=param_dtype), path, mesh=mesh, rules=rules)
+    if strict:
+        model = abstract_model(cfg, dtype=dtype, param_dtype=param_dtype)
+    else:
+        model = QwenModel(cfg, dtype=dtype, param_dtype=param_dtype, rngs=nnx.Rngs(0))
+    return load_weights(model, path, mesh=mesh, rules=rules, strict=strict)
 
 
 def export_layout(family: str) -> str:

@@ -53,6 +53,19 @@ def load_tokenizer(cfg: ml_collections.ConfigDict):
         raise ValueError(f"model.path {cfg.path!r}: cannot load its tokenizer ({e})") from None
 
 
+def token_ids(block: ml_collections.ConfigDict, tokenizer=None) -> ml_collections.ConfigDict:
+    """``block`` with ``pad_id`` / ``eos_id`` that are None (or absent) filled from the tokenizer (pad: its pad token,
+    eos: its eos token, ``<|im_end|>`` for Qwen chat models), or 0 / 1 without one (the tiny token-id recipes)."""
+    out = ml_collections.ConfigDict(block.to_dict())
+    for name, attr, default in (("pad_id", "pad_token_id", 0), ("eos_id", "eos_token_id", 1)):
+        if out.get(name) is None:
+            value = getattr(tokenizer, attr, None) if tokenizer is not None else default
+            if value is None:
+                raise ValueError(f"{name}: not set and the tokenizer has no {attr}")
+            out[name] = int(value)
+    return out
+
+
 def build_examples(cfg: ml_collections.ConfigDict, tokenizer=None) -> list[dict]:
     """The examples of the dataset ``cfg.kind`` names in ``registry.DATASETS``."""
     return DATASETS.get(cfg.kind)(cfg, tokenizer)
@@ -105,8 +118,9 @@ def run_sft(cfg: ml_collections.ConfigDict, model=None):
     trainable = prepare_finetuning(model, cfg.finetune)
     tokenizer = load_tokenizer(cfg.model)
     examples = build_examples(cfg.data, tokenizer)
+    pad_id = token_ids(cfg.data, tokenizer).pad_id
     arrays = data.stack_examples([
-        sft.sft_example(e["prompt"], e["answer"], cfg.data.max_len, cfg.data.get("pad_id", 0),
+        sft.sft_example(e["prompt"], e["answer"], cfg.data.max_len, pad_id,
                         **{k: e[k] for k in ("pixel_values", "image_grid_thw") if k in e}) for e in examples])
     sampler = data.EpochSampler(len(examples), cfg.batch_size, seed=cfg.seed)
     logger, ckpt, mesh = _infra(cfg)
@@ -139,7 +153,7 @@ def run_grpo(cfg: ml_collections.ConfigDict, model=None):
                          "or beta=0")
     tokenizer = load_tokenizer(cfg.model)
     examples = build_examples(cfg.data, tokenizer)
-    g = cfg.grpo
+    g = token_ids(cfg.grpo, tokenizer)
     kind = g.get("rollouts", "single_turn")
     extra = {} if kind == "single_turn" else {"tokenizer": tokenizer}
     rollouts = ROLLOUTS.get(kind)(examples, build_rewards(cfg.rewards), build_decoder(cfg.decoder, tokenizer), g, **extra)

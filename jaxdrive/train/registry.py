@@ -64,6 +64,7 @@ DATASETS = Registry("dataset", {
     "openread_lingoqa": "jaxdrive.train.openread_recipe:lingoqa_dataset",
     "openread_omnidrive": "jaxdrive.train.openread_recipe:omnidrive_dataset",
     "openread_mix": "jaxdrive.train.openread_recipe:mixture_dataset",
+    "chat_qa": "jaxdrive.train.chat_qa:chat_qa_dataset",
 })
 
 REWARDS = Registry("reward", {
