@@ -21,7 +21,9 @@ def _add_score(sub) -> None:
     src.add_argument("--scenes", type=Path, help="directory of epdms-scene/1 JSON files (default: synthetic scenes)")
     src.add_argument("--count", type=int, default=1024, help="number of synthetic scenes")
     src.add_argument("--seed", type=int, default=0, help="seed of the synthetic scenes")
-    src.add_argument("--proposals", type=int, default=16, help="proposals per synthetic scene")
+    src.add_argument("--num-proposals", type=int, default=16, help="proposals per synthetic scene")
+    src.add_argument("--proposals", type=Path, help="with --scenes: .npz of one [K, 41, 11] state array per scene id "
+                     "(global frame), scored in row order instead of the files' proposals")
     p.add_argument("--out", type=Path, help="output directory (default: runs/score-<time>)")
     p.add_argument("--resume", action="store_true", help="continue the run recorded in --out")
     p.add_argument("--batch-size", type=int, default=16,
@@ -52,7 +54,15 @@ def _run_score(args) -> int:
     from jaxdrive.scoring.sources import SceneDirSource, SyntheticSource
     from jaxdrive.scoring.summary import plot_summary, summary_table
 
-    source = SceneDirSource(args.scenes) if args.scenes else SyntheticSource(args.count, args.seed, args.proposals)
+    if args.proposals and not args.scenes:
+        raise ValueError("--proposals: needs --scenes DIR (the scenes the arrays belong to)")
+    if args.proposals:
+        from jaxdrive.scoring.proposal_files import SceneDirProposalSource
+
+        source = SceneDirProposalSource(args.scenes, args.proposals)
+    else:
+        source = SceneDirSource(args.scenes) if args.scenes else SyntheticSource(args.count, args.seed,
+                                                                                 args.num_proposals)
     gates = None
     if args.gates:
         g = _load_json(args.gates, "--gates")
@@ -64,7 +74,7 @@ def _run_score(args) -> int:
     if not args.scenes:
         from jaxdrive.data.synthetic import pad_spec
 
-        options.pad = pad_spec(args.proposals)
+        options.pad = pad_spec(args.num_proposals)
     out = args.out or Path("runs") / time.strftime("score-%Y%m%d-%H%M%S")
     try:
         stats = score_source(source, out, options, resume=args.resume, progress=not args.no_progress)
@@ -93,6 +103,9 @@ def _add_scenes(sub) -> None:
     v = preview_parser(ssub.add_parser("preview", help="write a bird's-eye-view PNG of a scene and its proposals; "
                                        "--color-by nc|dac|...|epdms colours by scores from the kernels"))
     v.set_defaults(func=_run_preview)
+    from jaxdrive.data.navsim_cache import add_from_navsim_parser
+
+    add_from_navsim_parser(ssub)
 
 
 def _run_generate(args) -> int:

@@ -200,9 +200,7 @@ def validate_host_scene(scene: HostScene) -> HostScene:
     _check_shape(sid, "ego.history.states", scene.history_states, (NUM_HISTORY, STATE_DIM))
     _check_finite(sid, "ego.history.states", scene.history_states)
     _check_shape(sid, "proposals[*].states", scene.proposal_states, (None, NUM_STEPS, STATE_DIM))
-    k = scene.proposal_states.shape[0]
-    if k < 1:
-        _fail(sid, "proposals", "at least one proposal", "none")
+    k = scene.proposal_states.shape[0]  # 0 is valid: proposals may come from elsewhere (pad_scene needs >= 1)
     _check_finite(sid, "proposals[*].states", scene.proposal_states)
     headings = scene.proposal_states[..., StateIndex.HEADING]
     if np.any(np.abs(headings) > math.pi + 1e-3):
@@ -414,6 +412,9 @@ def _to_local_states(states: np.ndarray, origin: np.ndarray) -> np.ndarray:
 
 def pad_scene(scene: HostScene, spec: PadSpec) -> tuple[dict, dict]:
     """Numpy (float32 / bool / int32) leaves of one padded ``Scene`` and ``Proposals``, re-centred on ``scene.origin``."""
+    if scene.num_proposals < 1:
+        _fail(scene.id, "proposals", "at least one proposal to score (give proposals from elsewhere, e.g. --proposals)",
+              "none")
     spec.check(scene)
     o = scene.origin
     f32 = np.float32
