@@ -147,6 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_score(sub)
     _add_scenes(sub)
+    from jaxdrive.vocab.cli import add_vocab_parser
+
+    add_vocab_parser(sub)
     from jaxdrive.train_cli import add_train_subcommands
 
     add_train_subcommands(sub)
