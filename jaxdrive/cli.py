@@ -24,6 +24,8 @@ def _add_score(sub) -> None:
     src.add_argument("--num-proposals", type=int, default=16, help="proposals per synthetic scene")
     src.add_argument("--proposals", type=Path, help="with --scenes: .npz of one [K, 41, 11] state array per scene id "
                      "(global frame), scored in row order instead of the files' proposals")
+    src.add_argument("--predictions", type=Path, help="with --scenes (converted metric caches): .npz or .parquet of "
+                     "token -> (8, 3) agent poses at 2 Hz; NAVSIM's official per-token evaluation and summary table")
     p.add_argument("--out", type=Path, help="output directory (default: runs/score-<time>)")
     p.add_argument("--resume", action="store_true", help="continue the run recorded in --out")
     p.add_argument("--batch-size", type=int, default=16,
@@ -49,6 +51,10 @@ def _load_json(path: Path, what: str):
 
 
 def _run_score(args) -> int:
+    if args.predictions:
+        from jaxdrive.scoring.predictions import run_predictions
+
+        return run_predictions(args)
     from jaxdrive.scoring.outputs import RunDirError
     from jaxdrive.scoring.runner import ScoreOptions, score_source
     from jaxdrive.scoring.sources import SceneDirSource, SyntheticSource
