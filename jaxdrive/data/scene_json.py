@@ -140,8 +140,8 @@ def scene_from_dict(d: dict, source: str = "<dict>", validate: bool = True) -> H
 
     scene = HostScene(
         id=sid, history_states=history, areas=areas, lanes=lanes, centerline=centerline, traffic_lights=lights,
-        agents=agents,
-        proposal_states=np.stack(states) if states else np.zeros((0, NUM_STEPS, STATE_DIM)), proposal_names=names, proposal_families=fams,
+        agents=agents, proposal_states=np.stack(states) if states else np.zeros((0, NUM_STEPS, STATE_DIM)),
+        proposal_names=names, proposal_families=fams,
         previous_states=np.stack(prevs) if prevs else None, previous_kinds=kinds if prevs else None,
         human_states=human, generator=dict(d.get("generator", {})), expected=d.get("expected"),
         extra={k: v for k, v in d.items() if k not in _KNOWN_KEYS},

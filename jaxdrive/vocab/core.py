@@ -86,6 +86,11 @@ def bucket(n: int) -> int:
     return p
 
 
+def rows_per_call(k: int, chunk: int) -> int:
+    """Proposals per scoring call for K vocabulary rows (+ reference + human): ``chunk``, or fewer for a small K."""
+    return min(chunk, -(-(k + 2) // 8) * 8)
+
+
 def pad_for(scene: HostScene, proposals: int, previous: PadSpec | None = None) -> PadSpec:
     """A PadSpec holding ``scene`` with ``proposals`` slots: sizes rounded up to powers of two and never below
     ``previous`` (a run's shapes only grow, so it compiles a handful of times)."""
@@ -146,18 +151,20 @@ def score_vocabulary(scene: HostScene, vocab: np.ndarray, reference: np.ndarray,
     if states is None:
         states = vocabulary_states(ego, vocab, simulate=simulate, chunk=chunk)
     k = states.shape[0]
-    spec = pad or pad_for(scene, min(chunk, bucket(k)))
-    rows = _score_rows(scene, states, spec)
-    ref = _score_rows(scene, reference[None], spec)
+    human_on = human_filter_on and scene.human_states is not None
+    extra = [reference[None]] + ([scene.human_states[None]] if human_on else [])
+    head = len(extra)  # the reference (and the human) ride along in the first chunk: one compiled shape
+    spec = pad or pad_for(scene, rows_per_call(k, chunk))
+    every = _score_rows(scene, np.concatenate(extra + [states]), spec)
+    ref = jax.tree.map(lambda a: a[:1], every)
+    rows = jax.tree.map(lambda a: a[head:], every)
     r = float(ref.raw_progress[0] * ref.multiplier[0])
     d = r if ep_mode == "pairwise" else max(r, float(np.max(rows.raw_progress * rows.multiplier)))
     valid = np.ones((1, k), bool)
     batch = jax.tree.map(lambda a: a[None], rows)
     ep = normalize_progress(batch.raw_progress, batch.multiplier, valid, "reference", jnp.asarray([d], jnp.float32))
     out = aggregate(batch.replace(ep=ep, ec=jnp.full((1, k), jnp.nan, jnp.float32)), valid)
-    if human_filter_on and scene.human_states is not None:
-        human = _score_rows(scene, scene.human_states[None], spec)
-        human = jax.tree.map(lambda a: a[None], human)
-        human = human.replace(ep=np.ones_like(human.ep), hc=np.ones_like(human.hc))
-        out = human_filter(out, human, True)
+    if human_on:  # scored alone and without history in NAVSIM: its EP and HC are 1
+        human = jax.tree.map(lambda a: a[1:2][None], every)
+        out = human_filter(out, human.replace(ep=np.ones_like(human.ep), hc=np.ones_like(human.hc)), True)
     return {f: np.asarray(getattr(out, f), np.float32)[0] for f in FIELDS}

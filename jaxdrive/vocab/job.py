@@ -24,7 +24,7 @@ import numpy as np
 from jaxdrive.scene import HostScene, PadSpec
 from jaxdrive.scoring.outputs import RunDir, read_results
 from jaxdrive.scoring.sources import SceneSource, SourceError
-from jaxdrive.vocab.core import FIELDS, bucket, pad_for, reference_states, score_vocabulary, vocabulary_states
+from jaxdrive.vocab.core import FIELDS, pad_for, rows_per_call, reference_states, score_vocabulary, vocabulary_states
 
 GTRS_KEYS = {"no_at_fault_collisions": "nc", "drivable_area_compliance": "dac",
              "driving_direction_compliance": "ddc", "traffic_light_compliance": "tlc", "ego_progress": "ep",
@@ -138,7 +138,7 @@ def run_vocab(source: SceneSource, vocab: np.ndarray, out_dir, options: VocabOpt
             for i in range(start, stop):
                 item = source.load(i)
                 if not isinstance(item, SourceError):
-                    pad = pad_for(item, min(options.chunk, bucket(vocab.shape[0])), pad)
+                    pad = pad_for(item, rows_per_call(vocab.shape[0], options.chunk), pad)
                 rows = item if isinstance(item, SourceError) else _scene_rows(item, vocab, options, pad)
                 if isinstance(rows, SourceError):
                     errors.append({"name": rows.name, "error": rows.message})
