@@ -38,7 +38,11 @@ def _add_score(sub) -> None:
                      help="directory of epdms-scene/1 JSON files, searched recursively (default: synthetic scenes)")
     src.add_argument("--count", type=int, default=1024, help="number of synthetic scenes")
     src.add_argument("--seed", type=int, default=0, help="seed of the synthetic scenes")
-    src.add_argument("--proposals", type=int, default=16, help="proposals per synthetic scene")
+    src.add_argument("--num-proposals", type=int, default=16, help="proposals per synthetic scene")
+    src.add_argument("--proposals", type=Path, help="with --scenes: .npz of one [K, 41, 11] state array per scene id "
+                     "(global frame), scored in row order instead of the files' proposals")
+    src.add_argument("--predictions", type=Path, help="with --scenes (converted metric caches): .npz or .parquet of "
+                     "token -> (8, 3) agent poses at 2 Hz; NAVSIM's official per-token evaluation and summary table")
     p.add_argument("--out", type=Path, help="output directory (default: runs/score-<time>)")
     p.add_argument("--resume", action="store_true", help="continue the run recorded in --out (needs --out)")
     p.add_argument("--batch-size", type=int, default=16,
@@ -73,8 +77,10 @@ def _load_json(path: Path, what: str):
 
 
 def _run_score(args) -> int:
-    import numpy as np
+    if args.predictions:
+        from jaxdrive.scoring.predictions import run_predictions
 
+        return run_predictions(args)
     from jaxdrive.scoring.outputs import RunDirError
     from jaxdrive.scoring.runner import ScoreOptions, score_source
     from jaxdrive.scoring.sources import SceneDirSource, SyntheticSource
@@ -84,10 +90,17 @@ def _run_score(args) -> int:
 
     if args.resume and not args.out:
         raise ValueError("--resume: name the run to continue with --out DIR")
-    if args.scenes and is_store(args.scenes):
+    if args.proposals and not args.scenes:
+        raise ValueError("--proposals: needs --scenes DIR (the scenes the arrays belong to)")
+    if args.proposals:
+        from jaxdrive.scoring.proposal_files import SceneDirProposalSource
+
+        source = SceneDirProposalSource(args.scenes, args.proposals)
+    elif args.scenes and is_store(args.scenes):
         source = SceneStoreSource(args.scenes)
     else:
-        source = SceneDirSource(args.scenes) if args.scenes else SyntheticSource(args.count, args.seed, args.proposals)
+        source = (SceneDirSource(args.scenes) if args.scenes
+                  else SyntheticSource(args.count, args.seed, args.num_proposals))
     if isinstance(source, SceneDirSource) and source.skipped:
         print(f"--scenes {args.scenes}: skipped {len(source.skipped)} .json file(s) that are not scene files "
               f"(e.g. {source.skipped[0]})", file=sys.stderr)
@@ -100,7 +113,7 @@ def _run_score(args) -> int:
     if not args.scenes:
         from jaxdrive.data.synthetic import pad_spec
 
-        options.pad = pad_spec(args.proposals)
+        options.pad = pad_spec(args.num_proposals)
     elif isinstance(source, SceneStoreSource):
         options.pad = source.pad_spec()  # every scene fits: one compile
     out = args.out or Path("runs") / time.strftime("score-%Y%m%d-%H%M%S")
@@ -144,6 +157,9 @@ def _add_scenes(sub) -> None:
     v = preview_parser(ssub.add_parser("preview", help="write a bird's-eye-view PNG of a scene and its proposals; "
                                        "--color-by nc|dac|...|epdms colours by scores from the kernels"))
     v.set_defaults(func=_run_preview)
+    from jaxdrive.data.navsim_cache import add_from_navsim_parser
+
+    add_from_navsim_parser(ssub)
 
 
 def _run_generate(args) -> int:
@@ -175,6 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_score(sub)
     _add_scenes(sub)
+    from jaxdrive.vocab.cli import add_vocab_parser
+
+    add_vocab_parser(sub)
     from jaxdrive.train_cli import add_train_subcommands
 
     add_train_subcommands(sub)

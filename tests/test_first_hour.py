@@ -113,7 +113,7 @@ def test_scene_dir_recurses_into_subfolders():
 
 
 def test_summary_table_is_aligned_and_labels_ep_honestly(tmp_path, capsys):
-    assert main(["score", "--count", "2", "--proposals", "4", "--out", str(tmp_path / "o"), "--no-progress"]) == 0
+    assert main(["score", "--count", "2", "--num-proposals", "4", "--out", str(tmp_path / "o"), "--no-progress"]) == 0
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.rstrip().endswith(("%", ",")) or " (" in line[:32]]
     metric_rows = [line for line in out.splitlines() if "(" in line[:30] and line[:30].rstrip().endswith(")")]
@@ -189,7 +189,7 @@ def test_ctrl_c_cpu_devices_and_scoring_without_model_stacks(tmp_path):
     script.write_text(_BLOCKED_RUN)
     out = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    cmd = [sys.executable, str(script), "score", "--count", "64", "--proposals", "4", "--batch-size", "2",
+    cmd = [sys.executable, str(script), "score", "--count", "64", "--num-proposals", "4", "--batch-size", "2",
            "--shard-size", "2", "--cpu-devices", "2", "--devices", "2", "--out", str(out), "--no-progress"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 600

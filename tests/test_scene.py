@@ -133,7 +133,7 @@ BAD = [
     ("bad light status", lambda d: d["traffic_lights"].append({"lane_connector_id": d["map"]["lanes"][0]["id"], "status": "RRX"}), "status"),
     ("light on unknown lane", lambda d: d["traffic_lights"].append({"lane_connector_id": "nope", "status": "R" * 41}), "unknown id"),
     ("route ids mismatch", lambda d: d["route"].__setitem__("lane_ids", ["nope"]), "route.lane_ids"),
-    ("no proposals", _set(["proposals"], []), "proposals"),
+    ("proposals not a list", _set(["proposals"], {}), "proposals"),  # an empty list is valid (proposals from elsewhere)
     ("duplicate proposal names", lambda d: d["proposals"][1].__setitem__("name", d["proposals"][0]["name"]), "unique names"),
     ("string where number", lambda d: d["agents"][0].__setitem__("length", "long"), "agents[0].length"),
 ]

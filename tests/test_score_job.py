@@ -78,7 +78,7 @@ def test_one_device_equals_eight_devices(tmp_path):
 
 
 def _score_cmd(out, extra=()):
-    return [sys.executable, "-m", "jaxdrive.cli", "score", "--count", "48", "--proposals", "8", "--seed", "3",
+    return [sys.executable, "-m", "jaxdrive.cli", "score", "--count", "48", "--num-proposals", "8", "--seed", "3",
             "--batch-size", "4", "--shard-size", "4", "--out", str(out), "--no-progress", *extra]
 
 
@@ -141,11 +141,11 @@ def test_unwritable_output_dir(tmp_path, capsys):
 
 def test_resume_with_other_inputs_is_refused(tmp_path, capsys):
     out = tmp_path / "out"
-    assert main(["score", "--count", "2", "--proposals", "4", "--out", str(out), "--no-progress"]) == 0
-    rc = main(["score", "--count", "3", "--proposals", "4", "--out", str(out), "--no-progress", "--resume"])
+    assert main(["score", "--count", "2", "--num-proposals", "4", "--out", str(out), "--no-progress"]) == 0
+    rc = main(["score", "--count", "3", "--num-proposals", "4", "--out", str(out), "--no-progress", "--resume"])
     assert rc == EXIT_USAGE
     assert "differs in: source" in capsys.readouterr().err
-    rc = main(["score", "--count", "2", "--proposals", "4", "--out", str(out), "--no-progress"])
+    rc = main(["score", "--count", "2", "--num-proposals", "4", "--out", str(out), "--no-progress"])
     assert rc == EXIT_USAGE
     assert "--resume" in capsys.readouterr().err
 

@@ -142,9 +142,7 @@ def scene_from_dict(d: dict, source: str = "<dict>", validate: bool = True) -> H
             height=float(r.get(a, "height", p, (int, float)) if "height" in a else 0.0), role=str(a.get("role", "")),
             track=r.array(r.get(a, "track", p, list), f"{p}.track", (NUM_STEPS, 5), allow_null_rows=True)))
 
-    props = r.get(d, "proposals", "", list)
-    if not props:
-        r.fail("proposals", "expected at least one proposal, got an empty list")
+    props = r.get(d, "proposals", "", list)  # may be empty: proposals can come from elsewhere
     states, prevs, names, fams, kinds = [], [], [], [], []
     for i, pr in enumerate(props):
         p = f"proposals[{i}]"
@@ -162,7 +160,8 @@ def scene_from_dict(d: dict, source: str = "<dict>", validate: bool = True) -> H
 
     scene = HostScene(
         id=sid, history_states=history, areas=areas, lanes=lanes, centerline=centerline, traffic_lights=lights,
-        agents=agents, proposal_states=np.stack(states), proposal_names=names, proposal_families=fams,
+        agents=agents, proposal_states=np.stack(states) if states else np.zeros((0, NUM_STEPS, STATE_DIM)),
+        proposal_names=names, proposal_families=fams,
         previous_states=np.stack(prevs) if prevs else None, previous_kinds=kinds if prevs else None,
         human_states=human, generator=dict(d.get("generator", {})), expected=d.get("expected"),
         extra={k: v for k, v in d.items() if k not in _KNOWN_KEYS},

@@ -148,6 +148,9 @@ def _to_local_states(states: np.ndarray, origin: np.ndarray) -> np.ndarray:
 
 def pad_scene(scene: HostScene, spec: PadSpec) -> tuple[dict, dict]:
     """Numpy (float32 / bool / int32) leaves of one padded ``Scene`` and ``Proposals``, re-centred on ``scene.origin``."""
+    if scene.num_proposals < 1:
+        _fail(scene.id, "proposals", "at least one proposal to score (give proposals from elsewhere, e.g. --proposals)",
+              "none")
     spec.check(scene)
     o = scene.origin
     f32 = np.float32

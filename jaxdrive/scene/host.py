@@ -182,9 +182,7 @@ def validate_host_scene(scene: HostScene) -> HostScene:
     _check_shape(sid, "ego.history.states", scene.history_states, (NUM_HISTORY, STATE_DIM))
     _check_finite(sid, "ego.history.states", scene.history_states)
     _check_shape(sid, "proposals[*].states", scene.proposal_states, (None, NUM_STEPS, STATE_DIM))
-    k = scene.proposal_states.shape[0]
-    if k < 1:
-        _fail(sid, "proposals", "at least one proposal", "none")
+    k = scene.proposal_states.shape[0]  # 0 is valid: proposals may come from elsewhere (pad_scene needs >= 1)
     _check_finite(sid, "proposals[*].states", scene.proposal_states)
     headings = scene.proposal_states[..., StateIndex.HEADING]
     if np.any(np.abs(headings) > math.pi + 1e-3):

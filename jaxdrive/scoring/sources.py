@@ -47,7 +47,7 @@ class SyntheticSource(SceneSource):
         if count < 1:
             raise ValueError(f"--count: expected a positive number of scenes, got {count}")
         if not 1 <= num_proposals <= 256:
-            raise ValueError(f"--proposals: expected 1..256 proposals per synthetic scene, got {num_proposals}")
+            raise ValueError(f"--num-proposals: expected 1..256 proposals per synthetic scene, got {num_proposals}")
         self.count, self.seed, self.num_proposals = count, seed, num_proposals
 
     def __len__(self) -> int:
@@ -89,11 +89,14 @@ class SceneDirSource(SceneSource):
         from jaxdrive.data.scene_json import SceneFileError, read_scene
 
         try:
-            return read_scene(self.files[i])
+            scene = read_scene(self.files[i])
         except SceneFileError as e:
             return SourceError(name=str(self.files[i]), message=str(e))
         except Exception as e:  # any other per-file failure (a bad value the reader did not anticipate) is named too
             return SourceError(name=str(self.files[i]), message=f"{type(e).__name__}: {e}")
+        if scene.num_proposals == 0:
+            return SourceError(name=str(self.files[i]), message="no proposals in the file (give them with --proposals)")
+        return scene
 
     def describe(self) -> dict:
         return {"kind": "scene_dir", "directory": str(self.directory.resolve()),

@@ -1,0 +1,98 @@
+"""Proposals from a file for scene directories: ``jaxdrive score --scenes DIR --proposals P.npz``.
+
+``P.npz`` holds one float array per scene id, shape [K, 41, 11]: proposal states in NAVSIM's ``StateIndex`` layout
+(rear axle), in the scene's global frame. Row k is scored as proposal k (``proposal`` = row, name ``"p<k>"``); they
+replace whatever proposals the scene file holds (scene files without proposals are the usual input, e.g. converted
+NAVSIM metric caches), and the scene's ``previous_plan``s are dropped (EC is then NaN and leaves the weighted mean).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from jaxdrive.scene import NUM_STEPS, STATE_DIM, HostScene
+from jaxdrive.scoring.sources import SceneSource, SourceError
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file (streamed), for run identities."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def load_proposal_npz(path: str | Path) -> dict[str, np.ndarray]:
+    """Read and check ``P.npz``: scene id -> float64 [K, 41, 11] (K >= 1, finite). ValueError names the key."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise ValueError(f"--proposals {path}: cannot read an .npz of arrays ({e})") from None
+    if not arrays:
+        raise ValueError(f"--proposals {path}: holds no arrays (expected one [K, {NUM_STEPS}, {STATE_DIM}] per scene id)")
+    out = {}
+    for key, a in arrays.items():
+        if a.ndim != 3 or a.shape[1:] != (NUM_STEPS, STATE_DIM) or a.shape[0] < 1:
+            raise ValueError(f"--proposals {path}: array {key!r}: expected shape [K >= 1, {NUM_STEPS}, {STATE_DIM}], "
+                             f"got {list(a.shape)}")
+        if not np.issubdtype(a.dtype, np.floating):
+            raise ValueError(f"--proposals {path}: array {key!r}: expected floats, got dtype {a.dtype}")
+        if not np.all(np.isfinite(a)):
+            bad = tuple(np.argwhere(~np.isfinite(a))[0].tolist())
+            raise ValueError(f"--proposals {path}: array {key!r}: expected finite values, got {a[bad]} at {bad}")
+        out[key] = a.astype(np.float64)
+    return out
+
+
+def with_proposals(scene: HostScene, states: np.ndarray, names: list[str] | None = None) -> HostScene:
+    """``scene`` with its proposals replaced by ``states`` [K, 41, 11] (no previous plans)."""
+    import dataclasses
+
+    k = states.shape[0]
+    return dataclasses.replace(scene, proposal_states=states, proposal_names=names or [f"p{i}" for i in range(k)],
+                               proposal_families=[""] * k, previous_states=None, previous_kinds=None)
+
+
+class SceneDirProposalSource(SceneSource):
+    """Scene files of a directory (name order) scored with the proposals of ``P.npz`` (key = scene id).
+
+    A scene whose id has no array, or a file that cannot be read, is a ``SourceError`` (reported, the run goes on).
+    """
+
+    def __init__(self, directory: str | Path, proposals: str | Path):
+        from jaxdrive.data.scene_json import scene_files
+
+        self.directory = Path(directory)
+        self.files = scene_files(self.directory)
+        if not self.files:
+            raise ValueError(f"--scenes {self.directory}: no *.json scene files found")
+        self.path = Path(proposals)
+        self.proposals = load_proposal_npz(self.path)
+        self.digest = file_digest(self.path)
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def load(self, i: int) -> HostScene | SourceError:
+        from jaxdrive.data.scene_json import SceneFileError, read_scene
+
+        try:
+            scene = read_scene(self.files[i])
+        except SceneFileError as e:
+            return SourceError(name=str(self.files[i]), message=str(e))
+        if scene.id not in self.proposals:
+            return SourceError(name=str(self.files[i]),
+                               message=f"--proposals {self.path}: no array for scene id {scene.id!r}")
+        return with_proposals(scene, self.proposals[scene.id])
+
+    def describe(self) -> dict:
+        return {"kind": "scene_dir+proposals", "directory": str(self.directory.resolve()),
+                "files": [f.name for f in self.files], "proposals": str(self.path.resolve()),
+                "proposals_sha256": self.digest}

@@ -1,0 +1,170 @@
+"""One scene x a trajectory vocabulary, GTRS semantics (``pdm_score_full_v2``), in bounded memory.
+
+For a scene with a reference trajectory (PDM-Closed, NAVSIM's row 0) and a vocabulary V (K, 40, 3) of
+(x, y, heading) poses at 0.1 .. 4.0 s in the ego rear-axle frame:
+
+1. each vocabulary trajectory goes to the scene's global frame about the ego rear axle at t = 0 and, unless
+   ``simulate=False``, is tracked with NAVSIM's LQR + kinematic bicycle from the real ego state (the 40 poses are the
+   0.1 s reference, so NAVSIM's interpolation is the identity); without simulation the 41 states are NAVSIM's
+   interpolated array (ego state, then the poses with zero dynamics);
+2. the K proposals are scored in chunks of ``chunk`` (memory bounded whatever K) with the scene's history (HC), no
+   previous frame (EC left out: weights / 14);
+3. EP is normalised against the reference: ``ep_mode="pairwise"`` (GTRS; NAVSIM's official [PDM-Closed, proposal]
+   pairing): D_k = max(R, raw_k x M_k) with R = the reference's raw progress x its multiplier; ``"batch"``: one
+   D = max(R, max_k raw_k x M_k) over the reference and all K (the scorer run once on [reference, V]);
+4. NAVSIM's human penalty filter (the scene's human states scored alone) unless ``human_filter=False`` or the scene has
+   no human trajectory;
+5. the reference row itself is not returned (proposal 0 dropped).
+
+``pdm_score`` is NAVSIM's returned column (computed before the human filter, as NAVSIM leaves it); ``epdms`` is the
+filtered EPDMS without EC.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdrive.rules.epdms import SubScores, aggregate, human_filter, normalize_progress, score
+from jaxdrive.scene import NUM_STEPS, STATE_DIM, HostScene, PadSpec, StateIndex, batch_scenes
+from jaxdrive.sim.reference import track_poses
+
+VOCAB_STEPS = NUM_STEPS - 1
+FIELDS = ("nc", "dac", "ddc", "tlc", "ep", "ttc", "lk", "hc", "raw_progress", "multiplier", "pdm_score", "epdms")
+EpMode = Literal["pairwise", "batch"]
+
+
+def check_vocabulary(vocab: np.ndarray, name: str = "--vocabulary") -> np.ndarray:
+    """A (K, 40, 3) finite float vocabulary as float64, or ValueError naming ``name``."""
+    v = np.asarray(vocab)
+    if v.ndim != 3 or v.shape[1:] != (VOCAB_STEPS, 3) or v.shape[0] < 1:
+        raise ValueError(f"{name}: expected shape (K, {VOCAB_STEPS}, 3) (x, y, heading at 0.1 .. 4.0 s, ego frame), "
+                         f"got {v.shape}")
+    if not np.issubdtype(v.dtype, np.floating):
+        raise ValueError(f"{name}: expected floats, got dtype {v.dtype}")
+    if not np.all(np.isfinite(v)):
+        raise ValueError(f"{name}: expected finite values, got NaN/inf at {tuple(np.argwhere(~np.isfinite(v))[0])}")
+    return v.astype(np.float64)
+
+
+def to_global(ego: np.ndarray, poses: np.ndarray) -> np.ndarray:
+    """(x, y, heading) poses [..., 3] in the rear-axle frame of ``ego`` (11 or 3 fields) -> global (SE2, float64)."""
+    x0, y0, h0 = ego[0], ego[1], ego[2]
+    c, s = np.cos(h0), np.sin(h0)
+    x = x0 + c * poses[..., 0] - s * poses[..., 1]
+    y = y0 + s * poses[..., 0] + c * poses[..., 1]
+    h = np.arctan2(np.sin(h0 + poses[..., 2]), np.cos(h0 + poses[..., 2]))
+    return np.stack([x, y, h], axis=-1)
+
+
+def vocabulary_states(ego: np.ndarray, vocab: np.ndarray, *, simulate: bool = True, chunk: int = 1024) -> np.ndarray:
+    """The K proposals NAVSIM scores for one scene: [K, 41, 11] (global frame, float64)."""
+    k = vocab.shape[0]
+    poses = np.concatenate([np.broadcast_to(ego[:3], (k, 1, 3)), to_global(ego, vocab)], axis=1)  # [K, 41, 3]
+    if not simulate:
+        out = np.zeros((k, NUM_STEPS, STATE_DIM))
+        out[:, :, :3] = poses
+        out[:, 0] = ego
+        return out
+    out = np.empty((k, NUM_STEPS, STATE_DIM))
+    for start in range(0, k, chunk):
+        part = poses[start:start + chunk]
+        n = part.shape[0]
+        padded = np.concatenate([part, np.broadcast_to(part[:1], (chunk - n,) + part.shape[1:])]) if n < chunk else part
+        out[start:start + n] = track_poses(np.broadcast_to(ego, (chunk, STATE_DIM)), padded)[:n]
+    return out
+
+
+def bucket(n: int) -> int:
+    p = 8
+    while p < n:
+        p *= 2
+    return p
+
+
+def rows_per_call(k: int, chunk: int) -> int:
+    """Proposals per scoring call for K vocabulary rows (+ reference + human): ``chunk``, or fewer for a small K."""
+    return min(chunk, -(-(k + 2) // 8) * 8)
+
+
+def pad_for(scene: HostScene, proposals: int, previous: PadSpec | None = None) -> PadSpec:
+    """A PadSpec holding ``scene`` with ``proposals`` slots: sizes rounded up to powers of two and never below
+    ``previous`` (a run's shapes only grow, so it compiles a handful of times)."""
+    fit = PadSpec.fit([dataclasses.replace(scene, proposal_states=np.zeros((1, NUM_STEPS, STATE_DIM)))])
+    sizes = {f.name: max(bucket(getattr(fit, f.name)), getattr(previous, f.name) if previous else 0)
+             for f in dataclasses.fields(PadSpec)}
+    return PadSpec(**(sizes | {"proposals": proposals}))
+
+
+@jax.jit
+def _raw_scores(scene, proposals) -> SubScores:
+    return score(scene, proposals)
+
+
+def _with(scene: HostScene, states: np.ndarray) -> HostScene:
+    k = states.shape[0]
+    return dataclasses.replace(scene, proposal_states=states, proposal_names=[f"v{i}" for i in range(k)],
+                               proposal_families=[""] * k, previous_states=None, previous_kinds=None)
+
+
+def _score_rows(scene: HostScene, states: np.ndarray, spec: PadSpec) -> SubScores:
+    """Un-normalised sub-scores [K] of ``states`` in chunks of ``spec.proposals`` (host numpy leaves)."""
+    parts = []
+    for start in range(0, states.shape[0], spec.proposals):
+        part = states[start:start + spec.proposals]
+        sc, props, _ = batch_scenes([_with(scene, part)], spec, validate=False)
+        out = jax.device_get(_raw_scores(sc, props))
+        parts.append(jax.tree.map(lambda a: np.asarray(a)[0, : part.shape[0]], out))
+    return jax.tree.map(lambda *xs: np.concatenate(xs), *parts)
+
+
+def reference_states(scene: HostScene, fallback: str = "none") -> np.ndarray | None:
+    """The scene's reference [41, 11]: the cached PDM-Closed states (``extra['reference']['states']``), else with
+    ``fallback="first-proposal"`` the scene's proposal 0; None if neither."""
+    ref = scene.extra.get("reference")
+    if isinstance(ref, dict) and "states" in ref:
+        states = np.asarray(ref["states"], np.float64)
+        if states.shape != (NUM_STEPS, STATE_DIM):
+            raise ValueError(f"scene {scene.id!r}: reference.states: expected shape ({NUM_STEPS}, {STATE_DIM}), "
+                             f"got {states.shape}")
+        return states
+    if fallback == "first-proposal" and scene.num_proposals > 0:
+        return scene.proposal_states[0]
+    return None
+
+
+def score_vocabulary(scene: HostScene, vocab: np.ndarray, reference: np.ndarray, *, ep_mode: EpMode = "pairwise",
+                     simulate: bool = True, human_filter_on: bool = True, chunk: int = 1024,
+                     states: np.ndarray | None = None, pad: PadSpec | None = None) -> dict[str, np.ndarray]:
+    """GTRS sub-scores of one scene's K vocabulary trajectories (module docstring): ``FIELDS`` -> float32 [K].
+
+    ``states``: the [K, 41, 11] proposals if already built (``vocabulary_states``), else built here. ``pad``: the
+    padded shape to use (grown to fit the scene; see ``pad_for``).
+    """
+    if ep_mode not in ("pairwise", "batch"):
+        raise ValueError(f"--ep-mode: expected 'pairwise' or 'batch', got {ep_mode!r}")
+    ego = scene.history_states[-1]
+    if states is None:
+        states = vocabulary_states(ego, vocab, simulate=simulate, chunk=chunk)
+    k = states.shape[0]
+    human_on = human_filter_on and scene.human_states is not None
+    extra = [reference[None]] + ([scene.human_states[None]] if human_on else [])
+    head = len(extra)  # the reference (and the human) ride along in the first chunk: one compiled shape
+    spec = pad or pad_for(scene, rows_per_call(k, chunk))
+    every = _score_rows(scene, np.concatenate(extra + [states]), spec)
+    ref = jax.tree.map(lambda a: a[:1], every)
+    rows = jax.tree.map(lambda a: a[head:], every)
+    r = float(ref.raw_progress[0] * ref.multiplier[0])
+    d = r if ep_mode == "pairwise" else max(r, float(np.max(rows.raw_progress * rows.multiplier)))
+    valid = np.ones((1, k), bool)
+    batch = jax.tree.map(lambda a: a[None], rows)
+    ep = normalize_progress(batch.raw_progress, batch.multiplier, valid, "reference", jnp.asarray([d], jnp.float32))
+    out = aggregate(batch.replace(ep=ep, ec=jnp.full((1, k), jnp.nan, jnp.float32)), valid)
+    if human_on:  # scored alone and without history in NAVSIM: its EP and HC are 1
+        human = jax.tree.map(lambda a: a[1:2][None], every)
+        out = human_filter(out, human.replace(ep=np.ones_like(human.ep), hc=np.ones_like(human.hc)), True)
+    return {f: np.asarray(getattr(out, f), np.float32)[0] for f in FIELDS}

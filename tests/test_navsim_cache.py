@@ -1,0 +1,203 @@
+"""NAVSIM metric-cache import: restricted unpickler (refusal by name, numpy 1.x spellings), content and scores of the 61
+converted fixture caches against the scenes they came from, ``scenes from-navsim`` and ``score --proposals P.npz``.
+No NAVSIM install: the converter reads the pickles with its own allow-list."""
+
+import dataclasses
+import io
+import json
+import lzma
+import pickle
+import shutil
+
+import jax
+import numpy as np
+import pandas as pd
+import pytest
+
+from jaxdrive.cli import EXIT_PARTIAL, main
+from jaxdrive.data.navsim_cache import (ALLOWED, CacheUnpickler, UnsafeCacheError, find_caches, load_cache,
+                                        read_cache_scene)
+from jaxdrive.data.scene_json import read_scene
+from jaxdrive.rules import score
+from jaxdrive.scene import PadSpec, batch_scenes
+from jaxdrive.scoring.outputs import read_results
+from conftest import EPDMS_FIXTURES, SHARED
+
+CACHE_DIR = SHARED / "fixtures" / "navsim_cache"
+OFFICIAL = SHARED / "fixtures" / "navsim_official"
+EXACT = {"nc": "no_at_fault_collisions", "dac": "drivable_area_compliance", "ddc": "driving_direction_compliance",
+         "tlc": "traffic_light_compliance", "ttc": "time_to_collision_within_bound", "lk": "lane_keeping",
+         "hc": "history_comfort", "ec": "two_frame_extended_comfort", "multiplier": "multiplicative_metrics_prod"}
+CLOSE = {"ep": "ego_progress", "pdm_score": "pdm_score", "epdms": "epdms", "raw_progress": "raw_progress_m"}
+SCORE = jax.jit(score)
+
+
+def _scene_file(token: str):
+    return EPDMS_FIXTURES / (f"{token}.json" if token.startswith("scene_") else f"sanity/{token}.json")
+
+
+@pytest.fixture(scope="module")
+def converted():
+    caches = find_caches(CACHE_DIR)
+    return {token: read_cache_scene(path) for token, path in caches}
+
+
+def test_walk_finds_every_fixture_cache():
+    tokens = [t for t, _ in find_caches(CACHE_DIR)]
+    assert len(tokens) == 61
+    assert tokens == sorted(p.stem for p in list(EPDMS_FIXTURES.glob("scene_*.json"))
+                            + list(EPDMS_FIXTURES.glob("sanity/sanity_*.json")))
+
+
+def test_content_matches_the_fixture_scenes(converted):
+    for token, got in converted.items():
+        want = read_scene(_scene_file(token))
+        assert got.id == token and got.num_proposals == 0
+        np.testing.assert_allclose(got.history_states, want.history_states, atol=1e-9, err_msg=token)
+        np.testing.assert_array_equal(got.centerline, want.centerline)
+        assert [(a.id, a.kind) for a in got.areas] == [(a.id, a.kind) for a in want.areas], token
+        for a, b in zip(got.areas + got.lanes, want.areas + want.lanes):
+            np.testing.assert_array_equal(a.polygon, b.polygon)
+        assert [(l.id, l.kind, l.on_route) for l in got.lanes] == [(l.id, l.kind, l.on_route) for l in want.lanes]
+        agents = {a.id: a for a in got.agents}
+        assert sorted(agents) == sorted(a.id for a in want.agents), token
+        for b in want.agents:
+            a = agents[b.id]
+            assert (a.type, a.length, a.width, a.height) == (b.type, b.length, b.width, b.height)
+            np.testing.assert_array_equal(np.isnan(a.track), np.isnan(b.track))
+            expected = b.track.copy()
+            if not b.type.is_agent:
+                expected[:, 3:] = np.where(np.isnan(expected[:, 3:]), np.nan, 0.0)
+            np.testing.assert_allclose(a.track, expected, atol=1e-12, err_msg=f"{token}/{b.id}")
+        on_route = {l.id for l in want.lanes if l.on_route}
+        red = {k: v for k, v in want.traffic_lights.items() if k in on_route and "R" in v}
+        assert sorted(got.traffic_lights) == sorted(red), token
+        for lc, status in got.traffic_lights.items():
+            assert [c == "R" for c in status] == [c == "R" for c in red[lc]]
+
+
+def test_reference_and_human_are_navsims_simulated_rows(converted):
+    """The PDM-Closed row and the human-filter row NAVSIM's own evaluation simulated (navsim_official fixtures)."""
+    for token in ("scene_0000", "scene_0013", "sanity_wrong_way"):
+        official = json.loads((OFFICIAL / f"{token}.json").read_text())
+        scene = converted[token]
+        np.testing.assert_allclose(scene.extra["reference"]["states"], official["pdm_closed"]["ego_simulated_states"],
+                                   atol=2e-6)
+        np.testing.assert_allclose(scene.human_states, official["human_trajectory"]["ego_simulated_states"], atol=2e-6)
+
+
+@pytest.mark.slow
+def test_converted_caches_score_like_the_fixture_scenes(converted):
+    """Fixture proposals scored against converted caches reproduce NAVSIM's expected values of the fixture scenes."""
+    tokens = sorted(converted)
+    sources = {t: read_scene(_scene_file(t)) for t in tokens}
+    scenes = [dataclasses.replace(converted[t], proposal_states=s.proposal_states, proposal_names=s.proposal_names,
+                                  proposal_families=s.proposal_families, previous_states=s.previous_states,
+                                  previous_kinds=s.previous_kinds) for t, s in sources.items()]
+    spec = PadSpec.fit(scenes + list(sources.values()))
+    half = (len(scenes) + 1) // 2
+    outs = []
+    for part in (scenes[:half], scenes[half:] + scenes[:1]):
+        sc, props, _ = batch_scenes(part, spec)
+        outs.append(jax.device_get(SCORE(sc, props)))
+    failures, compared = [], 0
+    for i, token in enumerate(tokens):
+        out, b = (outs[0], i) if i < half else (outs[1], i - half)
+        for k, want in enumerate(sources[token].expected["proposals"]):
+            for m, key in list(EXACT.items()) + list(CLOSE.items()):
+                w = want["diagnostics"].get(key, want.get(key))
+                if w is None:
+                    continue  # sanity scenes have no EC / epdms
+                g = float(np.asarray(getattr(out, m))[b, k])
+                compared += 1
+                if not (abs(g - w) <= 1e-4 if m in CLOSE else g == w):
+                    failures.append(f"{token}/{k} {m}: got {g}, NAVSIM {w}")
+    assert compared > 5000
+    assert not failures, "\n".join(failures[:20])
+
+
+def _pickle_bytes(obj_bytes: bytes) -> bytes:
+    return lzma.compress(obj_bytes)
+
+
+class _Evil:
+    def __reduce__(self):
+        import os
+
+        return os.system, ("touch PWNED",)
+
+
+def test_foreign_global_is_refused_by_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "x" / "metric_cache.pkl"
+    path.parent.mkdir()
+    path.write_bytes(_pickle_bytes(pickle.dumps({"observation": _Evil()}, protocol=5)))
+    with pytest.raises(UnsafeCacheError, match=r"refused global '(posix|os)\.system'"):
+        load_cache(path)
+    assert not (tmp_path / "PWNED").exists()
+    # a builtin reached through an allowed-looking module path is refused too
+    crafted = b"\x80\x05\x8c\x08builtins\x8c\x04eval\x93\x8c\x041+1\x85R."
+    with pytest.raises(UnsafeCacheError, match="'builtins.eval'"):
+        CacheUnpickler(io.BytesIO(crafted)).load()
+
+
+def test_numpy1_spellings_load():
+    """Caches written under numpy 1.x name numpy.core.*; the unpickler maps them to the same numpy functions."""
+    data = pickle.dumps([np.arange(6.0).reshape(2, 3), np.float64(2.5)], protocol=3)  # GLOBAL: names as text lines
+    old = data.replace(b"numpy._core.multiarray", b"numpy.core.multiarray").replace(b"numpy._core.numeric",
+                                                                                   b"numpy.core.numeric")
+    assert b"numpy.core.multiarray" in old and b"numpy._core" not in old
+    arr, scalar = CacheUnpickler(io.BytesIO(old)).load()
+    np.testing.assert_array_equal(arr, np.arange(6.0).reshape(2, 3))
+    assert scalar == 2.5 and "numpy.core.multiarray.scalar" in ALLOWED
+
+
+@pytest.mark.slow
+def test_from_navsim_cli_then_score_with_proposal_file(tmp_path, capsys):
+    """Walk a nested tree (2 good caches + 1 malicious), write scenes, score them with P.npz (row order)."""
+    tokens = ["scene_0003", "sanity_red_on_route"]
+    cache_map = dict(find_caches(CACHE_DIR))
+    for i, t in enumerate(tokens):
+        dest = tmp_path / "cache" / f"log{i}" / "unknown" / t / "metric_cache.pkl"
+        dest.parent.mkdir(parents=True)
+        shutil.copy(cache_map[t], dest)
+    evil = tmp_path / "cache" / "log9" / "unknown" / "evil_token" / "metric_cache.pkl"
+    evil.parent.mkdir(parents=True)
+    evil.write_bytes(_pickle_bytes(pickle.dumps(_Evil(), protocol=5)))
+    out = tmp_path / "scenes"
+    assert main(["scenes", "from-navsim", str(tmp_path / "cache"), "--out", str(out), "--no-progress"]) == EXIT_PARTIAL
+    assert "system" in capsys.readouterr().err
+    assert sorted(p.stem for p in out.glob("*.json")) == sorted(tokens)
+    assert read_scene(out / "scene_0003.json").num_proposals == 0
+
+    # without proposals the scenes are reported, not scored
+    assert main(["score", "--scenes", str(out), "--out", str(tmp_path / "none"), "--no-progress"]) == EXIT_PARTIAL
+
+    sources = {t: read_scene(_scene_file(t)) for t in tokens}
+    order = {t: np.arange(sources[t].num_proposals)[::-1] for t in tokens}  # reversed: rows are scored as given
+    np.savez(tmp_path / "P.npz", **{t: sources[t].proposal_states[order[t]] for t in tokens})
+    run = tmp_path / "run"
+    assert main(["score", "--scenes", str(out), "--proposals", str(tmp_path / "P.npz"), "--out", str(run),
+                 "--no-progress"]) == 0
+    df = read_results(run)
+    for t in tokens:
+        rows = df[df.scene_id == t].sort_values("proposal")
+        assert list(rows.proposal) == list(range(sources[t].num_proposals))
+        for (_, row), src in zip(rows.iterrows(), order[t]):
+            want = sources[t].expected["proposals"][src]
+            for m in ("nc", "dac", "ddc", "tlc", "ttc", "lk", "hc"):
+                assert row[m] == want[EXACT[m]], (t, src, m)
+            assert abs(row["ep"] - want["ego_progress"]) <= 1e-4
+            assert abs(row["pdm_score"] - want["pdm_score"]) <= 1e-4
+            assert np.isnan(row["ec"])  # previous plans are not part of P.npz
+    assert isinstance(df, pd.DataFrame)
+
+
+def test_bad_proposal_file_is_a_usage_error(tmp_path, capsys):
+    scenes = tmp_path / "s"
+    scenes.mkdir()
+    shutil.copy(_scene_file("sanity_red_on_route"), scenes / "a.json")
+    np.savez(tmp_path / "P.npz", sanity_red_on_route=np.zeros((2, 40, 11)))
+    assert main(["score", "--scenes", str(scenes), "--proposals", str(tmp_path / "P.npz"), "--out",
+                 str(tmp_path / "o"), "--no-progress"]) == 2
+    assert "sanity_red_on_route" in capsys.readouterr().err

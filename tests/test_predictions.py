@@ -1,0 +1,73 @@
+"""``jaxdrive score --predictions``: NAVSIM's official per-token evaluation ([PDM-Closed, agent], LQR simulation, log
+replay, human filter, EC dropped) on the converted metric caches equals NAVSIM's own results (navsim_official)."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from jaxdrive.cli import main
+from jaxdrive.data.navsim_cache import find_caches, read_cache_scene
+from jaxdrive.data.scene_json import write_scene
+from jaxdrive.scoring.predictions import load_predictions
+from conftest import SHARED
+
+OFFICIAL = SHARED / "fixtures" / "navsim_official"
+CACHE_DIR = SHARED / "fixtures" / "navsim_cache"
+EXACT = ["no_at_fault_collisions", "drivable_area_compliance", "driving_direction_compliance",
+         "traffic_light_compliance", "time_to_collision_within_bound", "lane_keeping", "history_comfort",
+         "multiplicative_metrics_prod"]
+
+
+def _official(agent_index: int):
+    preds, want = {}, {}
+    for f in sorted(OFFICIAL.glob("*.json")):
+        o = json.loads(f.read_text())
+        a = o["agents"][agent_index]
+        preds[o["token"]], want[o["token"]] = np.asarray(a["poses"]), a["navsim_result"]
+    return preds, want
+
+
+@pytest.mark.slow
+def test_predictions_match_navsim_official_evaluation(tmp_path, capsys):
+    scenes = tmp_path / "scenes"
+    scenes.mkdir()
+    for token, path in find_caches(CACHE_DIR):
+        write_scene(read_cache_scene(path), scenes / f"{token}.json")
+    preds, want = _official(-1)  # the scene's last proposal: the most varied agents
+    np.savez(tmp_path / "P.npz", **preds)
+    assert main(["score", "--scenes", str(scenes), "--predictions", str(tmp_path / "P.npz"), "--out",
+                 str(tmp_path / "out")]) == 0
+    assert "score" in capsys.readouterr().out
+    df = pd.read_parquet(tmp_path / "out" / "predictions.parquet")
+    assert sorted(df.token) == sorted(want) and len(df) == 61
+    failures = []
+    for _, row in df.iterrows():
+        w = want[row.token]
+        for col in EXACT:
+            if row[col] != w[col]:
+                failures.append(f"{row.token} {col}: {row[col]} vs NAVSIM {w[col]}")
+        for col, key in (("ego_progress", "ego_progress"), ("pdm_score", "pdm_score"), ("score", "score_ec_dropped")):
+            if abs(row[col] - w[key]) > 1e-4:
+                failures.append(f"{row.token} {col}: {row[col]} vs NAVSIM {w[key]}")
+    assert not failures, "\n".join(failures)
+    assert df["score"].mean() == pytest.approx(np.mean([w["score_ec_dropped"] for w in want.values()]), abs=1e-5)
+
+
+def test_prediction_files(tmp_path):
+    preds, _ = _official(0)
+    some = dict(list(preds.items())[:3])
+    np.savez(tmp_path / "P.npz", **some)
+    pq.write_table(pa.table({"token": list(some), "poses": [p.tolist() for p in some.values()]}), tmp_path / "P.parquet")
+    pq.write_table(pa.table({"token": list(some), "poses": [p.ravel().tolist() for p in some.values()]}),
+                   tmp_path / "flat.parquet")
+    a, b, c = (load_predictions(tmp_path / n) for n in ("P.npz", "P.parquet", "flat.parquet"))
+    for k in some:
+        np.testing.assert_array_equal(a[k], b[k])
+        np.testing.assert_array_equal(a[k], c[k])
+    np.savez(tmp_path / "bad.npz", tok=np.zeros((6, 3)))
+    with pytest.raises(ValueError, match="--predictions .*'tok'.*\\(8, 3\\)"):
+        load_predictions(tmp_path / "bad.npz")
