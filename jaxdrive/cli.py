@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxdrive.eval.cli import add_eval_subcommands
+
 EXIT_USAGE = 2
 EXIT_PARTIAL = 3  # the run finished, but some scenes could not be read (named in errors.jsonl)
 
@@ -137,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     from jaxdrive.train_cli import add_train_subcommands
 
     add_train_subcommands(sub)
+    add_eval_subcommands(sub)
     return parser
 
 
