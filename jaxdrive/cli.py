@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from jaxdrive.eval.cli import add_eval_subcommands
+from jaxdrive.judge.cli import add_judge_subcommands
 
 EXIT_USAGE = 2
 EXIT_PARTIAL = 3  # the run finished, but some scenes could not be read (named in errors.jsonl)
@@ -140,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_train_subcommands(sub)
     add_eval_subcommands(sub)
+    add_judge_subcommands(sub)
     return parser
 
 
