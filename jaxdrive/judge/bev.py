@@ -54,6 +54,9 @@ COLORS = {
     "trajectory_start": (255, 230, 0),
     "trajectory_end": (255, 40, 40),
 }
+COLOR_LEGEND = ("grey road, blue route lanes, red lanes have a red light, green route line, blue vehicles, orange "
+                "pedestrians, purple bicycles, brown static objects, lighter front ends show headings, dark boxes are "
+                "future positions, white ego now, plan yellow to red over 4 s")
 FUTURE_STEPS = (10, 20, 30, 40)  # agent boxes at 1..4 s
 EGO_STEPS = tuple(range(5, 41, 5))  # ego footprints at 0.5..4 s
 
