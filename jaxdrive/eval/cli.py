@@ -17,19 +17,20 @@ from jaxdrive.eval import dqc
 EXIT_USAGE = 2
 
 
-def _read(path: Path, columns: tuple[str, ...], flag: str = "--predictions"):
-    import pandas as pd
+def _read(path: Path, columns: tuple[str, ...], flag: str = "--predictions") -> dict:
+    """{column: numpy array} of the named columns of a parquet file; errors name the flag and the file."""
+    import pyarrow.parquet as pq
 
     if not Path(path).is_file():
         raise ValueError(f"{flag} {path}: no such file")
     try:
-        frame = pd.read_parquet(path)
+        table = pq.read_table(path)
     except Exception as e:  # pyarrow raises several types for a file that is not parquet
         raise ValueError(f"{flag} {path}: cannot read parquet ({type(e).__name__}: {e})") from None
-    missing = [c for c in columns if c not in frame.columns]
+    missing = [c for c in columns if c not in table.column_names]
     if missing:
-        raise ValueError(f"{flag} {path}: missing column(s) {missing} (has {list(frame.columns)})")
-    return frame
+        raise ValueError(f"{flag} {path}: missing column(s) {missing} (has {table.column_names})")
+    return {c: table.column(c).to_numpy(zero_copy_only=False) for c in columns}
 
 
 def _json_ready(metrics: dict) -> dict:
@@ -101,7 +102,7 @@ def run_dqc(args) -> int:
     frames = [_read(p, ("score", "label")) for p in args.predictions]
     rows, curves = [], []
     for i, (path, frame) in enumerate(zip(args.predictions, frames)):
-        y, s = frame["label"].to_numpy(), frame["score"].to_numpy()
+        y, s = frame["label"], frame["score"]
         if ((s < 0) | (s > 1)).any():
             raise ValueError(f"--predictions {path}: column 'score' must lie in [0, 1], got min {s.min()}, "
                              f"max {s.max()}")
@@ -122,8 +123,7 @@ def run_tps(args) -> int:
     frames = [_read(p, ("score_a", "score_b", "preferred")) for p in args.predictions]
     rows = []
     for i, (path, frame) in enumerate(zip(args.predictions, frames)):
-        acc = dqc.tps_accuracy(frame["score_a"].to_numpy(), frame["score_b"].to_numpy(),
-                               frame["preferred"].to_numpy())
+        acc = dqc.tps_accuracy(frame["score_a"], frame["score_b"], frame["preferred"])
         Path(path).with_suffix(".tps.json").write_text(json.dumps({"accuracy": round(acc, 6)}, indent=2) + "\n")
         rows.append((_name(path, args.names, i), acc))
     print(tps_table(rows))

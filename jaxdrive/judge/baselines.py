@@ -74,7 +74,8 @@ def tps_scores(root: Path, pairs: list[Pair], method: str) -> np.ndarray:
 def write_baselines(root: str | Path, split: str = "test", out_dir: str | Path | None = None) -> list[Path]:
     """Writes ``<out_dir>/<split>_dqc_<method>.parquet`` and ``<split>_tps_<method>.parquet`` for every baseline;
     ``out_dir`` defaults to ``root/baselines``. Returns the paths."""
-    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
     root = Path(root)
     out_dir = Path(out_dir) if out_dir else root / "baselines"
@@ -84,15 +85,15 @@ def write_baselines(root: str | Path, split: str = "test", out_dir: str | Path |
     if records:
         for method in ("epdms", "oracle"):
             path = out_dir / f"{split}_dqc_{method}.parquet"
-            pd.DataFrame({"id": [r.id for r in records], "score": dqc_scores(records, method),
-                          "label": [r.label for r in records]}).to_parquet(path)
+            pq.write_table(pa.table({"id": [r.id for r in records], "score": dqc_scores(records, method),
+                                     "label": [r.label for r in records]}), path)
             written.append(path)
     pairs = read_pairs(root, split)
     if pairs:
         for method in ("epdms", "oracle", "ade", "fde"):
             s = tps_scores(root, pairs, method)
             path = out_dir / f"{split}_tps_{method}.parquet"
-            pd.DataFrame({"id": [p.id for p in pairs], "score_a": s[:, 0], "score_b": s[:, 1],
-                          "preferred": [p.preferred for p in pairs]}).to_parquet(path)
+            pq.write_table(pa.table({"id": [p.id for p in pairs], "score_a": s[:, 0], "score_b": s[:, 1],
+                                     "preferred": [p.preferred for p in pairs]}), path)
             written.append(path)
     return written

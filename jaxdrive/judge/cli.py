@@ -2,6 +2,7 @@
 
     jaxdrive judge data --out DIR [--train N --test M --seed S]   synthetic labelled set (records, pairs, BEV images)
     jaxdrive judge baselines --data DIR [--split test]            EPDMS / oracle / ADE / FDE prediction files
+    jaxdrive judge run --model M --data DIR [--report out.html]    a DriveJudge model over the records and pairs
 
 Add a command by writing ``add_<name>(jsub)`` and listing it in ``JUDGE_COMMANDS``.
 """
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from jaxdrive.judge.run import add_run
 
 
 def _positive(name: str, value: int) -> None:
@@ -66,6 +69,7 @@ def add_baselines(jsub) -> None:
 JUDGE_COMMANDS = (
     add_data,
     add_baselines,
+    add_run,
 )
 
 

@@ -54,13 +54,17 @@ class Registry:
 DATASETS = Registry("dataset", {
     "tiny_memorise": "jaxdrive.train.tiny_recipes:memorise_dataset",
     "tiny_bright": "jaxdrive.train.tiny_recipes:bright_dataset",
+    "judge_gates": "jaxdrive.judge.recipes:gate_examples",
+    "judge_pairs": "jaxdrive.judge.recipes:pair_examples",
 })
 
 REWARDS = Registry("reward", {
     "exact_match": "jaxdrive.train.rewards:exact_match_from_config",
+    "judge_preference": "jaxdrive.judge.recipes:preference_reward_from_config",
 })
 
 DECODERS = Registry("decoder", {
     "tiny_words": "jaxdrive.train.tiny_recipes:words_decoder",
     "tokenizer": "jaxdrive.train.tiny_recipes:tokenizer_decoder",
+    "judge_answer": "jaxdrive.judge.recipes:answer_decoder",
 })
