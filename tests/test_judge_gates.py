@@ -118,13 +118,6 @@ def test_expected_score_matches_sampled_rollouts():
     np.testing.assert_allclose(samples.var(0), var, rtol=0.1, atol=1e-4)
 
 
-def test_validate_probs():
-    with pytest.raises(ValueError, match="shape"):
-        G.validate_probs(np.zeros((3, 6)))
-    with pytest.raises(ValueError, match=r"\[0, 1\]"):
-        G.validate_probs([[0.1, 2, 0, 0, 0, 0, 0]])
-
-
 # ---- Eq. 10-11 and Eq. 13 ----
 
 def test_gate_labels_known_answers():

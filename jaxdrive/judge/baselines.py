@@ -4,6 +4,8 @@
   the record, i.e. Eq. 14 with the human label known: the ceiling of a gate policy).
 * TPS (columns ``id``, ``score_a``, ``score_b``, ``preferred``): ``epdms``, ``oracle``, and ``ade`` / ``fde``
   (score = -distance to the scene's logged human trajectory, m: average over the 41 states / at the last one).
+* both, when the dataset has a train split: ``logreg`` / ``logreg_gates``, logistic regression on image embeddings
+  (``judge.classifier``, paper A.2) trained on the train split.
 """
 from __future__ import annotations
 
@@ -82,16 +84,28 @@ def write_baselines(root: str | Path, split: str = "test", out_dir: str | Path |
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     records = read_records(root, split)
+    train = read_records(root, "train")
+    learned = {}
+    if records and train and split != "train":
+        from jaxdrive.judge.classifier import classifier_scores
+
+        learned = classifier_scores(root, train, records)
     if records:
-        for method in ("epdms", "oracle"):
+        for method in ("epdms", "oracle") + tuple(learned):
             path = out_dir / f"{split}_dqc_{method}.parquet"
-            pq.write_table(pa.table({"id": [r.id for r in records], "score": dqc_scores(records, method),
+            score = learned[method] if method in learned else dqc_scores(records, method)
+            pq.write_table(pa.table({"id": [r.id for r in records], "score": score,
                                      "label": [r.label for r in records]}), path)
             written.append(path)
     pairs = read_pairs(root, split)
     if pairs:
-        for method in ("epdms", "oracle", "ade", "fde"):
-            s = tps_scores(root, pairs, method)
+        by_id = {r.id: k for k, r in enumerate(records)}
+        for method in ("epdms", "oracle", "ade", "fde") + tuple(learned):
+            if method in learned:
+                s = np.array([[learned[method][by_id[p.a_record]], learned[method][by_id[p.b_record]]]
+                              for p in pairs])
+            else:
+                s = tps_scores(root, pairs, method)
             path = out_dir / f"{split}_tps_{method}.parquet"
             pq.write_table(pa.table({"id": [p.id for p in pairs], "score_a": s[:, 0], "score_b": s[:, 1],
                                      "preferred": [p.preferred for p in pairs]}), path)

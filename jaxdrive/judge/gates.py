@@ -91,13 +91,3 @@ def sample_gates(key: jax.Array, probs: Float[Array, "*b 7"], num: int) -> Bool[
     p = jnp.asarray(probs, jnp.float32)
     return jax.random.bernoulli(key, p, (num,) + p.shape)
 
-
-def validate_probs(probs) -> np.ndarray:
-    """Host check of gate probabilities: float [..., 7] in [0, 1], no NaN; returns them as float32."""
-    p = np.asarray(probs, np.float32)
-    if p.ndim < 1 or p.shape[-1] != NUM_RULES:
-        raise ValueError(f"gate probabilities: expected shape (..., {NUM_RULES}) in order {RULE_LABELS}, got {p.shape}")
-    if not np.all((p >= 0) & (p <= 1)):
-        raise ValueError("gate probabilities: expected values in [0, 1] (no NaN), got "
-                         f"min {np.nanmin(p)}, max {np.nanmax(p)}, NaN {int(np.isnan(p).sum())}")
-    return p

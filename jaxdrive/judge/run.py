@@ -43,6 +43,22 @@ def judge_records(judge, root: Path, records, chunk: int = 8, progress: bool = T
     return cols
 
 
+def gate_match(records, cols: dict, train_records) -> dict:
+    """Gate prediction quality (percent) against the records' Eq. 10-11 labels: perfect match (all seven gates right,
+    paper D.2), per-rule accuracy, and the majority baseline (the most common training gate vector predicted for
+    every record)."""
+    truth = np.array([[r.gates[g] for g in RULE_LABELS] for r in records], bool)
+    pred = np.stack([np.asarray(cols[f"p_{g}"]) > 0.5 for g in RULE_LABELS], -1)
+    pool = train_records or records
+    vectors, counts = np.unique(np.array([[r.gates[g] for g in RULE_LABELS] for r in pool], bool), axis=0,
+                                return_counts=True)
+    majority = vectors[np.argmax(counts)]
+    return {"perfect_match": 100.0 * float(np.mean((pred == truth).all(-1))),
+            "majority_perfect_match": 100.0 * float(np.mean((truth == majority).all(-1))),
+            "majority_gates": dict(zip(RULE_LABELS, majority.astype(int).tolist())),
+            "rule_accuracy": {g: 100.0 * float(np.mean(pred[:, i] == truth[:, i])) for i, g in enumerate(RULE_LABELS)}}
+
+
 def run(args) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -74,6 +90,11 @@ def run(args) -> int:
                                  "score_b": [by_id[p.b_record] for p in pairs],
                                  "preferred": [p.preferred for p in pairs]}), out / "tps.parquet")
         written.append(out / "tps.parquet")
+    if all(r.gates for r in records):
+        stats = gate_match(records, cols, read_records(root, "train"))
+        (out / "gates.json").write_text(json.dumps(stats, indent=2) + "\n")
+        print(f"gate perfect match {stats['perfect_match']:.2f}% (majority baseline {stats['majority_perfect_match']:.2f}%)")
+        written.append(out / "gates.json")
     if args.report:
         from jaxdrive.judge.report import write_report
 
