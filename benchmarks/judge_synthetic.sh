@@ -2,7 +2,7 @@
 # DriveJudge on the synthetic labelled set with the tiny random judge on CPU: data, baselines, SFT, GRPO, tables.
 # Usage: benchmarks/judge_synthetic.sh OUT [TRAIN_SCENES TEST_SCENES SFT_STEPS GRPO_STEPS DESCRIBE]
 set -euo pipefail
-OUT=${1:?output directory}; TRAIN=${2:-45}; TEST=${3:-15}; SFT_STEPS=${4:-150}; GRPO_STEPS=${5:-40}
+OUT=${1:?output directory}; TRAIN=${2:-45}; TEST=${3:-15}; SFT_STEPS=${4:-60}; GRPO_STEPS=${5:-10}
 DESCRIBE=${6:-True}  # True: prompts carry the compact text scene description (the text ablation)
 FLAG=$([ "$DESCRIBE" = True ] && echo --describe || true)
 [ -f "$OUT/data/records.jsonl" ] || jaxdrive judge data --out "$OUT/data" --train "$TRAIN" --test "$TEST" --seed 1 --no-progress
@@ -10,10 +10,11 @@ jaxdrive judge baselines --data "$OUT/data" --split test
 python -c "from jaxdrive.judge.tiny import save_tiny_judge; save_tiny_judge('$OUT/tiny_judge')"
 jaxdrive judge run --model "$OUT/tiny_judge" --data "$OUT/data" --out "$OUT/zero_shot" $FLAG --no-progress
 jaxdrive train sft --config configs/judge_sft_tiny.py model.path="$OUT/tiny_judge" data.path="$OUT/data" \
-  data.describe=$DESCRIBE steps=$SFT_STEPS progress=False export_dir="$OUT/sft_model" workdir="$OUT/sft_run"
+  data.describe=$DESCRIBE steps=$SFT_STEPS batch_size=8 optim.warmup_steps=5 progress=False export_dir="$OUT/sft_model" workdir="$OUT/sft_run"
 jaxdrive judge run --model "$OUT/sft_model" --data "$OUT/data" --out "$OUT/sft" $FLAG --no-progress
 jaxdrive train grpo --config configs/judge_grpo_tiny.py model.path="$OUT/sft_model" data.path="$OUT/data" \
-  data.describe=$DESCRIBE eval_data.describe=$DESCRIBE steps=$GRPO_STEPS progress=False \
+  data.describe=$DESCRIBE eval_data.describe=$DESCRIBE steps=$GRPO_STEPS eval_every=$GRPO_STEPS \
+  grpo.prompts_per_step=8 optim.lr=5e-4 optim.warmup_steps=1 progress=False \
   export_dir="$OUT/grpo_model" workdir="$OUT/grpo_run"
 jaxdrive judge run --model "$OUT/grpo_model" --data "$OUT/data" --out "$OUT/grpo" $FLAG --no-progress \
   --report "$OUT/report.html"
