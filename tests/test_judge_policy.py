@@ -14,7 +14,7 @@ from jaxdrive.data.scene_json import read_scene
 from jaxdrive.judge import prompt as P
 from jaxdrive.judge import recipes
 from jaxdrive.judge.dataset import read_records
-from jaxdrive.judge.gates import RULE_LABELS, expected_score, rule_gated_score
+from jaxdrive.judge.gates import expected_score, rule_gated_score
 from jaxdrive.judge.policy import ALL_YES, DriveJudge, encode, gate_probabilities
 from jaxdrive.judge.tiny import save_tiny_judge
 
