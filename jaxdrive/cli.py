@@ -197,10 +197,15 @@ def build_parser() -> argparse.ArgumentParser:
     from jaxdrive.train_cli import add_train_subcommands
 
     add_train_subcommands(sub)
-    from jaxdrive.agent.memory_cli import add_memory_subcommands; add_memory_subcommands(sub)  # noqa: E702
-    from jaxdrive.agent.agent_cli import add_agent_subcommands; add_agent_subcommands(sub)  # noqa: E702
-    from jaxdrive.eval.vqa_cli import add_eval_vqa_subcommand; add_eval_vqa_subcommand(sub)  # noqa: E702
-    from jaxdrive.eval.planning_cli import add_planning_parser; add_planning_parser(sub)  # noqa: E702 (-> eval planning)
+    from jaxdrive.agent.memory_cli import add_memory_subcommands
+    from jaxdrive.agent.agent_cli import add_agent_subcommands
+    from jaxdrive.eval.cli import add_eval_subcommands
+    from jaxdrive.judge.cli import add_judge_subcommands
+
+    add_memory_subcommands(sub)
+    add_agent_subcommands(sub)
+    add_eval_subcommands(sub)  # dqc | tps | planning | vqa
+    add_judge_subcommands(sub)
     return parser
 
 

@@ -102,7 +102,7 @@ def test_eval_vqa_cli(tmp_path, capsys):
 
     p = tmp_path / "p.jsonl"
     p.write_text(json.dumps({"idx": "a_b_2", "response": "Final Answer: C) x", "gt": "Final Answer: C) x"}) + "\n")
-    assert main(["eval-vqa", "drivelmm", "--predictions", str(p)]) == 0
+    assert main(["eval", "vqa", "drivelmm", "--predictions", str(p)]) == 0
     assert json.loads(capsys.readouterr().out) == {"mcq_accuracy": 1.0, "mcq_items": 1}
-    assert main(["eval-vqa", "stsbench", "--predictions", str(p)]) == 2
+    assert main(["eval", "vqa", "stsbench", "--predictions", str(p)]) == 2
     assert "lacks the field" in capsys.readouterr().err

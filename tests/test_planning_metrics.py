@@ -199,7 +199,7 @@ def test_obstacle_variants_and_frame_converters():
 
 
 def test_cli_prints_both_conventions_and_reads_text_answers(tmp_path, capsys):
-    """``jaxdrive eval-planning`` on the UniAD fixture: npz predictions, then JSON text answers keyed by token with one
+    """``jaxdrive eval planning`` on the UniAD fixture: npz predictions, then JSON text answers keyed by token with one
     unparsable answer (exit 3, scored on the rest)."""
     from jaxdrive.cli import main
     from jaxdrive.eval.trajectory_text import format_trajectory
@@ -210,7 +210,7 @@ def test_cli_prints_both_conventions_and_reads_text_answers(tmp_path, capsys):
     np.savez(gt_path, gt=d["gt"], gt_mask=d["gt_mask"], occupancy=d["occupancy"], tokens=tokens)
     np.savez(pred_path, pred=d["pred"])
     out_json = tmp_path / "m.json"
-    assert main(["eval-planning", "--predictions", str(pred_path), "--gt", str(gt_path), "--json", str(out_json)]) == 0
+    assert main(["eval", "planning", "--predictions", str(pred_path), "--gt", str(gt_path), "--json", str(out_json)]) == 0
     table = capsys.readouterr().out
     assert "uniad" in table and "stp3" in table and "Col% avg" in table
     saved = json.loads(out_json.read_text())
@@ -222,11 +222,11 @@ def test_cli_prints_both_conventions_and_reads_text_answers(tmp_path, capsys):
     answers["tok3"] = "<answer>turn left</answer>"
     js = tmp_path / "pred.json"
     js.write_text(json.dumps(answers))
-    assert main(["eval-planning", "--predictions", str(js), "--gt", str(gt_path), "--json", str(out_json)]) == 3
+    assert main(["eval", "planning", "--predictions", str(js), "--gt", str(gt_path), "--json", str(out_json)]) == 3
     err = capsys.readouterr().err
     assert "tok3" in err
     text_metrics = json.loads(out_json.read_text())["uniad"]
     assert text_metrics["num_samples"] == len(tokens) - 1
     # bad inputs: exit 2 with the flag named
-    assert main(["eval-planning", "--predictions", str(tmp_path / "nope.npz"), "--gt", str(gt_path)]) == 2
+    assert main(["eval", "planning", "--predictions", str(tmp_path / "nope.npz"), "--gt", str(gt_path)]) == 2
     assert "--predictions" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""``jaxdrive eval-planning --predictions P --gt G``: L2 and collision at 1/2/3 s and their average, both conventions.
+"""``jaxdrive eval planning --predictions P --gt G``: L2 and collision at 1/2/3 s and their average, both conventions.
 
 Inputs (metric frame x right / y forward unless ``--frame text``):
   * predictions: ``.npz`` with ``pred`` [N, 6, 2] (and optionally ``tokens`` [N] str), or ``.json``
@@ -25,8 +25,8 @@ EXIT_USAGE, EXIT_PARTIAL = 2, 3
 
 
 def add_planning_parser(subparsers) -> argparse.ArgumentParser:
-    """Registers the planning-evaluation subcommand (named ``eval-planning`` until ``eval`` becomes a group)."""
-    p = subparsers.add_parser("eval-planning", help="open-loop planning metrics (L2, collision) in the UniAD and ST-P3 "
+    """Registers ``jaxdrive eval planning``."""
+    p = subparsers.add_parser("planning", help="open-loop planning metrics (L2, collision) in the UniAD and ST-P3 "
                               "conventions", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--predictions", type=Path, required=True, help=".npz (pred, tokens) or .json {token: traj}")
     p.add_argument("--gt", type=Path, required=True, help=".npz (gt, gt_mask, occupancy or occupancy_<class>, tokens)")

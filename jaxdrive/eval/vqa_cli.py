@@ -1,4 +1,4 @@
-"""``jaxdrive eval-vqa drivelmm | drivemllm | stsbench --predictions FILE.jsonl``: the VQA scorers of
+"""``jaxdrive eval vqa drivelmm | drivemllm | stsbench --predictions FILE.jsonl``: the VQA scorers of
 ``jaxdrive.eval.vqa`` over a JSONL file of rows (fields per scorer: drivelmm ``idx``, ``response``, ``gt``;
 drivemllm ``task``, ``output`` + the task's ground truth; stsbench ``answer``, ``gt``, ``group``, ``scenario``)."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 def add_eval_vqa_subcommand(sub) -> None:
-    p = sub.add_parser("eval-vqa", help="score VQA predictions: DriveLMM-o1 MCQ, DriveMLLM (AccS), STSBench")
+    p = sub.add_parser("vqa", help="score VQA predictions: DriveLMM-o1 MCQ, DriveMLLM (AccS), STSBench")
     p.add_argument("benchmark", choices=["drivelmm", "drivemllm", "stsbench"])
     p.add_argument("--predictions", type=Path, required=True, help="JSONL rows (see `jaxdrive.eval.vqa_cli`)")
     p.set_defaults(func=_run)

@@ -83,19 +83,6 @@ def build_decoder(cfg: ml_collections.ConfigDict, tokenizer=None):
     return DECODERS.get(cfg.kind)(cfg, tokenizer)
 
 
-def export_pretrained(model, path: str, tokenizer=None) -> None:
-    """Writes ``model`` (LoRA adapters merged in) as an HF directory, with ``tokenizer`` beside it when given, so a
-    later job loads it as ``model.kind = "pretrained"`` (e.g. GRPO from a cold-start SFT)."""
-    from jaxdrive.models.lora import lora_modules, merge_lora
-    from jaxdrive.models.weights import save_pretrained
-
-    if lora_modules(model):
-        merge_lora(model)
-    save_pretrained(model, path)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(path)
-
-
 def _infra(cfg: ml_collections.ConfigDict):
     workdir = cfg.get("workdir")
     logger = MetricsLogger(workdir, stdout=cfg.get("log_stdout", True)) if workdir else None
@@ -139,13 +126,40 @@ def run_sft(cfg: ml_collections.ConfigDict, model=None):
     records = trainer.run(cfg.steps, batch_fn, position_fn=sampler.position, stop_after=cfg.get("stop_after"))
     if logger:
         logger.close()
-    if cfg.get("export_dir") and trainer.step >= cfg.steps:
-        export_pretrained(trainer.model(), cfg.export_dir, tokenizer)
+    if trainer.step >= cfg.steps:  # not after a stop_after (an interrupted job exports when it completes)
+        export_pretrained(trainer.model(), cfg)
     return trainer, records
 
 
+def export_pretrained(model, cfg: ml_collections.ConfigDict) -> None:
+    """``export_dir`` (optional): writes the trained model (LoRA merged) as a pretrained directory, with the tokenizer,
+    chat template and preprocessor files of ``model.path`` beside it, so it loads like the model it came from."""
+    if not cfg.get("export_dir"):
+        return
+    import shutil
+
+    from jaxdrive.models.lora import lora_modules, merge_lora
+    from jaxdrive.models.weights import save_pretrained
+
+    if lora_modules(model):
+        merge_lora(model)
+    save_pretrained(model, cfg.export_dir)
+    if cfg.model.kind == "pretrained":
+        for name in os.listdir(cfg.model.path):
+            if not (name.endswith(".safetensors") or name.endswith(".safetensors.index.json") or name == "config.json"):
+                src = os.path.join(cfg.model.path, name)
+                if os.path.isfile(src):
+                    shutil.copy(src, os.path.join(cfg.export_dir, name))
+
+
 def run_grpo(cfg: ml_collections.ConfigDict, model=None):
-    """Runs (or resumes) a GRPO job; returns (trainer, records). ``model`` overrides ``cfg.model`` (a warm start)."""
+    """Runs (or resumes) a GRPO job; returns (trainer, records). ``model`` overrides ``cfg.model`` (a warm start).
+    ``grpo.rollout = "gates"`` samples gate combinations of the DriveJudge policy (``jaxdrive.judge.grpo``) instead
+    of text completions."""
+    if cfg.grpo.get("rollout", "text") == "gates":
+        from jaxdrive.judge.grpo import run_gate_grpo
+
+        return run_gate_grpo(cfg, model)
     model = build_model(cfg.model) if model is None else model
     trainable = prepare_finetuning(model, cfg.finetune)
     if cfg.grpo.beta != 0.0 and cfg.finetune.mode != "lora":
@@ -171,4 +185,5 @@ def run_grpo(cfg: ml_collections.ConfigDict, model=None):
                           stop_after=cfg.get("stop_after"))
     if logger:
         logger.close()
+    export_pretrained(trainer.model(), cfg)
     return trainer, records

@@ -65,6 +65,8 @@ DATASETS = Registry("dataset", {
     "openread_omnidrive": "jaxdrive.train.openread_recipe:omnidrive_dataset",
     "openread_mix": "jaxdrive.train.openread_recipe:mixture_dataset",
     "chat_qa": "jaxdrive.train.chat_qa:chat_qa_dataset",
+    "judge_gates": "jaxdrive.judge.recipes:gate_examples",
+    "judge_pairs": "jaxdrive.judge.recipes:pair_examples",
 })
 
 REWARDS = Registry("reward", {
@@ -76,6 +78,7 @@ REWARDS = Registry("reward", {
     "openread_critic": "jaxdrive.train.openread_rewards:critic_from_config",
     "openread_knowledge": "jaxdrive.train.openread_rewards:knowledge_from_config",
     "openread_total": "jaxdrive.train.openread_rewards:total_from_config",
+    "judge_preference": "jaxdrive.judge.recipes:preference_reward_from_config",
 })
 
 DECODERS = Registry("decoder", {
@@ -87,4 +90,5 @@ DECODERS = Registry("decoder", {
 ROLLOUTS = Registry("rollouts", {
     "single_turn": "jaxdrive.train.grpo_trainer:Rollouts",
     "agent_multi_turn": "jaxdrive.agent.grpo_rollout:MultiTurnRollouts",
+    "judge_answer": "jaxdrive.judge.recipes:answer_decoder",
 })

@@ -1,0 +1,23 @@
+"""DriveJudge SFT, CPU preset: the tiny random judge directory (``jaxdrive.judge.tiny.save_tiny_judge``), float32,
+short run, larger learning rate.
+
+    python -c "from jaxdrive.judge.tiny import save_tiny_judge; save_tiny_judge('runs/tiny_judge')"
+    jaxdrive train sft --config configs/judge_sft_tiny.py model.path=runs/tiny_judge data.path=runs/jd \
+        export_dir=runs/judge_sft_tiny
+"""
+import importlib.util
+import os
+
+
+def get_config():
+    spec = importlib.util.spec_from_file_location("judge_sft", os.path.join(os.path.dirname(__file__), "judge_sft.py"))
+    base = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(base)
+    c = base.get_config()
+    c.steps, c.batch_size, c.log_every = 300, 16, 25
+    c.model.dtype = "float32"
+    c.data.max_len = 1536  # the text description adds up to ~600 byte tokens
+    c.data.pad_id = 256  # the test tokenizer's <|endoftext|>
+    c.optim.lr, c.optim.warmup_steps = 2e-3, 20
+    c.checkpoint.enabled = False
+    return c

@@ -1,0 +1,183 @@
+"""``jaxdrive eval <benchmark>``: one subcommand per benchmark under one ``eval`` group.
+
+To add a benchmark, write ``add_<name>(esub)`` (build the parser on ``esub.add_parser(...)`` and ``set_defaults(func=...)``)
+in your module and add it to ``EVAL_COMMANDS`` below with one line.
+
+    jaxdrive eval dqc --predictions P.parquet [Q.parquet ...]   -> P.dqc.json, P.dqc.png, Table-1-shaped table
+    jaxdrive eval tps --predictions P.parquet [Q.parquet ...]   -> P.tps.json, Table-2-shaped table
+    jaxdrive eval planning --predictions P --gt G               -> L2 / collision at 1/2/3 s (UniAD, ST-P3)
+    jaxdrive eval vqa drivelmm|drivemllm|stsbench --predictions P.jsonl
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from jaxdrive.eval import dqc
+
+EXIT_USAGE = 2
+
+
+def _read(path: Path, columns: tuple[str, ...], flag: str = "--predictions") -> dict:
+    """{column: numpy array} of the named columns of a parquet file; errors name the flag and the file."""
+    import pyarrow.parquet as pq
+
+    if not Path(path).is_file():
+        raise ValueError(f"{flag} {path}: no such file")
+    try:
+        table = pq.read_table(path)
+    except Exception as e:  # pyarrow raises several types for a file that is not parquet
+        raise ValueError(f"{flag} {path}: cannot read parquet ({type(e).__name__}: {e})") from None
+    missing = [c for c in columns if c not in table.column_names]
+    if missing:
+        raise ValueError(f"{flag} {path}: missing column(s) {missing} (has {table.column_names})")
+    return {c: table.column(c).to_numpy(zero_copy_only=False) for c in columns}
+
+
+def _json_ready(metrics: dict) -> dict:
+    return {k: (None if isinstance(v, float) and math.isnan(v) else round(float(v), 6)) for k, v in metrics.items()}
+
+
+def _fmt(v) -> str:
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.2f}"
+
+
+def dqc_table(rows: list[tuple[str, dict]]) -> str:
+    """Table 1's layout: Method | ACC_DQC at tau = 0.7 / 0.8 / 0.9 | AUC | AP- | AP+ (percent)."""
+    head = ["Method", "Acc t=0.7", "Acc t=0.8", "Acc t=0.9", "AUC", "AP-", "AP+"]
+    keys = ["acc_0.7", "acc_0.8", "acc_0.9", "auc", "ap_neg", "ap_pos"]
+    body = [[name] + [_fmt(m.get(k)) for k in keys] for name, m in rows]
+    return _grid(head, body)
+
+
+def tps_table(rows: list[tuple[str, float]]) -> str:
+    """Table 2's layout: Method | ACC_TPS (percent)."""
+    return _grid(["Method", "ACC_TPS"], [[name, _fmt(acc)] for name, acc in rows])
+
+
+def _grid(head: list[str], body: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in [head] + body) for i in range(len(head))]
+    line = lambda r: "| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) + " |"  # noqa: E731
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(head), sep] + [line(r) for r in body])
+
+
+def plot_dqc(rows: list[tuple[str, object, object]], out: Path) -> Path:
+    """ROC and precision-recall (reasonable = positive) curves of each (name, labels, scores) into one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (roc, pr) = plt.subplots(1, 2, figsize=(10, 4.5))
+    for name, y, s in rows:
+        if 0 < int(y.sum()) < len(y):
+            fpr, tpr = dqc.roc_curve_points(y, s)
+            roc.plot(fpr, tpr, label=f"{name} (AUC {100 * dqc.roc_auc(y, s):.1f})")
+        rec, prec = dqc.pr_curve_points(y, s)
+        pr.step(rec, prec, where="post", label=f"{name} (AP+ {100 * dqc.average_precision(y, s):.1f})")
+    roc.plot([0, 1], [0, 1], "k:", lw=0.8)
+    roc.set(xlabel="false positive rate", ylabel="true positive rate", title="ROC (reasonable = positive)")
+    pr.set(xlabel="recall", ylabel="precision", title="precision-recall (reasonable)", ylim=(0, 1.02))
+    for ax in (roc, pr):
+        ax.legend(fontsize=8, loc="lower right" if ax is roc else "lower left")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def _name(path: Path, names: list[str] | None, i: int) -> str:
+    return names[i] if names else Path(path).stem
+
+
+def _check_names(args) -> None:
+    if args.names and len(args.names) != len(args.predictions):
+        raise ValueError(f"--names: expected {len(args.predictions)} names (one per --predictions file), "
+                         f"got {len(args.names)}")
+
+
+def run_dqc(args) -> int:
+    _check_names(args)
+    frames = [_read(p, ("score", "label")) for p in args.predictions]
+    rows, curves = [], []
+    for i, (path, frame) in enumerate(zip(args.predictions, frames)):
+        y, s = frame["label"], frame["score"]
+        if ((s < 0) | (s > 1)).any():
+            raise ValueError(f"--predictions {path}: column 'score' must lie in [0, 1], got min {s.min()}, "
+                             f"max {s.max()}")
+        metrics = dqc.dqc_metrics(s, y)
+        out = Path(path).with_suffix(".dqc.json")
+        out.write_text(json.dumps(_json_ready(metrics), indent=2) + "\n")
+        rows.append((_name(path, args.names, i), metrics))
+        curves.append((_name(path, args.names, i), y.astype(int), s.astype(float)))
+    print(dqc_table(rows))
+    if not args.no_plot:
+        png = plot_dqc(curves, Path(args.plot) if args.plot else Path(args.predictions[0]).with_suffix(".dqc.png"))
+        print(f"plot: {png}")
+    return 0
+
+
+def run_tps(args) -> int:
+    _check_names(args)
+    frames = [_read(p, ("score_a", "score_b", "preferred")) for p in args.predictions]
+    rows = []
+    for i, (path, frame) in enumerate(zip(args.predictions, frames)):
+        acc = dqc.tps_accuracy(frame["score_a"], frame["score_b"], frame["preferred"])
+        Path(path).with_suffix(".tps.json").write_text(json.dumps({"accuracy": round(acc, 6)}, indent=2) + "\n")
+        rows.append((_name(path, args.names, i), acc))
+    print(tps_table(rows))
+    return 0
+
+
+def add_dqc(esub) -> None:
+    p = esub.add_parser("dqc", help="Driving Quality Classification: accuracy at tau 0.7/0.8/0.9, balanced "
+                        "accuracy, ROC AUC, AP+ and AP- (percent); writes P.dqc.json and ROC/PR plots")
+    p.add_argument("--predictions", type=Path, nargs="+", required=True,
+                   help="parquet file(s) with columns score (in [0, 1]) and label (1 = reasonable, 0 = failure); "
+                        "one table row each")
+    p.add_argument("--names", nargs="+", help="method names for the table rows (default: file stems)")
+    p.add_argument("--plot", type=Path, help="ROC/PR PNG path (default: <first predictions>.dqc.png)")
+    p.add_argument("--no-plot", action="store_true", help="skip the ROC/PR plot")
+    p.set_defaults(func=run_dqc)
+
+
+def add_tps(esub) -> None:
+    p = esub.add_parser("tps", help="Trajectory Preference Selection accuracy (percent; a tie counts as wrong); "
+                        "writes P.tps.json")
+    p.add_argument("--predictions", type=Path, nargs="+", required=True,
+                   help="parquet file(s) with columns score_a, score_b and preferred ('a' or 'b')")
+    p.add_argument("--names", nargs="+", help="method names for the table rows (default: file stems)")
+    p.set_defaults(func=run_tps)
+
+
+def add_planning(esub) -> None:
+    from jaxdrive.eval.planning_cli import add_planning_parser
+
+    add_planning_parser(esub)
+
+
+def add_vqa(esub) -> None:
+    from jaxdrive.eval.vqa_cli import add_eval_vqa_subcommand
+
+    add_eval_vqa_subcommand(esub)
+
+
+EVAL_COMMANDS = (
+    add_dqc,
+    add_tps,
+    add_planning,
+    add_vqa,
+)
+
+
+def add_eval_subcommands(sub) -> None:
+    """Registers ``jaxdrive eval`` and every benchmark of ``EVAL_COMMANDS`` under it."""
+    p = sub.add_parser("eval", help="benchmarks over prediction files: " + ", ".join(
+        f.__name__.removeprefix("add_") for f in EVAL_COMMANDS))
+    esub = p.add_subparsers(dest="eval_cmd", required=True)
+    for add in EVAL_COMMANDS:
+        add(esub)
+

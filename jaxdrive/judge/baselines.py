@@ -1,0 +1,113 @@
+"""Rule-based baselines over a DriveJudge dataset directory, written as ``jaxdrive eval`` prediction files.
+
+* DQC (columns ``id``, ``score``, ``label``): ``epdms`` (every gate on), ``oracle`` (the Eq. 10-11 gate labels of
+  the record, i.e. Eq. 14 with the human label known: the ceiling of a gate policy).
+* TPS (columns ``id``, ``score_a``, ``score_b``, ``preferred``): ``epdms``, ``oracle``, and ``ade`` / ``fde``
+  (score = -distance to the scene's logged human trajectory, m: average over the 41 states / at the last one).
+* both, when the dataset has a train split: ``logreg`` / ``logreg_gates``, logistic regression on image embeddings
+  (``judge.classifier``, paper A.2) trained on the train split.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdrive.data.scene_json import read_scene
+from jaxdrive.judge.dataset import Pair, Record, read_pairs, read_records
+from jaxdrive.judge.gates import RULE_LABELS, rule_gated_score
+from jaxdrive.rules.epdms import METRICS, SubScores
+
+
+def subscores_of(records: list[Record]) -> SubScores:
+    """The records' stored sub-scores as ``SubScores`` [N] (EC null -> NaN; step and auxiliary fields zero)."""
+    n = len(records)
+    vals = {m: jnp.asarray([np.nan if r.subscores.get(m) is None else r.subscores[m] for r in records], jnp.float32)
+            for m in METRICS}
+    zero = jnp.zeros(n, jnp.float32)
+    step = jnp.full(n, -1, jnp.int32)
+    return SubScores(**vals, raw_progress=zero, multiplier=vals["nc"] * vals["dac"] * vals["ddc"] * vals["tlc"],
+                     pdm_score=zero, epdms=jnp.asarray([r.subscores["epdms"] for r in records], jnp.float32),
+                     pdms=zero, comfort_v1=zero, hc_checks=jnp.zeros((n, 6), bool), nc_step=step, dac_step=step,
+                     ddc_step=step, tlc_step=step, ttc_step=step, lk_step=step)
+
+
+def oracle_gates(records: list[Record]) -> np.ndarray:
+    """[N, 7] the records' Eq. 10-11 gate labels (``RULE_LABELS`` order)."""
+    return np.array([[r.gates[k] for k in RULE_LABELS] for r in records], bool)
+
+
+def dqc_scores(records: list[Record], method: str) -> np.ndarray:
+    if method == "epdms":
+        return np.array([r.subscores["epdms"] for r in records], np.float64)
+    if method == "oracle":
+        return np.asarray(rule_gated_score(subscores_of(records), oracle_gates(records)), np.float64)
+    raise ValueError(f"method: expected 'epdms' or 'oracle', got {method!r}")
+
+
+def _displacements(root: Path, pairs: list[Pair]) -> tuple[np.ndarray, np.ndarray]:
+    """[P, 2] ADE and FDE (m) of trajectories a and b against the scene's human trajectory."""
+    cache: dict[str, object] = {}
+    ade, fde = np.zeros((len(pairs), 2)), np.zeros((len(pairs), 2))
+    for i, p in enumerate(pairs):
+        scene = cache.setdefault(p.scene, read_scene(root / p.scene, validate=False))
+        if scene.human_states is None:
+            raise ValueError(f"pair {p.id}: scene {p.scene} has no human trajectory (needed by ADE/FDE)")
+        for j, k in enumerate((p.a, p.b)):
+            d = np.linalg.norm(scene.proposal_states[k, :, :2] - scene.human_states[:, :2], axis=-1)
+            ade[i, j], fde[i, j] = d.mean(), d[-1]
+    return ade, fde
+
+
+def tps_scores(root: Path, pairs: list[Pair], method: str) -> np.ndarray:
+    """[P, 2] scores of (a, b) under ``method`` (epdms, oracle, ade, fde)."""
+    if method in ("ade", "fde"):
+        ade, fde = _displacements(root, pairs)
+        return -(ade if method == "ade" else fde)
+    by_id = {r.id: r for r in read_records(root)}
+    out = np.zeros((len(pairs), 2))
+    for j, key in enumerate(("a_record", "b_record")):
+        recs = [by_id[getattr(p, key)] for p in pairs]
+        out[:, j] = dqc_scores(recs, method)
+    return out
+
+
+def write_baselines(root: str | Path, split: str = "test", out_dir: str | Path | None = None) -> list[Path]:
+    """Writes ``<out_dir>/<split>_dqc_<method>.parquet`` and ``<split>_tps_<method>.parquet`` for every baseline;
+    ``out_dir`` defaults to ``root/baselines``. Returns the paths."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = Path(root)
+    out_dir = Path(out_dir) if out_dir else root / "baselines"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    records = read_records(root, split)
+    train = read_records(root, "train")
+    learned = {}
+    if records and train and split != "train":
+        from jaxdrive.judge.classifier import classifier_scores
+
+        learned = classifier_scores(root, train, records)
+    if records:
+        for method in ("epdms", "oracle") + tuple(learned):
+            path = out_dir / f"{split}_dqc_{method}.parquet"
+            score = learned[method] if method in learned else dqc_scores(records, method)
+            pq.write_table(pa.table({"id": [r.id for r in records], "score": score,
+                                     "label": [r.label for r in records]}), path)
+            written.append(path)
+    pairs = read_pairs(root, split)
+    if pairs:
+        by_id = {r.id: k for k, r in enumerate(records)}
+        for method in ("epdms", "oracle", "ade", "fde") + tuple(learned):
+            if method in learned:
+                s = np.array([[learned[method][by_id[p.a_record]], learned[method][by_id[p.b_record]]]
+                              for p in pairs])
+            else:
+                s = tps_scores(root, pairs, method)
+            path = out_dir / f"{split}_tps_{method}.parquet"
+            pq.write_table(pa.table({"id": [p.id for p in pairs], "score_a": s[:, 0], "score_b": s[:, 1],
+                                     "preferred": [p.preferred for p in pairs]}), path)
+            written.append(path)
+    return written

@@ -1,0 +1,80 @@
+"""``jaxdrive judge <command>``: DriveJudge datasets, baselines and judging.
+
+    jaxdrive judge data --out DIR [--train N --test M --seed S]   synthetic labelled set (records, pairs, BEV images)
+    jaxdrive judge baselines --data DIR [--split test]            EPDMS / oracle / ADE / FDE prediction files
+    jaxdrive judge run --model M --data DIR [--report out.html]    a DriveJudge model over the records and pairs
+
+Add a command by writing ``add_<name>(jsub)`` and listing it in ``JUDGE_COMMANDS``.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from jaxdrive.judge.run import add_run
+
+
+def _positive(name: str, value: int) -> None:
+    if value < 0:
+        raise ValueError(f"{name}: expected >= 0, got {value}")
+
+
+def run_data(args) -> int:
+    from jaxdrive.judge.synthetic import build_dataset
+
+    _positive("--train", args.train)
+    _positive("--test", args.test)
+    if args.per_scene < 1 or args.image_size < 8:
+        raise ValueError(f"--per-scene >= 1 and --image-size >= 8 expected, got {args.per_scene}, {args.image_size}")
+    meta = build_dataset(args.out, args.train, args.test, seed=args.seed, per_scene=args.per_scene,
+                         image_size=args.image_size, batch_size=args.batch_size, progress=not args.no_progress)
+    print(json.dumps({k: meta[k] for k in ("records", "reasonable_fraction", "pairs")}))
+    print(f"wrote {args.out}/records.jsonl, pairs.jsonl, scenes/, images/")
+    return 0
+
+
+def run_baselines(args) -> int:
+    from jaxdrive.judge.baselines import write_baselines
+
+    if not (Path(args.data) / "records.jsonl").is_file():
+        raise ValueError(f"--data {args.data}: no records.jsonl (make one with 'jaxdrive judge data --out DIR')")
+    for path in write_baselines(args.data, args.split, args.out):
+        print(path)
+    return 0
+
+
+def add_data(jsub) -> None:
+    p = jsub.add_parser("data", help="write the synthetic labelled DriveJudge set (planted context rules; held-out "
+                        "test scenes from unseen generator seeds)")
+    p.add_argument("--out", type=Path, required=True, help="output directory")
+    p.add_argument("--train", type=int, default=200, help="training scenes")
+    p.add_argument("--test", type=int, default=60, help="held-out test scenes")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--per-scene", type=int, default=4, help="labelled trajectories per scene (at most)")
+    p.add_argument("--image-size", type=int, default=64, help="BEV image side (pixels)")
+    p.add_argument("--batch-size", type=int, default=8, help="scenes scored and rendered per batch")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run_data)
+
+
+def add_baselines(jsub) -> None:
+    p = jsub.add_parser("baselines", help="write EPDMS / oracle-gate (DQC, TPS) and ADE / FDE (TPS) prediction "
+                        "parquets for 'jaxdrive eval dqc|tps'")
+    p.add_argument("--data", type=Path, required=True, help="dataset directory (records.jsonl, pairs.jsonl)")
+    p.add_argument("--split", default="test", choices=["train", "test"])
+    p.add_argument("--out", type=Path, help="output directory (default: DATA/baselines)")
+    p.set_defaults(func=run_baselines)
+
+
+JUDGE_COMMANDS = (
+    add_data,
+    add_baselines,
+    add_run,
+)
+
+
+def add_judge_subcommands(sub) -> None:
+    p = sub.add_parser("judge", help="DriveJudge: datasets, baselines, judging")
+    jsub = p.add_subparsers(dest="judge_cmd", required=True)
+    for add in JUDGE_COMMANDS:
+        add(jsub)

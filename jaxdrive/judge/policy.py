@@ -1,0 +1,219 @@
+"""The VLM gate policy: DriveJudge scores trajectories with gates read from a Qwen-VL model's yes/no logits.
+
+For each (scene, trajectory) the judge renders the BEV image (``judge.bev``), builds the conversation of
+``judge.prompt`` and teacher-forces the answer block with every rule line set to ``yes``. At the answer token of rule
+r (the first token where ``r: yes`` and ``r: no`` differ, ``AnswerSlots``), the policy's gate probability is
+
+    p_r = sigmoid(logit[yes_token] - logit[no_token])
+
+read at the position that predicts that token. The policy is the product of these Bernoullis: the exact expected
+score and the 128-combination distribution follow from ``judge.gates``, GRPO rollouts sample gates from the same
+p_r (``judge.grpo``), and the log-probability of a combination is the sum of the slots' Bernoulli log-probs from one
+forward pass. (Slot r is conditioned on the earlier slots being ``yes``, the most common SFT target.)
+
+``DriveJudge.score(scenes, trajectories)`` returns the expected score, the hard-gated score (p_r > 0.5), gates, gate
+probabilities, the rule sub-scores and a rationale naming the rules the context excuses.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxdrive.judge import prompt as P
+from jaxdrive.judge.bev import BevConfig, render_bev_batch
+from jaxdrive.judge.gates import RULE_LABELS, expected_score, rule_gated_score
+from jaxdrive.models.chat import ChatEncoder
+from jaxdrive.models.image_processing import ImageProcessorConfig, preprocess_images
+from jaxdrive.rules import epdms
+from jaxdrive.scene import HostScene, PadSpec, batch_scenes
+
+ALL_YES = (True,) * len(RULE_LABELS)
+
+
+@dataclasses.dataclass(frozen=True)
+class AnswerSlots:
+    """Token offsets of the yes/no answer of each rule inside the answer block (from the first answer token), and the
+    yes / no token ids (one pair for all rules)."""
+
+    offsets: tuple[int, ...]
+    yes_id: int
+    no_id: int
+
+
+def answer_slots(encoder: ChatEncoder) -> AnswerSlots:
+    """Finds each rule's answer token by tokenizing the all-yes block against the block with that rule set to no."""
+    tok = encoder.tokenizer
+    base = tok(P.answer_text(ALL_YES), add_special_tokens=False)["input_ids"]
+    offsets, yes, no = [], set(), set()
+    for r in range(len(RULE_LABELS)):
+        gates = list(ALL_YES)
+        gates[r] = False
+        other = tok(P.answer_text(gates), add_special_tokens=False)["input_ids"]
+        i = next(i for i, (a, b) in enumerate(zip(base, other)) if a != b)
+        offsets.append(i)
+        yes.add(base[i])
+        no.add(other[i])
+    if len(yes) != 1 or len(no) != 1:
+        raise ValueError(f"tokenizer: the yes/no answers do not start with one token each (yes {yes}, no {no})")
+    return AnswerSlots(tuple(offsets), yes.pop(), no.pop())
+
+
+@dataclasses.dataclass
+class Encoded:
+    """A padded batch of judge conversations: ids / mask / target mask [B, S], answer start [B] (first assistant
+    token), image patches and grids."""
+
+    input_ids: np.ndarray
+    attention_mask: np.ndarray
+    target_mask: np.ndarray
+    answer_start: np.ndarray
+    pixel_values: np.ndarray
+    image_grid_thw: np.ndarray
+
+
+def encode(encoder: ChatEncoder, convs: list[list[dict]], images: Sequence[np.ndarray],
+           image_cfg: ImageProcessorConfig, pad_to_multiple_of: int = 32, max_length: int | None = None) -> Encoded:
+    """Tokenizes conversations with one image each (BEV uint8 [H, W, 3]) into one right-padded batch."""
+    pv, grid = preprocess_images(list(images), image_cfg)
+    enc = encoder.encode(convs, grid, pad_to_multiple_of=pad_to_multiple_of, max_length=max_length)
+    start = np.argmax(enc.target_mask, axis=1)
+    return Encoded(enc.input_ids, enc.attention_mask, enc.target_mask, start, pv, grid)
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def _slot_logits(graphdef, state, inputs, positions, yes_no):
+    """[B, R, 2] (yes, no) logits at ``positions`` [B, R] (the positions predicting the answer tokens)."""
+    model = nnx.merge(graphdef, state)
+    hidden = model.forward_hidden(inputs)[0]
+    h = jnp.take_along_axis(hidden, positions[..., None], axis=1)  # [B, R, H]
+    w = model.lm_head_weight()[:, yes_no]  # [H, 2]
+    return jnp.einsum("brh,hc->brc", h.astype(jnp.float32), w.astype(jnp.float32))
+
+
+def slot_positions(enc: Encoded, slots: AnswerSlots) -> np.ndarray:
+    """[B, 7] positions whose output predicts each rule's answer token."""
+    return (enc.answer_start[:, None] + np.asarray(slots.offsets)[None, :] - 1).astype(np.int32)
+
+
+def gate_probabilities(model, enc: Encoded, slots: AnswerSlots, bucket: int = 64) -> np.ndarray:
+    """[B, 7] P(rule applies) of a batch encoded with the all-yes answer block."""
+    inputs = model.prepare_inputs(enc.input_ids, enc.attention_mask, enc.pixel_values, enc.image_grid_thw,
+                                  bucket=bucket)
+    graphdef, state = nnx.split(model)
+    logits = _slot_logits(graphdef, state, inputs, jnp.asarray(slot_positions(enc, slots)),
+                          jnp.asarray([slots.yes_id, slots.no_id]))
+    return np.asarray(jax.nn.sigmoid(logits[..., 0] - logits[..., 1]))
+
+
+def load_image_config(path: str | os.PathLike) -> ImageProcessorConfig:
+    pre = os.path.join(path, "preprocessor_config.json")
+    if not os.path.exists(pre):
+        return ImageProcessorConfig()
+    with open(pre) as f:
+        return ImageProcessorConfig.from_hf(json.load(f))
+
+
+@dataclasses.dataclass
+class Judgement:
+    """``DriveJudge.score`` output for N trajectories: score (exact expected score) and score_hard (gates
+    p > 0.5) [N], epdms [N], gates bool [N, 7], probs [N, 7], subscores {metric: [N]}, rationale [N] strings."""
+
+    score: np.ndarray
+    score_hard: np.ndarray
+    epdms: np.ndarray
+    gates: np.ndarray
+    probs: np.ndarray
+    subscores: dict
+    rationale: list[str]
+
+
+def rationale(probs: np.ndarray) -> str:
+    off = [f"{r} (p={p:.2f})" for r, p in zip(RULE_LABELS, probs) if p <= 0.5]
+    return ("Every rule applies." if not off else
+            "The context excuses " + ", ".join(off) + "; the other rules apply.")
+
+
+_score_jit = jax.jit(epdms.score)
+
+
+class DriveJudge:
+    """A Qwen-VL gate policy over rule sub-scores.
+
+    Args:
+      model: a ``jaxdrive.models.vlm.QwenModel``; encoder: its ``ChatEncoder``; image_cfg: its image processor.
+      bev: the BEV rendering (the image the model was trained on); describe: add the text scene description.
+      batch_size: conversations per forward pass; pad: ``PadSpec`` of the scoring batches (default: fit per call).
+    """
+
+    def __init__(self, model, encoder: ChatEncoder, image_cfg: ImageProcessorConfig, *, bev: BevConfig = BevConfig(),
+                 describe: bool = False, batch_size: int = 8, pad: PadSpec | None = None):
+        self.model, self.encoder, self.image_cfg = model, encoder, image_cfg
+        self.bev, self.describe, self.batch_size, self.pad = bev, describe, batch_size, pad
+        self.slots = answer_slots(encoder)
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, **kwargs) -> "DriveJudge":
+        from jaxdrive.models.weights import from_pretrained
+
+        return cls(from_pretrained(os.fspath(path), dtype=jnp.float32), ChatEncoder.from_pretrained(os.fspath(path)),
+                   load_image_config(path), **kwargs)
+
+    def images(self, scenes: Sequence[HostScene], proposals: Sequence[int]) -> np.ndarray:
+        """BEV images [N, H, W, 3] of each scene with its trajectory."""
+        sc, pr, _ = batch_scenes(list(scenes), self.pad)
+        k = np.asarray(proposals)
+        return np.asarray(render_bev_batch(sc, np.asarray(pr.states)[np.arange(len(k)), k], self.bev))
+
+    def probs(self, scenes: Sequence[HostScene], proposals: Sequence[int], images: np.ndarray | None = None
+              ) -> np.ndarray:
+        """[N, 7] gate probabilities."""
+        images = self.images(scenes, proposals) if images is None else images
+        out = []
+        for i in range(0, len(scenes), self.batch_size):
+            sl = slice(i, i + self.batch_size)
+            convs = [P.messages(s, k, describe=self.describe, answer=P.answer_text(ALL_YES))
+                     for s, k in zip(scenes[sl], proposals[sl])]
+            out.append(gate_probabilities(self.model, encode(self.encoder, convs, images[sl], self.image_cfg),
+                                          self.slots))
+        return np.concatenate(out)
+
+    def score(self, scenes: Sequence[HostScene], trajectories: Sequence[int | np.ndarray]) -> Judgement:
+        """Judges one trajectory per scene: a proposal index of the scene, or rear-axle states [41, 11] in the scene's
+        global frame (appended to the scene's proposals, which stay the EP normaliser's reference)."""
+        if len(scenes) != len(trajectories):
+            raise ValueError(f"trajectories: expected one per scene ({len(scenes)}), got {len(trajectories)}")
+        scenes, proposals = list(scenes), []
+        for i, (s, t) in enumerate(zip(scenes, trajectories)):
+            if np.ndim(t) == 0:
+                if not 0 <= int(t) < s.num_proposals:
+                    raise ValueError(f"trajectories[{i}]: proposal index {t} out of range [0, {s.num_proposals})")
+                proposals.append(int(t))
+                continue
+            t = np.asarray(t, np.float64)
+            if t.shape != s.proposal_states.shape[1:]:
+                raise ValueError(f"trajectories[{i}]: expected states {s.proposal_states.shape[1:]}, got {t.shape}")
+            scenes[i] = dataclasses.replace(
+                s, proposal_states=np.concatenate([s.proposal_states, t[None]]),
+                proposal_names=s.proposal_names + ["judged"], proposal_families=s.proposal_families + ["judged"],
+                previous_states=None if s.previous_states is None else np.concatenate([s.previous_states, t[None]]),
+                previous_kinds=None if s.previous_kinds is None else s.previous_kinds + ["same"])
+            proposals.append(s.num_proposals)
+        sc, pr, _ = batch_scenes(scenes, self.pad)
+        subs = jax.device_get(_score_jit(sc, pr))
+        rows = (np.arange(len(scenes)), np.asarray(proposals))
+        sub = jax.tree.map(lambda x: np.asarray(x)[rows], subs)
+        probs = self.probs(scenes, proposals,
+                           np.asarray(render_bev_batch(sc, np.asarray(pr.states)[rows], self.bev)))
+        gates = probs > 0.5
+        return Judgement(score=np.asarray(expected_score(sub, probs)), score_hard=np.asarray(rule_gated_score(sub, gates)),
+                         epdms=np.asarray(sub.epdms), gates=gates, probs=probs,
+                         subscores={m: np.asarray(getattr(sub, m)) for m in epdms.METRICS},
+                         rationale=[rationale(p) for p in probs])

@@ -1,0 +1,148 @@
+"""DriveJudge training recipes for ``jaxdrive train``, registered in ``jaxdrive.train.registry``:
+
+* dataset ``judge_gates`` (SFT): one example per record, the judge conversation of ``judge.prompt`` with the Eq.
+  10-11 gate labels as the answer block (``prompt`` / ``answer`` ids, ``pixel_values``, ``image_grid_thw``);
+* dataset ``judge_pairs`` (GRPO): one example per DriveCritic pair, both trajectories' conversations with the all-yes
+  answer block (``judge.grpo`` reads the gate logits at the rule slots), their sub-scores and the preference;
+* reward ``judge_preference``: Eq. 12, 1 if the gated scores of the sampled gates rank the pair as the human did
+  (a tie is wrong), else 0;
+* decoder ``judge_answer``: completion ids -> the answer block text (the tokenizer's, specials dropped).
+
+Data config fields: ``path`` (dataset directory), ``split``, ``model_path`` (the pretrained model directory: chat
+template, merge size and image processor), ``describe`` (text scene description ablation), ``reason`` (prepend the
+record's justification as ``Reason:`` in SFT targets), ``limit`` (first N, 0 = all).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+from PIL import Image
+
+from jaxdrive.data.scene_json import read_scene
+from jaxdrive.judge import prompt as P
+from jaxdrive.judge.baselines import subscores_of
+from jaxdrive.judge.dataset import read_pairs, read_records
+from jaxdrive.judge.gates import RULE_LABELS, rule_gated_score
+from jaxdrive.judge.policy import ALL_YES, answer_slots, encode, load_image_config, slot_positions
+from jaxdrive.models.chat import ChatEncoder
+from jaxdrive.train.rewards import Reward
+
+from jaxdrive.rules.epdms import METRICS as _METRICS  # noqa: E402  (gate order)
+
+
+def encoder_for(cfg, tokenizer) -> ChatEncoder:
+    """The chat encoder of the data block's ``model_path`` (with the job's tokenizer when given)."""
+    if not cfg.get("model_path"):
+        raise ValueError("data.model_path: the judge recipes need the pretrained model directory (chat template, "
+                         "image processor); set data.model_path = model.path")
+    return ChatEncoder.from_pretrained(cfg.model_path) if tokenizer is None else ChatEncoder(
+        tokenizer, ChatEncoder.from_pretrained(cfg.model_path).merge_size)
+
+
+def _limit(items: list, cfg) -> list:
+    n = int(cfg.get("limit", 0) or 0)
+    return items[:n] if n else items
+
+
+def _scenes(root: Path):
+    cache = {}
+    return lambda rel: cache.setdefault(rel, read_scene(root / rel, validate=False))
+
+
+def _image(root: Path, rel: str) -> np.ndarray:
+    return np.asarray(Image.open(root / rel).convert("RGB"))
+
+
+def gate_examples(cfg, tokenizer=None) -> list[dict]:
+    """``data.kind = "judge_gates"``: SFT examples (module docstring); ``gates`` [7] and ``label`` ride along."""
+    root = Path(cfg.path)
+    records = _limit(read_records(root, cfg.get("split", "train")), cfg)
+    if not records:
+        raise ValueError(f"data.path {root}: no records in split {cfg.get('split', 'train')!r}")
+    encoder, image_cfg, scene = encoder_for(cfg, tokenizer), load_image_config(cfg.model_path), _scenes(root)
+    out = []
+    for r in records:
+        gates = [bool(r.gates[k]) for k in RULE_LABELS]
+        answer = P.answer_text(gates, r.justification if cfg.get("reason", False) else "")
+        conv = P.messages(scene(r.scene), r.proposal, describe=cfg.get("describe", False), answer=answer)
+        enc = encode(encoder, [conv], [_image(root, r.image)], image_cfg, pad_to_multiple_of=1)
+        n = int(enc.attention_mask[0].sum())
+        start = int(enc.answer_start[0])
+        out.append({"prompt": enc.input_ids[0, :start], "answer": enc.input_ids[0, start:n],
+                    "pixel_values": enc.pixel_values, "image_grid_thw": enc.image_grid_thw,
+                    "gates": np.asarray(gates), "label": r.label, "id": r.id})
+    return out
+
+
+def pair_examples(cfg, tokenizer=None) -> list[dict]:
+    """``data.kind = "judge_pairs"``: per pair, A and B encoded with the all-yes answer block (fixed length
+    ``cfg.max_len``), their slot positions [2, 7], pixel values [2P, D], grids [2, 3], sub-scores and ``preferred``
+    (0 = a, 1 = b)."""
+    root = Path(cfg.path)
+    pairs = _limit(read_pairs(root, cfg.get("split", "train")), cfg)
+    if not pairs:
+        raise ValueError(f"data.path {root}: no pairs in split {cfg.get('split', 'train')!r}")
+    by_id = {r.id: r for r in read_records(root)}
+    encoder, image_cfg, scene = encoder_for(cfg, tokenizer), load_image_config(cfg.model_path), _scenes(root)
+    slots = answer_slots(encoder)
+    out = []
+    for p in pairs:
+        recs = [by_id[p.a_record], by_id[p.b_record]]
+        convs = [P.messages(scene(r.scene), r.proposal, describe=cfg.get("describe", False),
+                            answer=P.answer_text(ALL_YES)) for r in recs]
+        enc = encode(encoder, convs, [_image(root, r.image) for r in recs], image_cfg, pad_to_multiple_of=1,
+                     max_length=cfg.max_len)
+        sub = subscores_of(recs)
+        out.append({"input_ids": enc.input_ids, "attention_mask": enc.attention_mask,
+                    "positions": slot_positions(enc, slots), "pixel_values": enc.pixel_values,
+                    "image_grid_thw": enc.image_grid_thw, "preferred": np.int32(p.preferred == "b"),
+                    "subscores": np.stack([np.asarray(getattr(sub, m)) for m in _METRICS], -1),  # [2, 9]
+                    "id": p.id})
+    return out
+
+
+
+def _subscores_from_array(a: jnp.ndarray):
+    """SubScores-like leaves [..., 9] -> ``SubScores`` [...] (only the gated metrics are meaningful)."""
+    from jaxdrive.rules.epdms import SubScores
+
+    vals = {m: a[..., i] for i, m in enumerate(_METRICS)}
+    zero = jnp.zeros(a.shape[:-1], jnp.float32)
+    step = jnp.full(a.shape[:-1], -1, jnp.int32)
+    return SubScores(**vals, raw_progress=zero, multiplier=zero, pdm_score=zero, epdms=zero, pdms=zero,
+                     comfort_v1=zero, hc_checks=jnp.zeros(a.shape[:-1] + (6,), bool), nc_step=step, dac_step=step,
+                     ddc_step=step, tlc_step=step, ttc_step=step, lk_step=step)
+
+
+def preference_reward(gates, mask, batch) -> jnp.ndarray:
+    """Eq. 12 on device: ``gates`` [N, 14] sampled gates (A's 7 then B's 7), ``batch["subscores"]`` [N, 2, 9],
+    ``batch["preferred"]`` [N] (0 = a, 1 = b) -> [N] in {0, 1}; a tie counts as wrong."""
+    del mask
+    g = jnp.asarray(gates, bool)
+    s = _subscores_from_array(jnp.asarray(batch["subscores"], jnp.float32))
+    scores = rule_gated_score(s, jnp.stack([g[:, :7], g[:, 7:]], 1))  # [N, 2]
+    a, b = scores[:, 0], scores[:, 1]
+    pref = jnp.asarray(batch["preferred"])
+    return jnp.where(pref == 0, a > b, b > a).astype(jnp.float32)
+
+
+def preference_reward_from_config(cfg) -> Reward:
+    """``rewards.judge_preference``: Eq. 12 (``weight``)."""
+    return Reward(name="judge_preference", fn=preference_reward, weight=float(cfg.get("weight", 1.0)), kind="jnp")
+
+
+def answer_decoder(cfg, tokenizer):
+    """``decoder.kind = "judge_answer"``: completion ids -> text (stops at the first masked slot)."""
+    if tokenizer is None:
+        raise ValueError("decoder.kind='judge_answer' needs the pretrained model's tokenizer (model.path)")
+
+    def fn(ids, mask=None) -> str:
+        ids = np.asarray(ids)
+        if mask is not None:
+            m = np.asarray(mask).astype(bool)
+            ids = ids[: int(np.argmin(m)) if not m.all() else len(ids)]
+        return tokenizer.decode(ids.tolist(), skip_special_tokens=True)
+
+    return fn

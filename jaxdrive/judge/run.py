@@ -1,0 +1,119 @@
+"""``jaxdrive judge run``: a DriveJudge model over a dataset's records and pairs, written as ``jaxdrive eval``
+prediction files (and optionally the HTML audit report).
+
+Outputs in ``--out``: ``dqc.parquet`` (id, score = expected gated score, label, score_hard, epdms, p_<RULE>...,
+rationale) and, when the split has pairs whose trajectories are records, ``tps.parquet`` (id, score_a, score_b,
+preferred).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from jaxdrive.data.scene_json import read_scene
+from jaxdrive.data.synthetic import pad_spec
+from jaxdrive.judge.bev import BevConfig
+from jaxdrive.judge.dataset import read_pairs, read_records
+from jaxdrive.judge.gates import RULE_LABELS
+
+
+def judge_records(judge, root: Path, records, chunk: int = 8, progress: bool = True) -> dict:
+    """Runs ``judge.score`` over the records in fixed-size chunks (the last one padded: one compile); returns
+    columns {id, score, score_hard, epdms, label, p_<RULE>, rationale}."""
+    cache = {}
+    scene = lambda rel: cache.setdefault(rel, read_scene(root / rel, validate=False))  # noqa: E731
+    cols = {"id": [], "score": [], "score_hard": [], "epdms": [], "label": [], "rationale": []}
+    cols.update({f"p_{r}": [] for r in RULE_LABELS})
+    for i in tqdm(range(0, len(records), chunk), desc="judge", disable=not progress):
+        part = records[i:i + chunk]
+        padded = part + part[:1] * (chunk - len(part))
+        out = judge.score([scene(r.scene) for r in padded], [r.proposal for r in padded])
+        n = len(part)
+        cols["id"] += [r.id for r in part]
+        cols["label"] += [r.label for r in part]
+        cols["score"] += out.score[:n].tolist()
+        cols["score_hard"] += out.score_hard[:n].tolist()
+        cols["epdms"] += out.epdms[:n].tolist()
+        cols["rationale"] += out.rationale[:n]
+        for j, r in enumerate(RULE_LABELS):
+            cols[f"p_{r}"] += out.probs[:n, j].tolist()
+    return cols
+
+
+def gate_match(records, cols: dict, train_records) -> dict:
+    """Gate prediction quality (percent) against the records' Eq. 10-11 labels: perfect match (all seven gates right,
+    paper D.2), per-rule accuracy, and the majority baseline (the most common training gate vector predicted for
+    every record)."""
+    truth = np.array([[r.gates[g] for g in RULE_LABELS] for r in records], bool)
+    pred = np.stack([np.asarray(cols[f"p_{g}"]) > 0.5 for g in RULE_LABELS], -1)
+    pool = train_records or records
+    vectors, counts = np.unique(np.array([[r.gates[g] for g in RULE_LABELS] for r in pool], bool), axis=0,
+                                return_counts=True)
+    majority = vectors[np.argmax(counts)]
+    return {"perfect_match": 100.0 * float(np.mean((pred == truth).all(-1))),
+            "majority_perfect_match": 100.0 * float(np.mean((truth == majority).all(-1))),
+            "majority_gates": dict(zip(RULE_LABELS, majority.astype(int).tolist())),
+            "rule_accuracy": {g: 100.0 * float(np.mean(pred[:, i] == truth[:, i])) for i, g in enumerate(RULE_LABELS)}}
+
+
+def run(args) -> int:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from jaxdrive.judge.policy import DriveJudge
+
+    root = Path(args.data)
+    if not (root / "records.jsonl").is_file():
+        raise ValueError(f"--data {root}: no records.jsonl")
+    if not (Path(args.model) / "config.json").is_file():
+        raise ValueError(f"--model {args.model}: not a pretrained model directory (no config.json)")
+    records = read_records(root, args.split)
+    if args.limit:
+        records = records[:args.limit]
+    if not records:
+        raise ValueError(f"--split {args.split}: no records in {root}")
+    meta = json.loads((root / "meta.json").read_text()) if (root / "meta.json").exists() else {}
+    judge = DriveJudge.from_pretrained(args.model, bev=BevConfig(size=int(meta.get("image_size", 64))),
+                                      describe=args.describe, batch_size=args.batch_size, pad=pad_spec(32))
+    out = Path(args.out or root / "judge")
+    out.mkdir(parents=True, exist_ok=True)
+    cols = judge_records(judge, root, records, args.batch_size, not args.no_progress)
+    pq.write_table(pa.table(cols), out / "dqc.parquet")
+    written = [out / "dqc.parquet"]
+    by_id = dict(zip(cols["id"], cols["score"]))
+    pairs = [p for p in read_pairs(root, args.split) if p.a_record in by_id and p.b_record in by_id]
+    if pairs:
+        pq.write_table(pa.table({"id": [p.id for p in pairs], "score_a": [by_id[p.a_record] for p in pairs],
+                                 "score_b": [by_id[p.b_record] for p in pairs],
+                                 "preferred": [p.preferred for p in pairs]}), out / "tps.parquet")
+        written.append(out / "tps.parquet")
+    if all(r.gates for r in records):
+        stats = gate_match(records, cols, read_records(root, "train"))
+        (out / "gates.json").write_text(json.dumps(stats, indent=2) + "\n")
+        print(f"gate perfect match {stats['perfect_match']:.2f}% (majority baseline {stats['majority_perfect_match']:.2f}%)")
+        written.append(out / "gates.json")
+    if args.report:
+        from jaxdrive.judge.report import write_report
+
+        written.append(write_report(args.report, root, records, cols))
+    for w in written:
+        print(w)
+    return 0
+
+
+def add_run(jsub) -> None:
+    p = jsub.add_parser("run", help="judge a dataset's records with a DriveJudge model; write prediction parquets "
+                        "for 'jaxdrive eval dqc|tps' and optionally an HTML report")
+    p.add_argument("--model", type=Path, required=True, help="pretrained judge directory (e.g. an SFT export_dir)")
+    p.add_argument("--data", type=Path, required=True, help="dataset directory (records.jsonl)")
+    p.add_argument("--split", default="test", choices=["train", "test"])
+    p.add_argument("--out", type=Path, help="output directory (default: DATA/judge)")
+    p.add_argument("--report", type=Path, help="also write a self-contained HTML report here")
+    p.add_argument("--describe", action="store_true", help="add the text scene description (ablation)")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--limit", type=int, default=0, help="judge only the first N records (0 = all)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run)

@@ -1,0 +1,98 @@
+"""The synthetic DriveJudge set: records follow the planted context rules, gate labels are Eq. 10-11 of the stored
+sub-scores, test scenes are unseen, images and pairs are consistent; end to end through ``jaxdrive judge data``,
+``jaxdrive judge baselines`` and ``jaxdrive eval dqc|tps``."""
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from jaxdrive.cli import main
+from jaxdrive.data.scene_json import read_scene
+from jaxdrive.judge import dataset, synthetic
+from jaxdrive.judge.gates import RULE_LABELS
+from jaxdrive.judge.labels import PAPER_THRESHOLDS, gate_labels
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("judge_data")
+    assert main(["judge", "data", "--out", str(out), "--train", "4", "--test", "2", "--image-size", "32",
+                 "--batch-size", "3", "--no-progress"]) == 0
+    return out
+
+
+def test_records_follow_planted_rules(data_dir):
+    records = dataset.read_records(data_dir)
+    assert records and {r.split for r in records} == {"train", "test"}
+    train_scenes = {r.scene for r in records if r.split == "train"}
+    test_scenes = {r.scene for r in records if r.split == "test"}
+    assert not train_scenes & test_scenes
+    for r in records:
+        scene = read_scene(data_dir / r.scene, validate=False)
+        assert scene.proposal_names[r.proposal] == r.proposal_name
+        ctx = synthetic.scene_context(scene)
+        assert {k: r.context[k] for k in ("blocker", "pedestrian", "lead", "red")} == {
+            "blocker": ctx.blocker, "pedestrian": ctx.pedestrian, "lead": ctx.lead, "red": ctx.red}
+        label, rule, text = synthetic.planted_label(r.proposal_name, scene.proposal_families[r.proposal], ctx,
+                                                    r.subscores["tlc"])
+        assert (label, rule, text) == (r.label, r.context["rule"], r.justification)
+        # Eq. 10-11 from the stored sub-scores
+        s = r.subscores
+        comfort = min(s["hc"], 1.0 if s["ec"] is None else s["ec"])
+        values = np.array([s["lk"], s["nc"], s["dac"], s["ddc"], s["ttc"], comfort, s["ep"]], np.float32)
+        g = np.asarray(gate_labels(values, np.array(r.label), PAPER_THRESHOLDS))
+        assert [r.gates[k] for k in RULE_LABELS] == g.astype(int).tolist()
+        if r.label == 0:
+            assert all(r.gates.values())
+        img = np.asarray(Image.open(data_dir / r.image))
+        assert img.shape == (32, 32, 3)
+
+
+def test_planted_rules_known_answers():
+    C = synthetic.Context
+    assert synthetic.planted_label("nudge_left", "nudge", C(True, False, False, False), 1.0)[0] == 1
+    assert synthetic.planted_label("nudge_left", "nudge", C(False, False, False, False), 1.0)[0] == 0
+    assert synthetic.planted_label("brake_hard", "brake_hard", C(False, True, False, False), 1.0)[0] == 1
+    assert synthetic.planted_label("brake_hard", "brake_hard", C(False, False, False, False), 1.0)[0] == 0
+    assert synthetic.planted_label("brake_hard", "brake_hard", C(False, False, True, False), 1.0) is None
+    assert synthetic.planted_label("proceed_through_junction", "follow", C(False, False, False, True), 0.0)[0] == 0
+    assert synthetic.planted_label("drift_left", "drift", C(True, False, False, False), 1.0) is None
+    assert synthetic.planted_label("random_smooth", "random", C(False, False, False, False), 1.0) is None
+
+
+def test_pairs_and_meta(data_dir):
+    by_id = {r.id: r for r in dataset.read_records(data_dir)}
+    for p in dataset.read_pairs(data_dir):
+        a, b = by_id[p.a_record], by_id[p.b_record]
+        assert (a.proposal, b.proposal) == (p.a, p.b) and a.scene == b.scene == p.scene
+        assert {a.label, b.label} == {0, 1}
+        assert (p.preferred == "a") == (a.label == 1)
+    meta = json.loads((data_dir / "meta.json").read_text())
+    assert meta["records"]["train"] == sum(r.split == "train" for r in by_id.values())
+
+
+def test_baselines_through_eval(data_dir, capsys):
+    assert main(["judge", "baselines", "--data", str(data_dir), "--split", "test"]) == 0
+    base = data_dir / "baselines"
+    assert main(["eval", "dqc", "--predictions", str(base / "test_dqc_epdms.parquet"),
+                 str(base / "test_dqc_oracle.parquet"), "--no-plot"]) == 0
+    epdms = json.loads((base / "test_dqc_epdms.dqc.json").read_text())
+    oracle = json.loads((base / "test_dqc_oracle.dqc.json").read_text())
+    assert set(epdms) >= {"acc_0.7", "auc", "ap_pos", "ap_neg"}
+    # oracle gates can only raise the reasonable samples' scores: accuracy at every tau is at least EPDMS's
+    for k in ("acc_0.7", "acc_0.8", "acc_0.9"):
+        assert oracle[k] >= epdms[k]
+    if (base / "test_tps_epdms.parquet").exists():
+        assert main(["eval", "tps", "--predictions", str(base / "test_tps_ade.parquet")]) == 0
+        assert "accuracy" in json.loads((base / "test_tps_ade.tps.json").read_text())
+
+
+def test_bad_records_named(tmp_path):
+    (tmp_path / "records.jsonl").write_text('{"id": "x", "scene": "s", "proposal": 0, "proposal_name": "n", '
+                                            '"label": 3, "split": "train"}\n')
+    with pytest.raises(ValueError, match="records.jsonl:1: label"):
+        dataset.read_records(tmp_path)
+    assert main(["judge", "baselines", "--data", str(tmp_path / "nothing")]) == 2
