@@ -72,13 +72,13 @@ class ScoreOptions:
             raise ValueError(f"--ep-mode: expected one of {', '.join(EP_MODES)}, got {self.ep_mode!r}")
         if self.ep_mode == "reference" and not self.reference_progress:
             raise ValueError("--ep-mode reference needs --reference-progress FILE (scene id -> metres)")
+        if self.reference_progress is not None and not isinstance(self.reference_progress, dict):
+            raise ValueError(f"--reference-progress: expected a JSON object {{scene id: metres}}, "
+                             f"got {type(self.reference_progress).__name__}")
         for sid, value in (self.reference_progress or {}).items():
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ValueError(f"--reference-progress: scene {sid!r}: expected a finite number of metres, "
                                  f"got {value!r}")
-        if self.reference_progress is not None and not isinstance(self.reference_progress, dict):
-            raise ValueError(f"--reference-progress: expected a JSON object {{scene id: metres}}, "
-                             f"got {type(self.reference_progress).__name__}")
         if isinstance(self.gates, dict):
             for sid, g in self.gates.items():
                 _gate_rows(g, f"--gates: scene {sid!r}")
@@ -261,7 +261,8 @@ class _Producer(threading.Thread):
     def _fit(self, scenes: list[HostScene]) -> None:
         """Grow the PadSpec (rarely: a recompile) when a scene does not fit the current one."""
         need = PadSpec.fit(scenes)
-        grown = PadSpec(**{f.name: max(getattr(self.pad, f.name), _round_up(getattr(need, f.name)))
+        grow = lambda have, want: have if want <= have else max(have, _round_up(want))
+        grown = PadSpec(**{f.name: grow(getattr(self.pad, f.name), getattr(need, f.name))
                            for f in dataclasses.fields(PadSpec)})
         self.pad = grown
 
