@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import warnings
 from collections.abc import Iterator, Sequence
 
 import jax
@@ -57,10 +58,14 @@ def make_mesh(data: int = 1, fsdp: int = 1, tensor: int = 1, devices: Sequence[j
 
 
 def logical_to_spec(names: Sequence[str | None] | None, rules: Rules = LOGICAL_AXIS_RULES) -> PartitionSpec:
-    """Map logical axis names to a ``PartitionSpec``; unknown names and ``None`` are replicated."""
+    """Map logical axis names to a ``PartitionSpec``; ``None`` is replicated, a name the rules do not list is an error
+    (a typo would otherwise replicate silently)."""
     if not names:
         return PartitionSpec()
     table = dict(rules)
+    unknown = [n for n in names if n is not None and n not in table]
+    if unknown:
+        raise ValueError(f"logical axis {unknown[0]!r} is not in the logical axis rules (known: {', '.join(table)})")
     used: set[str] = set()
     out = []
     for name in names:
@@ -73,15 +78,19 @@ def logical_to_spec(names: Sequence[str | None] | None, rules: Rules = LOGICAL_A
 
 
 def _fit_spec(spec: PartitionSpec, shape: tuple[int, ...], mesh: Mesh) -> PartitionSpec:
-    """Drop mesh axes that do not divide their dimension (tiny test models, odd vocabularies)."""
+    """Drop mesh axes that do not divide their dimension (tiny test models, odd vocabularies), with a warning naming
+    the dimension and the axis (that dimension is then replicated over it)."""
     out = []
-    for dim, axes in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
+    for i, (dim, axes) in enumerate(zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec)))):
         axes_t = (axes,) if isinstance(axes, str) else tuple(axes or ())
         kept, size = [], 1
         for a in axes_t:
             if dim % (size * mesh.shape[a]) == 0:
                 kept.append(a)
                 size *= mesh.shape[a]
+            else:
+                warnings.warn(f"sharding: dimension {i} of shape {tuple(shape)} ({dim}) is not divisible by mesh axis "
+                              f"{a!r} (x{size * mesh.shape[a]}); it is replicated over {a!r}", stacklevel=3)
         out.append(None if not kept else kept[0] if len(kept) == 1 else tuple(kept))
     return PartitionSpec(*out)
 

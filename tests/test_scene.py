@@ -130,7 +130,8 @@ BAD = [
     ("agent track too short", lambda d: d["agents"][0].__setitem__("track", d["agents"][0]["track"][:10]), "agents[0].track"),
     ("negative box size", lambda d: d["agents"][0].__setitem__("width", -1.0), "agents[0].length/width"),
     ("mismatched previous plans", lambda d: d["proposals"][0].pop("previous_plan"), "previous_plan"),
-    ("bad light status", lambda d: d["traffic_lights"].append({"lane_connector_id": d["map"]["lanes"][0]["id"], "status": "RRX"}), "status"),
+    ("bad light status", lambda d: d["traffic_lights"].append({"lane_connector_id": next(
+        lane["id"] for lane in d["map"]["lanes"] if lane["kind"] == "lane_connector"), "status": "RRX"}), "status"),
     ("light on unknown lane", lambda d: d["traffic_lights"].append({"lane_connector_id": "nope", "status": "R" * 41}), "unknown id"),
     ("route ids mismatch", lambda d: d["route"].__setitem__("lane_ids", ["nope"]), "route.lane_ids"),
     ("proposals not a list", _set(["proposals"], {}), "proposals"),  # an empty list is valid (proposals from elsewhere)

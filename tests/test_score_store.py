@@ -59,6 +59,7 @@ def runs(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # three scoring runs (one compile)
 def test_store_rows_equal_json_rows_and_navsim(runs):
     _, _, store = runs["store"]
     _, stats, js = runs["json"]
@@ -74,6 +75,7 @@ def test_store_rows_equal_json_rows_and_navsim(runs):
             np.testing.assert_allclose(rows.epdms.to_numpy(), want, atol=1e-4, err_msg=sc["id"])
 
 
+@pytest.mark.slow  # three scoring runs (one compile)
 def test_two_reader_processes_give_the_rows_of_one(runs):
     one, two = runs["store"][2], runs["store2"][2]
     assert len(one) == len(two)
@@ -81,6 +83,7 @@ def test_two_reader_processes_give_the_rows_of_one(runs):
         np.testing.assert_array_equal(one[col].to_numpy(), two[col].to_numpy(), err_msg=col)
 
 
+@pytest.mark.slow  # three scoring runs (one compile)
 def test_malformed_value_is_named_in_errors_and_the_rest_completes(runs):
     path, stats, js = runs["json"]
     assert js.scene_id.nunique() == 61

@@ -102,6 +102,7 @@ def test_padded_proposals_and_filler_scenes_are_nan_and_need_no_capacity(batch, 
     assert all(getattr(spent, f.name) == 1 for f in dataclasses.fields(PackSpec) if f.name != "centerline"), spent
 
 
+@pytest.mark.slow  # a second compile of the whole scorer
 def test_forced_tiny_capacities_fall_back_on_device_with_identical_rows(batch, trained):
     _, _, sc, pr, capacity = batch
     _, culled, _ = trained

@@ -41,10 +41,10 @@ _EMPTY = jnp.array([jnp.inf, jnp.inf, -jnp.inf, -jnp.inf], jnp.float32)  # overl
 
 def compact(mask: Bool[Array, "n"], size: int, fill: int) -> tuple[Int[Array, "size"], Int[Array, ""]]:
     """Indices of the True entries of ``mask`` in order, the first ``size`` of them, ``fill`` after; and the count."""
-    pos = jnp.cumsum(mask) - 1
-    out = jnp.full((size,), fill, jnp.int32)
-    out = out.at[jnp.where(mask, pos, size)].set(jnp.arange(mask.shape[0], dtype=jnp.int32), mode="drop")
-    return out, jnp.sum(mask, dtype=jnp.int32)
+    cum = jnp.cumsum(mask, dtype=jnp.int32)
+    q = jnp.arange(1, size + 1, dtype=jnp.int32)
+    found = jnp.searchsorted(cum, q, side="left").astype(jnp.int32)  # the q-th True is where the count reaches q
+    return jnp.where(q <= cum[-1], found, fill), cum[-1]
 
 
 def _chunks(x: Float[Array, "... T"], size: int, reduce, fill: float) -> Float[Array, "... C"]:
@@ -118,10 +118,11 @@ def _tiles(verts: Float[Array, "Bg P V 2"], vertex_valid: Bool[Array, "Bg P V"],
     used = j < total
     tile_pair = jnp.where(used, jnp.searchsorted(ends, j, side="right"), npair - 1).astype(jnp.int32)
     tp = jnp.minimum(tile_pair, npair - 1)
-    order = jnp.argsort(~edge, axis=-1, stable=True)  # kept edges first, in ring order
+    kept = jnp.cumsum(edge, axis=-1, dtype=jnp.int32)  # [npair, V] kept edges up to each ring position
     rank = (j - (ends - tiles)[tp])[:, None] * TILE_EDGES + jnp.arange(TILE_EDGES)  # [ntile, 8]
     ok = used[:, None] & (rank < n[tp][:, None])
-    ee = jnp.take_along_axis(order[tp], jnp.clip(rank, 0, nv - 1), axis=1)
+    nth = jax.vmap(lambda pair, r: jnp.searchsorted(kept[pair], r + 1, side="left"))(tp, rank)  # r-th kept edge
+    ee = jnp.minimum(nth, nv - 1)
     vb, vp = b[tp][:, None], p[tp][:, None]
     start = jnp.where(ok[..., None], verts[vb, vp, ee], FAR)
     end = jnp.where(ok[..., None], verts[vb, vp, (ee + 1) % nv], FAR)

@@ -168,7 +168,7 @@ def gated_score(s: SubScores, gates: Bool[Array, "*b 9"] | None = None) -> Float
     for m, w in WEIGHTS.items():
         value = getattr(s, m)
         on = gate[m] & ~jnp.isnan(value) if m == "ec" else gate[m]  # only a missing EC leaves; other NaNs surface
-        num = num + jnp.where(on, w * jnp.nan_to_num(value), 0.0)
+        num = num + jnp.where(on, w * value, 0.0)
         den = den + jnp.where(on, w, 0.0)
     return (prod * jnp.where(den > 0, num / jnp.where(den > 0, den, 1.0), 1.0)).astype(jnp.float32)
 

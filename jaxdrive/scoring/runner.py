@@ -7,8 +7,8 @@ over the mesh's ``data`` axis, while the main thread runs the jitted scorer (``j
 inside the program, at capacities fixed up front) on the previous batch. Results come back to the host per batch and
 are written per shard (see ``outputs.py``).
 
-Capacities: the first ``PRESCAN_BATCHES`` batches are read before the first compile and the broad phase's sizes are
-``capacity_for(max of their needs)`` (25% headroom) for the whole run. A later batch that needs more is scored by the
+Capacities: ``PRESCAN_BATCHES`` batches of scenes read at evenly spaced places of the source fix the broad phase's
+sizes for the whole run before the first compile (``capacity_for(max of their needs)``, 25% headroom). A later batch that needs more is scored by the
 unculled kernels inside the same program (identical results, slower; counted in ``RunStats.fallback_batches``), so
 the scorer compiles once per run unless a scene outgrows the ``PadSpec``.
 """
@@ -72,13 +72,13 @@ class ScoreOptions:
             raise ValueError(f"--ep-mode: expected one of {', '.join(EP_MODES)}, got {self.ep_mode!r}")
         if self.ep_mode == "reference" and not self.reference_progress:
             raise ValueError("--ep-mode reference needs --reference-progress FILE (scene id -> metres)")
+        if self.reference_progress is not None and not isinstance(self.reference_progress, dict):
+            raise ValueError(f"--reference-progress: expected a JSON object {{scene id: metres}}, "
+                             f"got {type(self.reference_progress).__name__}")
         for sid, value in (self.reference_progress or {}).items():
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ValueError(f"--reference-progress: scene {sid!r}: expected a finite number of metres, "
                                  f"got {value!r}")
-        if self.reference_progress is not None and not isinstance(self.reference_progress, dict):
-            raise ValueError(f"--reference-progress: expected a JSON object {{scene id: metres}}, "
-                             f"got {type(self.reference_progress).__name__}")
         if isinstance(self.gates, dict):
             for sid, g in self.gates.items():
                 _gate_rows(g, f"--gates: scene {sid!r}")
@@ -256,14 +256,15 @@ class _Producer(threading.Thread):
         super().__init__(daemon=True)
         self.source, self.rundir, self.options, self.mesh, self.out = source, run, options, mesh, out
         self.pad = options.pad
-        self.capacity: PackSpec | None = None  # set from the first batches' needs, before the first is queued
+        self.capacity: PackSpec | None = None  # fixed by _prescan before the first batch is queued
         self.failure: BaseException | None = None
         self.stop = threading.Event()
 
     def _fit(self, scenes: list[HostScene]) -> None:
         """Grow the PadSpec (rarely: a recompile) when a scene does not fit the current one."""
         need = PadSpec.fit(scenes)
-        grown = PadSpec(**{f.name: max(getattr(self.pad, f.name), _round_up(getattr(need, f.name)))
+        grow = lambda have, want: have if want <= have else max(have, _round_up(want))
+        grown = PadSpec(**{f.name: grow(getattr(self.pad, f.name), getattr(need, f.name))
                            for f in dataclasses.fields(PadSpec)})
         self.pad = grown
 
@@ -298,11 +299,14 @@ class _Producer(threading.Thread):
                 ref[i] = self.options.reference_progress[s.id]
         return scene, props, gates, ref
 
-    def _prescan(self, batches: list) -> None:
-        """Fix the run's capacities from the needs of the first batches."""
-        ndev = self.mesh.devices.size
-        scanned = [needs(arrays[0], arrays[1], ndev) for _, arrays in batches if arrays is not None]
-        most = PackSpec(**{f.name: max([getattr(n, f.name) for n in scanned] + [1])
+    def _prescan(self) -> None:
+        """Fix the run's capacities from the needs of ``PRESCAN_BATCHES`` batches of scenes read at evenly spaced
+        places of the source (``CAPACITY_HEADROOM`` above the largest)."""
+        ndev, n, bs = self.mesh.devices.size, len(self.source), self.options.batch_size
+        picks = np.unique(np.linspace(0, n - 1, PRESCAN_BATCHES * bs).round().astype(int))
+        scenes = [s for s in (self.source.load(int(i)) for i in picks) if isinstance(s, HostScene)]
+        scanned = [needs(*self._host_batch(scenes[i:i + bs])[:2], ndev) for i in range(0, len(scenes), bs)]
+        most = PackSpec(**{f.name: max([getattr(x, f.name) for x in scanned] + [1])
                            for f in dataclasses.fields(PackSpec)})
         self.capacity = capacity_for(most, CAPACITY_HEADROOM)
 
@@ -327,8 +331,9 @@ class _Producer(threading.Thread):
         try:
             plan = self._plan()
             ranges = [(entry[2], entry[3]) for entry in plan if entry[0] == "batch"]
+            if ranges:
+                self._prescan()
             items_of = read_batches(self.source, ranges, self.options.workers, self.stop)
-            held: list = []  # the first batches, read before the capacities are fixed
             for entry in plan:
                 if entry[0] == "skip":
                     self.out.put(entry)
@@ -342,20 +347,7 @@ class _Producer(threading.Thread):
                 arrays = self._host_batch(scenes) if scenes else None
                 batch = _Batch(shard, last, None, [s.id for s in scenes], [s.proposal_names for s in scenes],
                                [s.num_proposals for s in scenes], errors)
-                if self.capacity is None:
-                    held.append((batch, arrays))
-                    if len(held) < PRESCAN_BATCHES:
-                        continue
-                    self._prescan(held)
-                    for item in held:
-                        self._emit(*item)
-                    held = []
-                else:
-                    self._emit(batch, arrays)
-            if held:
-                self._prescan(held)
-                for item in held:
-                    self._emit(*item)
+                self._emit(batch, arrays)
         except BaseException as e:  # surfaced in the main thread
             self.failure = e
         finally:

@@ -1,0 +1,139 @@
+"""Issue 12's review findings, each with a test that fails on the old behaviour (no scoring, no compile):
+
+* a malformed value (``"height": "tall"``, a boolean where a number belongs) is a ``SceneFileError`` naming the file
+  and key (the runner then writes it to errors.jsonl by name: ``test_score_store``);
+* the manifest identity holds the batch size when ``--ep-mode batch`` makes results depend on it;
+* a NaN, non-numeric or misplaced ``--reference-progress`` is a usage error naming the flag and the scene;
+* ``gated_score`` leaves the weighted average only for a missing EC; a NaN elsewhere surfaces as NaN;
+* scene validation rejects partial track rows, lights on lanes or areas that are not connectors, duplicate ids,
+  non-finite velocities, out-of-range headings;
+* ``parallel`` fails on an unknown logical axis and warns when a dimension does not divide;
+* the one-module constants and the metric registry agree with the rule code.
+"""
+
+from __future__ import annotations
+
+import copy
+import glob
+import json
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxdrive.cli import EXIT_USAGE, main
+from jaxdrive.data.scene_json import SceneFileError, read_scene, scene_from_dict
+from jaxdrive.rules.epdms import SubScores, gated_score
+from jaxdrive.scene import LaneKind, SceneValidationError, validate_host_scene
+from jaxdrive.scoring.outputs import RunDir, RunDirError
+from jaxdrive.scoring.runner import ScoreOptions
+from conftest import EPDMS_FIXTURES
+
+FILE = sorted(glob.glob(f"{EPDMS_FIXTURES}/*.json"))[0]
+
+
+def _raw() -> dict:
+    return json.loads(open(FILE).read())
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda d: d["agents"][0].__setitem__("height", "tall"), "agents[0].height"),
+    (lambda d: d["agents"][0].__setitem__("length", True), "agents[0].length"),
+    (lambda d: d["proposals"][0]["states"][3].__setitem__(2, True), "proposals[0].states"),
+])
+def test_malformed_values_are_named(edit, key):
+    d = _raw()
+    edit(d)
+    with pytest.raises(SceneFileError, match=key.replace("[", r"\[").replace("]", r"\]")):
+        scene_from_dict(d, source="bad.json")
+
+
+def test_manifest_identity_holds_batch_composition(tmp_path):
+    a = ScoreOptions(ep_mode="batch", batch_size=8).identity()
+    b = ScoreOptions(ep_mode="batch", batch_size=16).identity()
+    assert a != b
+    assert ScoreOptions(batch_size=8).identity() == ScoreOptions(batch_size=16).identity()  # per-scene EP: no effect
+    RunDir(tmp_path, a, resume=False)
+    with pytest.raises(RunDirError, match="batch_size"):
+        RunDir(tmp_path, b, resume=True)
+
+
+@pytest.mark.parametrize("value, what", [(float("nan"), "nan"), ("far", "far"), (True, "True")])
+def test_bad_reference_progress_names_flag_and_scene(tmp_path, capsys, value, what):
+    ref = tmp_path / "ref.json"
+    ref.write_text(json.dumps({"scene-x": value}, allow_nan=True))
+    rc = main(["score", "--scenes", str(EPDMS_FIXTURES), "--ep-mode", "reference", "--reference-progress", str(ref),
+               "--out", str(tmp_path / "out"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == EXIT_USAGE and "--reference-progress" in err and "scene-x" in err and what in err, err
+    ref.write_text("[1, 2]")
+    assert main(["score", "--scenes", str(EPDMS_FIXTURES), "--ep-mode", "reference", "--reference-progress",
+                 str(ref), "--out", str(tmp_path / "out2"), "--no-progress"]) == EXIT_USAGE
+
+
+def test_gated_score_only_drops_a_missing_ec():
+    base = {name: jnp.ones((2,)) for name in SubScores.__dataclass_fields__}
+    base.update(hc_checks=jnp.ones((2, 6), bool), **{n: jnp.full((2,), -1) for n in SubScores.__dataclass_fields__
+                                                     if n.endswith("_step")})
+    s = SubScores(**base).replace(ec=jnp.array([jnp.nan, 1.0]), ep=jnp.array([0.5, jnp.nan]))
+    got = np.asarray(gated_score(s))
+    np.testing.assert_allclose(got[0], (5 * 0.5 + 5 + 2 + 2) / 14, rtol=1e-6)  # EC missing: /14
+    assert np.isnan(got[1])  # a NaN EP is a bug upstream: it must not be averaged away
+
+
+def _scene():
+    return read_scene(FILE)
+
+
+def _reject(scene, match):
+    with pytest.raises(SceneValidationError, match=match):
+        validate_host_scene(scene)
+
+
+def test_scene_validation_rejections():
+    s = _scene()
+    s.agents[0].track = s.agents[0].track.copy()
+    s.agents[0].track[5, 2] = np.nan  # heading missing, position present
+    _reject(s, r"agents\[0\]\.track\[5\]")
+    s = _scene()
+    s.agents[0].track = s.agents[0].track.copy()
+    row = np.flatnonzero(~np.isnan(s.agents[0].track).any(1))[0]
+    s.agents[0].track[row, 3] = np.inf
+    _reject(s, r"agents\[0\]\.track")
+    s = _scene()
+    s.agents[0].track = s.agents[0].track.copy()
+    s.agents[0].track[row, 2] = 7.0
+    _reject(s, "heading")
+    s = _scene()
+    s.agents.append(copy.deepcopy(s.agents[0]))
+    _reject(s, "unique agent ids")
+    s = _scene()
+    s.areas.append(copy.deepcopy(s.areas[0]))
+    _reject(s, "unique area ids")
+    s = _scene()
+    lane = next(l for l in s.lanes if l.kind == LaneKind.LANE)
+    s.traffic_lights = {lane.id: "R" * 41}
+    _reject(s, "not a connector")
+    s = _scene()
+    s.traffic_lights = {s.areas[0].id: "R" * 41}
+    _reject(s, "drivable area")
+
+
+def test_parallel_unknown_axis_fails_and_non_dividing_dimension_warns():
+    from jaxdrive.parallel import logical_to_spec, make_mesh, named_sharding
+
+    with pytest.raises(ValueError, match="'embedd'"):
+        logical_to_spec(("embedd",))
+    with pytest.warns(UserWarning, match="not divisible by mesh axis 'fsdp'"):
+        named_sharding(("embed",), (7,), make_mesh(1, 2, 1))
+
+
+def test_constants_and_metric_registry_agree_with_the_rules():
+    from jaxdrive import constants as C, metrics
+    from jaxdrive.broadphase import CENTERLINE_REACH_M, TTC_HORIZON_S, TTC_STEPS
+    from jaxdrive.rules import epdms, lk, ttc
+
+    assert TTC_STEPS == ttc.LAST_EGO_STEP + 1 and ttc.OFFSETS[-1] * C.DT == TTC_HORIZON_S
+    assert CENTERLINE_REACH_M >= lk.DEVIATION_M
+    assert epdms.METRICS == metrics.GATES and set(epdms.WEIGHTS) | set(epdms.MULTIPLIERS) == set(metrics.GATES)
+    assert set(metrics.STEPS) == {f for f in SubScores.__dataclass_fields__ if f.endswith("_step")}
