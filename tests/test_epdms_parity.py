@@ -105,14 +105,18 @@ def test_no_nan_with_heavy_padding_zero_agents_zero_lanes_and_no_recompilation(s
     scene, props, _ = batch_scenes(stripped, spec)
     out = jax.device_get(SCORE(scene, props))
     assert TRACES["n"] == traces == 1, "score was traced again for a batch of the same padded shape"
+    real = np.asarray(props.valid)
+    assert real[:, 0].all() and not real[:, 1:].any()
     for name in SubScores.__dataclass_fields__:
         value = np.asarray(getattr(out, name))
+        if name == "ec" or value.dtype.kind == "f":
+            assert np.all(np.isnan(value[~real])), name  # padded proposals are masked, never a number
         if name == "ec":
             assert np.all(np.isnan(value))  # no previous frame: EC undefined, weight dropped
         else:
-            assert not np.any(np.isnan(value)), name
-    np.testing.assert_array_equal(out.nc, 1.0)  # no agents: nothing to hit
-    np.testing.assert_array_equal(out.ttc, 1.0)
+            assert not np.any(np.isnan(value[real])), name
+    np.testing.assert_array_equal(out.nc[real], 1.0)  # no agents: nothing to hit
+    np.testing.assert_array_equal(out.ttc[real], 1.0)
     lanes_gone = out.multiplier[:, 0] * (5 * out.ep[:, 0] + 5 * out.ttc[:, 0] + 2 * out.lk[:, 0] + 2 * out.hc[:, 0]) / 14
     np.testing.assert_allclose(out.epdms[:, 0], lanes_gone, atol=1e-6)  # EC NaN -> /14
 

@@ -46,7 +46,7 @@ def test_preview_cli_synthetic(tmp_path):
 
 def test_bad_inputs_fail_clearly(tmp_path):
     scene = generate_scene(1)
-    with pytest.raises(ValueError, match="color_by: expected 'family' or one of"):
+    with pytest.raises(ValueError, match="--color-by: expected 'family', 'none' or one of"):
         render_scene(scene, tmp_path / "x.png", color_by="no_such_field")
     with pytest.raises(ValueError, match=r"values: expected shape \(16,\)"):
         render_scene(scene, tmp_path / "x.png", color_by="score", values=[1.0, 2.0])
