@@ -73,7 +73,7 @@ def plot_summary(stats: RunStats, path: str | Path) -> Path:
     bars = axes[2].barh([NAMES[m] for m in METRICS][::-1], rates[::-1], color="#c0504d")
     for b, r in zip(bars, rates[::-1]):
         axes[2].text(b.get_width(), b.get_y() + b.get_height() / 2, f" {r:.1f}%", va="center", fontsize=8)
-    axes[2].set_xlabel("proposals scoring below 1, % (ep: progress short of the normaliser)")
+    axes[2].set_xlabel("proposals below 1, % (ep: short of the normaliser)")
     axes[2].set_title("share below 1 per sub-metric")
     axes[2].set_xlim(0, max(5.0, max(np.nan_to_num(rates)) * 1.2))
     fig.suptitle(f"jaxdrive score: {stats.proposals:,} proposals in {stats.scenes:,} scenes")
