@@ -109,9 +109,14 @@ def test_forced_tiny_capacities_fall_back_on_device_with_identical_rows(batch, t
     tiny = dataclasses.replace(capacity, lane_tiles=1, ttc_pairs=1)
     out, overflow = jax.jit(lambda s, p: score_with_overflow(s, p, capacity=tiny))(sc, pr)
     assert bool(overflow)
+    # Every rule decision identical; the float32 aggregates of the two compiled branches may differ in the last bit
+    # (XLA fuses the weighted sums differently), so those are compared to 1 ulp.
     for name in SubScores.__dataclass_fields__:
-        np.testing.assert_array_equal(np.asarray(getattr(out, name)), np.asarray(getattr(culled, name)),
-                                      err_msg=name)
+        a, b = np.asarray(getattr(out, name)), np.asarray(getattr(culled, name))
+        if name in ("ep", "raw_progress", "pdm_score", "epdms", "pdms", "comfort_v1"):
+            np.testing.assert_allclose(a, b, rtol=2e-7, atol=1e-7, err_msg=name)
+        else:
+            np.testing.assert_array_equal(a, b, err_msg=name)
 
 
 def test_capacities_and_shape_errors():
