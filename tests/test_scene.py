@@ -2,7 +2,6 @@
 
 import copy
 import json
-from pathlib import Path
 
 import jax
 import numpy as np

@@ -4,7 +4,6 @@ Tolerances are the spec's §5 table: the fixtures store simulated x, y to 1e-4 m
 digits, so float64 results must agree to that rounding.
 """
 import json
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp

@@ -27,7 +27,7 @@ import jax
 import numpy as np
 
 from jaxdrive.rules.epdms import score
-from jaxdrive.scene import NUM_STEPS, STATE_DIM, HostScene, PadSpec, batch_scenes
+from jaxdrive.scene import HostScene, PadSpec, batch_scenes
 from jaxdrive.sim import simulate_trajectories
 
 COLUMNS = {"nc": "no_at_fault_collisions", "dac": "drivable_area_compliance", "ddc": "driving_direction_compliance",

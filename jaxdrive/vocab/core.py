@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdrive.rules.epdms import SubScores, aggregate, human_filter, normalize_progress, score
-from jaxdrive.scene import NUM_STEPS, STATE_DIM, HostScene, PadSpec, StateIndex, batch_scenes
+from jaxdrive.scene import NUM_STEPS, STATE_DIM, HostScene, PadSpec, batch_scenes
 from jaxdrive.sim.reference import track_poses
 
 VOCAB_STEPS = NUM_STEPS - 1
