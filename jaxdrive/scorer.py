@@ -17,10 +17,13 @@ Inside the program the map edges, agents and collision triples each proposal can
 default ``default_capacity(K)``: generous for NAVSIM-like scenes). If a batch needs more than the capacities, an
 on-device flag sends it through ``lax.cond`` to the unculled kernels instead: results are identical either way (the
 broad phase is exact; tested bit for bit), only the time differs. Under ``jax.vmap`` the ``lax.cond`` becomes a
-select that runs both branches: batch with the leading B axis instead.
+select that runs both branches: batch with the leading B axis instead. The unculled branch roughly doubles the compile
+time and is far slower to run; a caller that can re-run a batch itself (the ``jaxdrive score`` runner re-scores an
+overflowing batch at grown capacities) passes ``fallback=False`` to ``score_with_overflow`` and compiles the culled
+program alone.
 
 Static options (Python values, part of the compiled program): ``ep_mode``, whether ``gates`` are given (their values
-are traced arrays), ``apply_human_filter``, ``comfort_precision``, ``capacity``, ``groups``.
+are traced arrays), ``apply_human_filter``, ``comfort_precision``, ``capacity``, ``groups`` (and ``fallback``).
 
 Rows of invalid proposals (``proposals.valid`` False: padded proposals, filler scenes) are NaN (steps -1, HC checks
 False); they use no culling capacity and never enter the EP normaliser.
@@ -96,15 +99,20 @@ def mask_invalid(out: epdms.SubScores, valid: Bool[Array, "B K"]) -> epdms.SubSc
 def score_with_overflow(scene: Scene, proposals: Proposals, *, capacity: PackSpec | None = None,
                         ep_mode: epdms.EpMode = "scene", reference_progress: Float[Array, "B"] | None = None,
                         gates: Bool[Array, "*g 9"] | None = None, apply_human_filter: bool = False,
-                        comfort_precision: str = "float64", groups: int = 1
+                        comfort_precision: str = "float64", groups: int = 1, fallback: bool = True
                         ) -> tuple[epdms.SubScores, Bool[Array, ""]]:
-    """``score`` and whether the batch overflowed ``capacity`` (and so was scored unculled: same results)."""
+    """``score`` and whether the batch overflowed ``capacity``.
+
+    ``fallback=True``: an overflowing batch is scored unculled inside the program (same results). ``fallback=False``:
+    the unculled kernels are not compiled at all and the rows of an overflowing batch are NOT valid: the caller must
+    re-score it (e.g. at ``capacity_for(needs(...))``).
+    """
     _check(scene, proposals, groups)
     capacity = capacity or default_capacity(proposals.states.shape[1])
     packed, overflow = pack_on_device(scene, proposals, capacity, groups)
     rules = lambda sc: epdms.score(sc, proposals, ep_mode=ep_mode, reference_progress=reference_progress,
                                    comfort_precision=comfort_precision)
-    out = jax.lax.cond(overflow, lambda: rules(scene), lambda: rules(packed))
+    out = jax.lax.cond(overflow, lambda: rules(scene), lambda: rules(packed)) if fallback else rules(packed)
     if apply_human_filter:  # the human future is scored on the unculled map (one trajectory per scene)
         human = epdms._human_scores(scene, comfort_precision)
         out = epdms.human_filter(out, human, scene.has_human[:, None])

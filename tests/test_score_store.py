@@ -117,3 +117,28 @@ def test_convert_cli_and_synthetic_store_round_trip(tmp_path):
     got = synthetic[1]
     assert got.id == want.id
     np.testing.assert_array_equal(got.proposal_states[..., :2], want.proposal_states[..., :2] - want.origin)
+
+
+@pytest.mark.slow  # two compiles (the prescanned capacities, then grown ones)
+def test_a_batch_beyond_the_prescanned_capacities_is_rescored_with_identical_rows(runs, tmp_path, monkeypatch):
+    """Only the first batch (the 8 scenes with fewest proposals) is prescanned; the second (the 8 with most) overflows,
+    is re-scored at grown capacities, and its rows equal those of the 61-scene run (whose prescan saw every batch)."""
+    import jaxdrive.scoring.runner as runner
+
+    scenes = sorted((read_scene(f) for f in FILES), key=lambda s: s.num_proposals)
+    chosen = scenes[:8] + scenes[-8:]
+    write_store(chosen, tmp_path / "store")
+    monkeypatch.setattr(runner, "PRESCAN_BATCHES", 1)
+    source = SceneStoreSource(tmp_path / "store")
+    stats = score_source(source, tmp_path / "out", ScoreOptions(batch_size=8, shard_size=8, pad=source.pad_spec()),
+                         progress=False)
+    assert stats.overflow_batches == 1 and stats.compiles == 2
+    got = read_results(tmp_path / "out").sort_values(["scene_id", "proposal"]).reset_index(drop=True)
+    want = runs["json"][2]
+    want = want[want.scene_id.isin([s.id for s in chosen])].reset_index(drop=True)
+    assert len(got) == len(want) == sum(s.num_proposals for s in chosen)
+    for col in ["scene_id", "proposal"] + COLUMNS:  # another program (batch size, pads): float32 sums to 1 ulp
+        if col in ("ep", "pdm_score", "epdms", "raw_progress"):
+            np.testing.assert_allclose(got[col].to_numpy(), want[col].to_numpy(), rtol=3e-7, atol=0, err_msg=col)
+        else:
+            np.testing.assert_array_equal(got[col].to_numpy(), want[col].to_numpy(), err_msg=col)

@@ -7,10 +7,13 @@ over the mesh's ``data`` axis, while the main thread runs the jitted scorer (``j
 inside the program, at capacities fixed up front) on the previous batch. Results come back to the host per batch and
 are written per shard (see ``outputs.py``).
 
-Capacities: ``PRESCAN_BATCHES`` batches of scenes read at evenly spaced places of the source fix the broad phase's
-sizes for the whole run before the first compile (``capacity_for(max of their needs)``, 25% headroom). A later batch that needs more is scored by the
-unculled kernels inside the same program (identical results, slower; counted in ``RunStats.fallback_batches``), so
-the scorer compiles once per run unless a scene outgrows the ``PadSpec``.
+Capacities: up to ``PRESCAN_BATCHES`` of the run's own batches, evenly spaced, are read before the first compile; the
+largest of their broad-phase needs, with ``CAPACITY_HEADROOM``, fixes the capacities (and the largest scenes fix the
+``PadSpec``). The program is the culled scorer alone (``score_with_overflow(..., fallback=False)``: compiling the
+unculled kernels too would double the compile time, and they run ~30x slower). A later batch that needs more is
+re-scored at capacities grown to cover it (one recompile; the grown capacities serve the rest of the run; counted in
+``RunStats.overflow_batches``), so results never depend on capacities and the scorer compiles once per run for scenes
+of one distribution.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ EP_MODES = ("scene", "batch", "reference")
 DEFAULT_PAD = PadSpec(proposals=16, agents=32, areas=24, area_vertices=96, lanes=64, lane_vertices=96, centerline=512)
 
 
-PRESCAN_BATCHES = 4  # batches whose broad-phase needs fix the run's capacities
+PRESCAN_BATCHES = 16  # batches of the run whose broad-phase needs fix its capacities
 CAPACITY_HEADROOM = 1.25
 
 
@@ -125,8 +128,8 @@ class RunStats:
     score_s: float = 0.0  # wall time of the streaming loop after the first (compiling) batch
     scored_after_compile: int = 0
     skipped_shards: int = 0
-    compiles: int = 0  # traces of the scoring program (1 for a run at one PadSpec)
-    fallback_batches: int = 0  # batches that overflowed the capacities (scored unculled, same results)
+    compiles: int = 0  # traces of the scoring program (1 for a run at one PadSpec and capacity)
+    overflow_batches: int = 0  # batches that overflowed the capacities (re-scored at grown capacities)
     capacity: PackSpec | None = None
 
     def add(self, cols: dict[str, np.ndarray]) -> None:
@@ -167,8 +170,9 @@ def make_mesh(num_devices: int | None = None) -> Mesh:
 def build_step(mesh: Mesh, options: ScoreOptions, capacity: PackSpec, stats: RunStats | None = None) -> Callable:
     """(scene[B], proposals[B,K], gates[B,K,9], reference[B]) -> (SubScores[B,K], overflow), sharded over data.
 
-    One jitted program (``jaxdrive.scorer.score_with_overflow``): the broad phase at ``capacity``, per device group
-    of scenes, then every rule and the aggregation. ``stats.compiles`` counts its traces.
+    One jitted program (``jaxdrive.scorer.score_with_overflow``, no unculled fallback): the broad phase at
+    ``capacity``, per device group of scenes, then every rule and the aggregation; rows are valid only where
+    ``overflow`` is False. ``stats.compiles`` counts its traces.
     """
     data = NamedSharding(mesh, PartitionSpec("data"))
     groups = mesh.devices.size
@@ -179,7 +183,7 @@ def build_step(mesh: Mesh, options: ScoreOptions, capacity: PackSpec, stats: Run
         return score_with_overflow(scene, proposals, capacity=capacity, ep_mode=options.ep_mode,
                                    reference_progress=reference if options.ep_mode == "reference" else None,
                                    gates=None if options.gates is None else gates,
-                                   apply_human_filter=options.human_filter, groups=groups)
+                                   apply_human_filter=options.human_filter, groups=groups, fallback=False)
 
     return jax.jit(step, in_shardings=(data,) * 4, out_shardings=(data, NamedSharding(mesh, PartitionSpec())))
 
@@ -299,13 +303,16 @@ class _Producer(threading.Thread):
                 ref[i] = self.options.reference_progress[s.id]
         return scene, props, gates, ref
 
-    def _prescan(self) -> None:
-        """Fix the run's capacities from the needs of ``PRESCAN_BATCHES`` batches of scenes read at evenly spaced
-        places of the source (``CAPACITY_HEADROOM`` above the largest)."""
-        ndev, n, bs = self.mesh.devices.size, len(self.source), self.options.batch_size
-        picks = np.unique(np.linspace(0, n - 1, PRESCAN_BATCHES * bs).round().astype(int))
-        scenes = [s for s in (self.source.load(int(i)) for i in picks) if isinstance(s, HostScene)]
-        scanned = [needs(*self._host_batch(scenes[i:i + bs])[:2], ndev) for i in range(0, len(scenes), bs)]
+    def _prescan(self, ranges: list[tuple[int, int]]) -> None:
+        """Fix the run's capacities (and grow its PadSpec) from up to ``PRESCAN_BATCHES`` of its own batches, evenly
+        spaced: ``CAPACITY_HEADROOM`` above the largest needs."""
+        ndev = self.mesh.devices.size
+        picks = np.unique(np.linspace(0, len(ranges) - 1, min(len(ranges), PRESCAN_BATCHES)).round().astype(int))
+        scanned = []
+        for i in picks:
+            scenes = [s for s in self.source.iter_range(*ranges[i]) if isinstance(s, HostScene)]
+            if scenes:
+                scanned.append(needs(*self._host_batch(scenes)[:2], ndev))
         most = PackSpec(**{f.name: max([getattr(x, f.name) for x in scanned] + [1])
                            for f in dataclasses.fields(PackSpec)})
         self.capacity = capacity_for(most, CAPACITY_HEADROOM)
@@ -332,7 +339,7 @@ class _Producer(threading.Thread):
             plan = self._plan()
             ranges = [(entry[2], entry[3]) for entry in plan if entry[0] == "batch"]
             if ranges:
-                self._prescan()
+                self._prescan(ranges)
             items_of = read_batches(self.source, ranges, self.options.workers, self.stop)
             for entry in plan:
                 if entry[0] == "skip":
@@ -423,11 +430,27 @@ def score_source(source: SceneSource, out_dir, options: ScoreOptions, *, resume:
     pending: tuple | None = None  # (batch, device result) awaiting transfer to host
     t_first_done = None
 
+    def rescore_grown(arrays):
+        """Grow the capacities to cover this batch (``CAPACITY_HEADROOM`` above its needs) and re-score it."""
+        nonlocal step
+        need = needs(*jax.device_get(arrays[:2]), mesh.devices.size)
+        grown = capacity_for(need, CAPACITY_HEADROOM)
+        stats.capacity = PackSpec(**{f.name: max(getattr(grown, f.name), getattr(stats.capacity, f.name))
+                                     for f in dataclasses.fields(PackSpec)})
+        step = build_step(mesh, options, stats.capacity, stats)
+        result, overflow = step(*arrays)
+        if bool(overflow):
+            raise RuntimeError(f"jaxdrive score: a batch overflowed capacities grown to its own needs ({stats.capacity});"
+                               " please report this with the input")
+        return result
+
     def finish(batch: _Batch, result) -> None:
         nonlocal shard_parts, shard_errors, t_first_done
         if result is not None:
             result, overflow = result
-            stats.fallback_batches += int(overflow)
+            if bool(overflow):
+                stats.overflow_batches += 1
+                result = rescore_grown(batch.arrays)
             cols = _columns(result, batch.ids, batch.names, batch.counts)
             shard_parts.append(cols)
             stats.add(cols)
