@@ -383,3 +383,25 @@ def test_record_dataclasses_are_the_drivejudge_fields():
     for cls, kind in ((Record, "drivejudge"), (Pair, "drivecritic")):
         names = {f.name for f in dataclasses.fields(cls)} - {"split"}
         assert names <= set(get_builder(kind).features().keys())
+
+
+def test_openread_tfds_training_dataset_equals_the_source_records(built):
+    """``data.kind = "openread_tfds"`` (registry.DATASETS) gives the examples the JSONL records encode to."""
+    from ml_collections import ConfigDict
+
+    from jaxdrive.train.openread_recipe import encode_record
+    from jaxdrive.train.openread_tiny import train_tokenizer
+    from jaxdrive.train.registry import DATASETS
+
+    src, dst = built["openread_cot"]
+    want_records = expected_openread_cot(src)["train"]
+    tok = train_tokenizer([r["question"] + " " + r["target"] for r in want_records], vocab_size=300)
+    got = DATASETS.get("openread_tfds")(ConfigDict({"path": str(dst), "split": "train"}), tok)
+    want = [encode_record(r, tok) for r in want_records]
+    assert [g["id"] for g in got] == [w["id"] for w in want] == ["p0", "k0"]
+    for g, w in zip(got, want):
+        assert sorted(g) == sorted(w)
+        for k in w:
+            np.testing.assert_array_equal(g[k], w[k], err_msg=k)
+    with pytest.raises(ValueError, match="openread_tfds reads"):
+        DATASETS.get("openread_tfds")(ConfigDict({"path": str(built["drivelmm_o1"][1])}), tok)
