@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -238,6 +239,7 @@ def test_builder_reads_back_identical_records(built, kind):
         got = read_all(dst, split)
         for i, (g, w) in enumerate(zip(got, rows)):
             assert_same(g, w, f"{kind}/{split}[{i}]")
+    assert "tensorflow" not in sys.modules  # built and read without TensorFlow
     if kind in ("drivelmm_o1", "openread_cot", "lingoqa"):  # multi-image records: images really are the file bytes
         rec = next(r for rows in want.values() for r in rows if len(r["image_bytes"]) > 1)
         assert Image.open(io.BytesIO(rec["image_bytes"][1])).size == (8, 6)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -57,12 +57,20 @@ def require(obj: dict, where: str, fields: dict[str, type | tuple[type, ...]]) -
             raise SourceError(f"{where}: field {name!r}: expected {want}, got {type(obj[name]).__name__}")
 
 
-def read_file_bytes(root: Path, rel: str, where: str, field: str) -> bytes:
-    """The bytes of ``root/rel`` (a path named in a source record); fails naming the record and the field."""
+def file_ref(root: Path, rel: str, where: str, field: str) -> Path:
+    """``root/rel`` (a file named in a source record), checked to exist; fails naming the record and the field.
+    Examples hold such paths; ``Builder.build`` replaces them by the files' bytes as it writes (one example in memory
+    at a time)."""
     path = root / rel
     if not path.is_file():
         raise SourceError(f"{where}: field {field!r}: file {rel!r} not found under {root}")
-    return path.read_bytes()
+    return path
+
+
+def _with_bytes(ex: dict) -> dict:
+    """``ex`` with every ``Path`` value (or list of them) replaced by the file's bytes."""
+    read = lambda v: v.read_bytes() if isinstance(v, Path) else v
+    return {k: [read(x) for x in v] if isinstance(v, list) else read(v) for k, v in ex.items()}
 
 
 def text(x) -> str:
@@ -96,8 +104,9 @@ class Builder:
     def features(self):
         raise NotImplementedError
 
-    def split_examples(self, src: Path) -> dict[str, Iterable[dict]]:
-        """Split name -> examples (dicts ``features()`` serialises), read and validated from ``src``."""
+    def split_examples(self, src: Path) -> dict[str, list[dict]]:
+        """Split name -> examples (dicts ``features()`` serialises, files as ``file_ref`` paths), read and validated
+        from ``src`` before anything is written."""
         raise NotImplementedError
 
     def decode(self, ex: dict) -> dict:
@@ -116,6 +125,7 @@ class Builder:
         splits = self.split_examples(src)
         if not splits:
             raise SourceError(f"{self.kind}: no split found under {src}")
+        splits = {split: (_with_bytes(ex) for ex in rows) for split, rows in splits.items()}
         written = write_tfds(out, name=self.name, version=self.version, features=self.features(), splits=splits,
                              description=self.description, module_name=type(self).__module__, progress=progress)
         meta = {"format": "jaxdrive-dataset/1", "kind": self.kind, "name": self.name, "version": self.version,

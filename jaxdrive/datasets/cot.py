@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxdrive.datasets.base import (Builder, SourceError, blobs, bytes_feature, read_file_bytes, read_jsonl_file,
+from jaxdrive.datasets.base import (Builder, SourceError, blobs, bytes_feature, file_ref, read_jsonl_file,
                                     require, text, texts)
 
 TASKS = ("knowledge", "planning", "counterfactual")
@@ -33,7 +33,7 @@ def _example(rec: dict, root: Path, where: str) -> dict:
     paths = [str(p) for p in rec.get("images") or []]
     return {"id": rec["id"], "task": rec["task"], "question": rec["question"], "think": rec["think"],
             "answer": rec["answer"], "target": rec["target"], "image_paths": paths,
-            "images": [read_file_bytes(root, p, where, "images") for p in paths], "trajectory": traj,
+            "images": [file_ref(root, p, where, "images") for p in paths], "trajectory": traj,
             "references": [str(r) for r in rec.get("references") or []],
             "extra": json.dumps({k: v for k, v in rec.items() if k not in _CORE}, sort_keys=True)}
 

@@ -14,23 +14,24 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxdrive.datasets.base import Builder, SourceError, blobs, bytes_feature, read_file_bytes, text, texts
+from jaxdrive.datasets.base import Builder, SourceError, blobs, bytes_feature, file_ref, text, texts
 
 
 class _Scenes:
-    """Scene files of a source directory, read once: bytes and proposal names."""
+    """Scene files of a source directory, each read once for its proposal names."""
 
     def __init__(self, root: Path):
         self.root, self._cache = root, {}
 
-    def get(self, rel: str, where: str) -> tuple[bytes, list[str]]:
+    def get(self, rel: str, where: str) -> tuple[Path, list[str]]:
         if rel not in self._cache:
-            raw = read_file_bytes(self.root, rel, where, "scene")
+            path = file_ref(self.root, rel, where, "scene")
             try:
-                names = [str(p["name"]) for p in json.loads(raw)["proposals"]]
+                names = [str(p["name"]) for p in json.loads(path.read_bytes())["proposals"]]
             except (json.JSONDecodeError, KeyError, TypeError) as e:
-                raise SourceError(f"{self.root / rel}: not an epdms-scene/1 file with named proposals ({e!r})") from None
-            self._cache[rel] = (raw, names)
+                raise SourceError(f"{self.root / rel}: not an epdms-scene/1 file with named proposals "
+                                  f"({e!r})") from None
+            self._cache[rel] = (path, names)
         return self._cache[rel]
 
     def check_proposal(self, rel: str, k: int, where: str, field: str) -> None:
@@ -83,22 +84,23 @@ class DriveJudgeRecords(Builder):
             rows = []
             for r in recs:
                 where = f"{path} record {r.id!r}"
-                raw, names = scenes.get(r.scene, where)
+                scene_path, names = scenes.get(r.scene, where)
                 scenes.check_proposal(r.scene, r.proposal, where, "proposal")
                 if names[r.proposal] != r.proposal_name:
                     raise SourceError(f"{where}: field 'proposal_name': {r.proposal_name!r} but proposal "
                                       f"{r.proposal} of {r.scene} is {names[r.proposal]!r}")
                 rows.append({
-                    "id": r.id, "scene": r.scene, "scene_json": raw, "proposal": r.proposal,
+                    "id": r.id, "scene": r.scene, "scene_json": scene_path, "proposal": r.proposal,
                     "proposal_name": r.proposal_name, "label": r.label, "image": r.image,
-                    "image_bytes": read_file_bytes(src, r.image, where, "image") if r.image else b"",
+                    "image_bytes": file_ref(src, r.image, where, "image") if r.image else b"",
                     "justification": r.justification, "subscores": _dump(r.subscores), "gates": _dump(r.gates),
                     "context": _dump(r.context)})
             out[split] = rows
         return out
 
     def decode(self, ex: dict) -> dict:
-        """-> the ``jaxdrive.judge.dataset.Record`` fields but ``split`` (the TFDS split) as a dict, plus ``scene_json`` and ``image_bytes``."""
+        """-> a dict of the ``jaxdrive.judge.dataset.Record`` fields but ``split`` (that is the TFDS split), plus
+        ``scene_json`` (the scene file's bytes) and ``image_bytes`` (the BEV image's; empty without an image)."""
         return {"id": text(ex["id"]), "scene": text(ex["scene"]), "proposal": _int(ex["proposal"]),
                 "proposal_name": text(ex["proposal_name"]), "label": _int(ex["label"]),
                 "image": text(ex["image"]), "justification": text(ex["justification"]),
@@ -138,7 +140,7 @@ class DriveCriticPairs(Builder):
             rows = []
             for p in pairs:
                 where = f"{path} pair {p.id!r}"
-                raw, _ = scenes.get(p.scene, where)
+                scene_path, _ = scenes.get(p.scene, where)
                 paths, images = [], []
                 for side, k, rid in (("a", p.a, p.a_record), ("b", p.b, p.b_record)):
                     scenes.check_proposal(p.scene, k, where, side)
@@ -150,15 +152,16 @@ class DriveCriticPairs(Builder):
                                           f"{rec.proposal} of {rec.scene}, not {k} of {p.scene}")
                     image = rec.image if rec is not None else ""
                     paths.append(image)
-                    images.append(read_file_bytes(src, image, where, f"{side}_record image") if image else b"")
-                rows.append({"id": p.id, "scene": p.scene, "scene_json": raw, "a": p.a, "b": p.b,
+                    images.append(file_ref(src, image, where, f"{side}_record image") if image else b"")
+                rows.append({"id": p.id, "scene": p.scene, "scene_json": scene_path, "a": p.a, "b": p.b,
                              "preferred": p.preferred, "a_record": p.a_record, "b_record": p.b_record,
                              "justification": p.justification, "image_paths": paths, "images": images})
             out[split] = rows
         return out
 
     def decode(self, ex: dict) -> dict:
-        """-> the ``jaxdrive.judge.dataset.Pair`` fields but ``split`` as a dict, plus ``scene_json``, ``image_paths``, ``images``."""
+        """-> a dict of the ``jaxdrive.judge.dataset.Pair`` fields but ``split``, plus ``scene_json``, ``image_paths``
+        and ``images`` (A's and B's)."""
         return {"id": text(ex["id"]), "scene": text(ex["scene"]), "a": _int(ex["a"]), "b": _int(ex["b"]),
                 "preferred": text(ex["preferred"]), "a_record": text(ex["a_record"]),
                 "b_record": text(ex["b_record"]), "justification": text(ex["justification"]),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jaxdrive.datasets.base import (Builder, SourceError, blobs, bytes_feature, read_file_bytes, read_json_file,
+from jaxdrive.datasets.base import (Builder, SourceError, blobs, bytes_feature, file_ref, read_json_file,
                                     read_jsonl_file, require, text, texts)
 
 FIELDS = {"idx": str, "image": list, "question": str, "final_answer": str, "steps": str}
@@ -65,7 +65,7 @@ class DriveLMMo1(Builder):
                     require(obj, where, {"lidar": str})
                 rows.append({"idx": obj["idx"], "question": obj["question"], "final_answer": obj["final_answer"],
                              "steps": obj["steps"], "lidar": obj.get("lidar", ""), "image_paths": obj["image"],
-                             "images": [read_file_bytes(src, p, where, "image") for p in obj["image"]]})
+                             "images": [file_ref(src, p, where, "image") for p in obj["image"]]})
             out[path.stem] = rows
         return out
 

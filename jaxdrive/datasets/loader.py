@@ -87,4 +87,9 @@ def grain_loader(path: str | os.PathLike, split: str = "train", *, seed: int = 0
         if batch_size < 1:
             raise ValueError(f"batch_size: expected >= 1, got {batch_size}")
         ops.append(gp.Batch(batch_size, drop_remainder=drop_remainder, batch_fn=list))
+    if worker_count > 0:
+        from absl import flags
+
+        if not flags.FLAGS.is_parsed():  # grain's worker processes read absl flags; outside an absl app: defaults
+            flags.FLAGS.mark_as_parsed()
     return gp.DataLoader(data_source=source, sampler=sampler, operations=ops, worker_count=worker_count)
