@@ -98,6 +98,7 @@ def make_openread_cot(root: Path) -> None:
          "trajectory": traj},
         {"id": "k0", "task": "knowledge", "question": "What is ahead?", "think": "I look.", "answer": "A car.",
          "images": ["imgs/a.png", "imgs/b.png"], "references": ["A car.", "One car."], "source": "fixture",
+         "target": "rebuilt from think and answer",
          "weight": 0.5}])
     _jsonl(root / "val.jsonl", [{"id": "c0", "task": "counterfactual", "question": "Would (1, 2) be fine?",
                                  "think": "It leaves the road.", "answer": "No."}])

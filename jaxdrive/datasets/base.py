@@ -5,7 +5,7 @@ A builder subclass names its TFDS identity (``name``, ``version``), its ``featur
 FeaturesDict``), how to read a source directory into per-split examples (``split_examples``: validated, with errors
 naming the file and the field) and how to turn a stored example back into a plain record (``decode``). A built
 directory holds the TFDS files plus ``jaxdrive_dataset.json`` (the builder kind, the source, per-split counts), so
-``open_source(DIR)`` knows how to decode it.
+``DecodedSource(DIR, split)`` knows how to decode it.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 * ``openread_cot``: ``<src>/<split>.jsonl``, one CoT record per line (``id``, ``task``, ``question``, ``think``,
   ``answer``; optional ``images`` (paths relative to ``src``), ``trajectory`` ([6, 2], required for planning),
-  ``references``; any other field is kept in ``extra``). ``target`` is ``format_cot(think, answer)``.
+  ``references``; any other field is kept in ``extra``). ``target`` is (re)built as ``format_cot(think, answer)``.
 * ``omnidrive``: OmniDrive-nuScenes' ``<src>/{vqa,conv}/<split>/<token>.json`` QA lists (``load_omnidrive``).
 * ``lingoqa``: LingoQA's parquet layout (``load_lingoqa``): ``action/`` and ``scenery/`` -> split ``train``,
   ``evaluation/`` -> split ``val``; image paths relative to ``src``.
@@ -27,7 +27,10 @@ _CORE = ("id", "task", "question", "think", "answer", "target", "images", "traje
 def _example(rec: dict, root: Path, where: str) -> dict:
     """The stored example of a CoT record (``images`` paths relative to ``root``)."""
     traj = rec.get("trajectory")
-    traj = np.zeros((0, 2), np.float32) if traj is None else np.asarray(traj, np.float32)
+    try:
+        traj = np.zeros((0, 2), np.float32) if traj is None else np.asarray(traj, np.float32)
+    except (TypeError, ValueError):
+        raise SourceError(f"{where}: field 'trajectory': expected [N, 2] numbers, got {traj!r:.80}") from None
     if traj.ndim != 2 or traj.shape[1] != 2:
         raise SourceError(f"{where}: field 'trajectory': expected [N, 2] points, got shape {traj.shape}")
     paths = [str(p) for p in rec.get("images") or []]
@@ -81,9 +84,9 @@ class OpenReadCot(CotBuilder):
                     raise SourceError(f"{where}: field 'task': expected one of {TASKS}, got {obj['task']!r}")
                 if obj["task"] == "planning" and obj.get("trajectory") is None:
                     raise SourceError(f"{where}: missing field 'trajectory' (required for a planning record)")
-                if "images" in obj:
-                    require(obj, where, {"images": list})
-                extra = {k: v for k, v in obj.items() if k not in ("id", "task", "question", "think", "answer")}
+                require(obj, where, {k: list for k in ("images", "references") if k in obj})
+                extra = {k: v for k, v in obj.items()  # a given "target" is rebuilt from think and answer
+                         if k not in ("id", "task", "question", "think", "answer", "target")}
                 try:
                     rec = record(obj["task"], obj["question"], obj["think"], obj["answer"], obj["id"], **extra)
                 except ValueError as e:  # tags inside think / answer
