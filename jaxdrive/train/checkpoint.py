@@ -6,6 +6,8 @@ A checkpoint at step s holds two items:
     target so shardings carry over (sharded restore);
   * ``meta``: JSON (step, data position, RNG seed/key data, config snapshot), everything a resume needs besides
     arrays. The frozen base weights are not saved: they are rebuilt from the config (pretrained path or seed).
+and, when the run streams data with a grain iterator (``jaxdrive.datasets.loader``), a third item ``data``: the
+iterator's state, one file per process (grain's orbax handler), so every process resumes its own shard.
 """
 from __future__ import annotations
 
@@ -47,15 +49,20 @@ class Checkpointer:
             best_mode=best_mode,
         )
         self.manager = ocp.CheckpointManager(os.path.abspath(directory), options=options,
-                                             item_names=("state", "meta"))
+                                             item_names=("state", "meta", "data"))
 
-    def save(self, step: int, state: Any, meta: dict, metrics: dict | None = None) -> None:
-        """Starts saving ``state`` (array pytree) and ``meta`` (JSON-able dict) as step ``step``."""
+    def save(self, step: int, state: Any, meta: dict, metrics: dict | None = None, data_iterator: Any = None) -> None:
+        """Starts saving ``state`` (array pytree) and ``meta`` (JSON-able dict) as step ``step``, and the state of
+        ``data_iterator`` (a grain ``DataLoader`` iterator) when given."""
         if self.best_metric and metrics is not None and self.best_metric not in metrics:
             raise ValueError(f"checkpoint: best_metric {self.best_metric!r} missing from metrics {sorted(metrics)}")
         metrics = None if metrics is None else {k: float(v) for k, v in metrics.items()}
-        self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                        meta=ocp.args.JsonSave(meta)), metrics=metrics, force=True)
+        items = dict(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
+        if data_iterator is not None:
+            import grain.python as gp
+
+            items["data"] = gp.PyGrainCheckpointSave(data_iterator)
+        self.manager.save(step, args=ocp.args.Composite(**items), metrics=metrics, force=True)
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
@@ -66,15 +73,23 @@ class Checkpointer:
     def all_steps(self) -> list[int]:
         return list(self.manager.all_steps())
 
-    def restore(self, target: Any, step: int | None = None) -> tuple[Any, dict]:
+    def restore(self, target: Any, step: int | None = None, data_iterator: Any = None) -> tuple[Any, dict]:
         """(state, meta) of ``step`` (default: latest). ``target`` is a pytree like the saved state (concrete or
-        ``jax.ShapeDtypeStruct`` leaves with shardings); the restored arrays take its shardings."""
+        ``jax.ShapeDtypeStruct`` leaves with shardings); the restored arrays take its shardings. ``data_iterator``
+        (a fresh iterator of the same grain loader) is set in place to the saved iterator state."""
         step = self.latest_step() if step is None else step
         if step is None:
             raise FileNotFoundError(f"checkpoint: no checkpoint in {self.manager.directory}")
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target)
-        out = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
-                                                                 meta=ocp.args.JsonRestore()))
+        items = dict(state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore())
+        if data_iterator is not None:
+            import grain.python as gp
+
+            if "data" not in self.manager.item_metadata(step):
+                raise ValueError(f"checkpoint: step {step} in {self.manager.directory} holds no data iterator state "
+                                 "(saved without data_iterator=)")
+            items["data"] = gp.PyGrainCheckpointRestore(data_iterator)
+        out = self.manager.restore(step, args=ocp.args.Composite(**items))
         return out["state"], dict(out["meta"])
 
     def wait(self) -> None:

@@ -1,6 +1,6 @@
 """OpenREAD training data for ``jaxdrive train``: CoT records (``jaxdrive.data.openread_cot``) tokenized with the
 policy's chat template, registered in ``registry.DATASETS`` as "openread_synthetic", "openread_lingoqa",
-"openread_omnidrive".
+"openread_omnidrive" and "openread_tfds" (any of those built as a TFDS dataset, ``jaxdrive.datasets``).
 
 Each example: ``prompt`` ids (system prompt + question, generation prompt appended), ``answer`` ids (the
 ``<think>/<answer>`` target and the end-of-turn token), and the fields the OpenREAD rewards read: ``task``,
@@ -67,6 +67,22 @@ def lingoqa_dataset(cfg, tokenizer) -> list[dict]:
 def omnidrive_dataset(cfg, tokenizer) -> list[dict]:
     """``data.kind = "openread_omnidrive"``: ``root`` (local OmniDrive-nuScenes directory), ``split``."""
     return _encode_all(cot.load_omnidrive(cfg.root, cfg.get("split", "train")), cfg, tokenizer, "openread_omnidrive")
+
+
+def tfds_dataset(cfg, tokenizer) -> list[dict]:
+    """``data.kind = "openread_tfds"``: ``path`` (a dataset built by ``jaxdrive data build`` of kind openread_cot,
+    omnidrive or lingoqa), ``split`` ("train"); read through its grain loader in stored order (every process reads
+    all of it: the trainer's sampler picks each step's rows), ``system_prompt``, ``max_examples``."""
+    from jaxdrive.datasets.base import dataset_meta
+    from jaxdrive.datasets.loader import grain_loader
+
+    kind = dataset_meta(cfg.path)["kind"]
+    if kind not in ("openread_cot", "omnidrive", "lingoqa"):
+        raise ValueError(f"data.path {cfg.path}: a {kind!r} dataset; openread_tfds reads openread_cot, omnidrive "
+                         "or lingoqa builds")
+    loader = grain_loader(cfg.path, cfg.get("split", "train"), shuffle=False, num_epochs=1, shard_index=0,
+                          shard_count=1)
+    return _encode_all(list(loader), cfg, tokenizer, "openread_tfds")
 
 
 def mixture_dataset(cfg, tokenizer) -> list[dict]:

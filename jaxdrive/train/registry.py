@@ -64,6 +64,7 @@ DATASETS = Registry("dataset", {
     "openread_lingoqa": "jaxdrive.train.openread_recipe:lingoqa_dataset",
     "openread_omnidrive": "jaxdrive.train.openread_recipe:omnidrive_dataset",
     "openread_mix": "jaxdrive.train.openread_recipe:mixture_dataset",
+    "openread_tfds": "jaxdrive.train.openread_recipe:tfds_dataset",
     "chat_qa": "jaxdrive.train.chat_qa:chat_qa_dataset",
     "judge_gates": "jaxdrive.judge.recipes:gate_examples",
     "judge_pairs": "jaxdrive.judge.recipes:pair_examples",

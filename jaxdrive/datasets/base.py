@@ -1,0 +1,181 @@
+"""The machinery every dataset builder shares: build a local source directory into a TFDS dataset (array_record,
+TensorFlow-free, through ``jaxdrive.data.tfds_writer``) and read it back by index.
+
+A builder subclass names its TFDS identity (``name``, ``version``), its ``features()`` (a ``tfds.features.
+FeaturesDict``), how to read a source directory into per-split examples (``split_examples``: validated, with errors
+naming the file and the field) and how to turn a stored example back into a plain record (``decode``). A built
+directory holds the TFDS files plus ``jaxdrive_dataset.json`` (the builder kind, the source, per-split counts), so
+``DecodedSource(DIR, split)`` knows how to decode it.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+DATASET_META = "jaxdrive_dataset.json"
+
+
+class SourceError(ValueError):
+    """A malformed source directory (the message names the file, and the field or line)."""
+
+
+def read_json_file(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SourceError(f"{path}: file not found") from None
+    except json.JSONDecodeError as e:
+        raise SourceError(f"{path}: not JSON ({e})") from None
+
+
+def read_jsonl_file(path: Path) -> Iterator[tuple[str, dict]]:
+    """``(where, object)`` for every non-empty line of a JSONL file (``where`` = "FILE:LINE")."""
+    for i, line in enumerate(path.read_text().splitlines()):
+        if not line.strip():
+            continue
+        where = f"{path}:{i + 1}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise SourceError(f"{where}: not JSON ({e})") from None
+        if not isinstance(obj, dict):
+            raise SourceError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        yield where, obj
+
+
+def require(obj: dict, where: str, fields: dict[str, type | tuple[type, ...]]) -> None:
+    """Fails naming ``where`` and the field when one of ``fields`` is missing from ``obj`` or of the wrong type."""
+    for name, types in fields.items():
+        if name not in obj:
+            raise SourceError(f"{where}: missing field {name!r}")
+        if not isinstance(obj[name], types) or (types is int and isinstance(obj[name], bool)):
+            want = " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
+            raise SourceError(f"{where}: field {name!r}: expected {want}, got {type(obj[name]).__name__}")
+
+
+def file_ref(root: Path, rel: str, where: str, field: str) -> Path:
+    """``root/rel`` (a file named in a source record), checked to exist; fails naming the record and the field.
+    Examples hold such paths; ``Builder.build`` replaces them by the files' bytes as it writes (one example in memory
+    at a time)."""
+    path = root / rel
+    if not path.is_file():
+        raise SourceError(f"{where}: field {field!r}: file {rel!r} not found under {root}")
+    return path
+
+
+def _with_bytes(ex: dict) -> dict:
+    """``ex`` with every ``Path`` value (or list of them) replaced by the file's bytes."""
+    read = lambda v: v.read_bytes() if isinstance(v, Path) else v
+    return {k: [read(x) for x in v] if isinstance(v, list) else read(v) for k, v in ex.items()}
+
+
+def text(x) -> str:
+    """A stored ``Text`` value (bytes from the data source) as str."""
+    return x.decode() if isinstance(x, bytes) else str(x)
+
+
+def texts(xs) -> list[str]:
+    return [text(x) for x in xs]
+
+
+def blobs(xs) -> list[bytes]:
+    return [bytes(x) for x in xs]
+
+
+def bytes_feature():
+    """A raw byte string (an encoded image exactly as its file holds it)."""
+    import tensorflow_datasets as tfds
+
+    return tfds.features.Tensor(shape=(), dtype=np.object_)
+
+
+class Builder:
+    """Base class of the dataset builders (see the module docstring)."""
+
+    kind: str = ""
+    name: str = ""
+    version: str = "1.0.0"
+    description: str = ""
+
+    def features(self):
+        raise NotImplementedError
+
+    def split_examples(self, src: Path) -> dict[str, list[dict]]:
+        """Split name -> examples (dicts ``features()`` serialises, files as ``file_ref`` paths), read and validated
+        from ``src`` before anything is written."""
+        raise NotImplementedError
+
+    def decode(self, ex: dict) -> dict:
+        """A stored example (as the data source returns it) -> the plain record."""
+        raise NotImplementedError
+
+    def build(self, src: str | os.PathLike, out: str | os.PathLike, *, progress: bool = False) -> dict:
+        """Reads ``src`` and writes the TFDS dataset into ``out`` (which must not hold one). Returns its metadata."""
+        from jaxdrive.data.tfds_writer import write_tfds
+
+        src, out = Path(src), Path(out)
+        if not src.is_dir():
+            raise SourceError(f"{self.kind}: source directory {src} does not exist")
+        if (out / DATASET_META).exists() or (out / "dataset_info.json").exists():
+            raise ValueError(f"--out {out}: already holds a dataset; choose another directory")
+        splits = self.split_examples(src)
+        if not splits:
+            raise SourceError(f"{self.kind}: no split found under {src}")
+        splits = {split: (_with_bytes(ex) for ex in rows) for split, rows in splits.items()}
+        written = write_tfds(out, name=self.name, version=self.version, features=self.features(), splits=splits,
+                             description=self.description, module_name=type(self).__module__, progress=progress)
+        meta = {"format": "jaxdrive-dataset/1", "kind": self.kind, "name": self.name, "version": self.version,
+                "source": str(src.resolve()), "splits": written}
+        (out / DATASET_META).write_text(json.dumps(meta, indent=1))
+        return meta
+
+
+def dataset_meta(path: str | os.PathLike) -> dict:
+    p = Path(path) / DATASET_META
+    if not p.is_file():
+        raise ValueError(f"{path}: not a dataset built by `jaxdrive data build` (no {DATASET_META})")
+    return json.loads(p.read_text())
+
+
+class DecodedSource:
+    """Random access to one split of a built dataset, decoded into plain records (``len``, ``src[i]``).
+
+    ``raw`` is the TFDS data source (``tfds.builder_from_directory(DIR).as_data_source(split)``); pickling keeps only
+    the path and split, so grain worker processes reopen it."""
+
+    def __init__(self, path: str | os.PathLike, split: str):
+        import tensorflow_datasets as tfds
+
+        from jaxdrive.datasets import get_builder
+
+        self.path, self.split = str(path), split
+        meta = dataset_meta(path)
+        if split not in meta["splits"]:
+            raise ValueError(f"split {split!r}: {path} holds splits {sorted(meta['splits'])}")
+        self.builder = get_builder(meta["kind"])
+        self.raw = tfds.builder_from_directory(self.path).as_data_source(split=split)
+
+    def __len__(self) -> int:
+        return len(self.raw)
+
+    def __getitem__(self, i: int) -> dict:
+        return self.builder.decode(self.raw[i])
+
+    def __getstate__(self):
+        return {"path": self.path, "split": self.split}
+
+    def __setstate__(self, state):
+        self.__init__(state["path"], state["split"])
+
+    def __repr__(self) -> str:  # grain records it in iterator states: a stable text
+        return f"DecodedSource(path={self.path!r}, split={self.split!r})"
+
+
+def read_all(path: str | os.PathLike, split: str, indices: Sequence[int] | None = None) -> list[dict]:
+    """Every record (or those at ``indices``) of one split of a built dataset, decoded."""
+    src = DecodedSource(path, split)
+    return [src[i] for i in (range(len(src)) if indices is None else indices)]
