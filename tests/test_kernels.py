@@ -1,4 +1,4 @@
-"""``kernels.tile_crossings``: the Pallas per-tile crossing counts (``interpret=True`` on CPU) equal the jnp twin.
+"""``jaxdrive.kernels.tile_crossings``: the Pallas per-tile crossing counts (``interpret=True`` on CPU) equal the jnp twin.
 
 Random tiles with points on edges and vertices (boundary hits), horizontal / degenerate / padded (``FAR``) edges, and
 the real tiles of a packed fixture batch; the twin itself is what ``points_in_tiles`` runs, whose flags the broad-phase
@@ -17,7 +17,7 @@ from jaxdrive.broadphase import TILE_EDGES, pack_map
 from jaxdrive.data.scene_json import read_scene
 from jaxdrive.rules.areas import ego_boxes
 from jaxdrive.scene import FAR, PadSpec, batch_scenes
-from kernels.tile_crossings import ON_WEIGHT, tile_counts, tile_counts_jnp, tile_counts_pallas
+from jaxdrive.kernels.tile_crossings import ON_WEIGHT, tile_counts, tile_counts_jnp, tile_counts_pallas
 from conftest import EPDMS_FIXTURES
 
 

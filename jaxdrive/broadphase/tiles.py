@@ -13,7 +13,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.broadphase.host import EdgeTiles
 from jaxdrive.geometry import point_in_box, segments_intersect
-from kernels.tile_crossings import ON_WEIGHT, tile_counts
+from jaxdrive.kernels.tile_crossings import ON_WEIGHT, tile_counts
 
 
 
