@@ -1,0 +1,242 @@
+"""PDM-Closed, NAVSIM's reference planner, on a jaxdrive scene: ``plan(host_scene) -> dict``.
+
+Stages (NAVSIM's ``AbstractPDMClosedPlanner._get_closed_loop_trajectory``; parameters in
+``shared/fixtures/pdm_closed/README.md``):
+
+1. planner view (host): three paths (the route centreline and its parallels at -1 m and +1 m, + = left), the objects
+   observed at t = 0 within 100 m of the ego centre (nearest 50 vehicles, 25 pedestrians, 10 bicycles, 50 static
+   objects) forecast at constant velocity along their heading on a 0.2 s grid, the on-route connectors red at t = 0 as
+   obstacles; objects overlapping the ego at t = 0 (a red light: containing it) are not leaders;
+2. IDM unrolling of 3 x 5 proposals (``idm_unroll.unroll``, jitted, float64 re-centred on the ego);
+3. NAVSIM's LQR + bicycle tracking of every proposal's 41 poses from the real ego state (``jaxdrive.sim``);
+4. scoring on the planner view with the EPDMS kernels: EP normalised over the 15, history comfort 1 (the planner
+   passes no history), ``pdm_score`` = M x (5 EP + 5 TTC + 2 LK + 2 HC) / 14;
+5. ``np.argmax`` (first best).
+
+The trajectory NAVSIM then scores (its metric cache's ``trajectory``) is the selected proposal's first 41 poses
+re-simulated from the ego state, i.e. stage 3's row: returned as ``states``.
+
+Where the scene stands in for nuPlan's map API (the fixtures' S1-S6): the route is ``route.lane_ids`` (no route
+correction), the centreline is ``route.centerline`` as given, the speed limit is an argument (None -> NAVSIM's 15 m/s
+fallback), the drivable map is every scene polygon.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+
+from jaxdrive.constants import EGO_LENGTH, EGO_REAR_AXLE_TO_CENTER, EGO_WIDTH, NUM_STEPS
+from jaxdrive.planners.idm_unroll import IDMParams, PlannerInputs, unroll
+from jaxdrive.rules.epdms import score as score_batch
+from jaxdrive.scene import Agent, AgentType, HostScene, LaneKind, batch_scenes
+from jaxdrive.sim.reference import track_poses
+
+LATERAL_OFFSETS = (0.0, -1.0, 1.0)  # path order: centreline, then NAVSIM's lateral_offsets [-1, +1] (m, + = left)
+SPEED_LIMIT_FRACTIONS = (0.2, 0.4, 0.6, 0.8, 1.0)
+FALLBACK_TARGET_VELOCITY = 15.0  # m/s, used when the speed limit is unknown
+MAP_RADIUS = 100.0  # m, objects farther from the ego centre are not observed
+MAX_DYNAMIC = {AgentType.VEHICLE: 50, AgentType.PEDESTRIAN: 25, AgentType.BICYCLE: 10}
+MAX_STATIC = 50
+_unroll_jit = jax.jit(unroll, static_argnums=1)
+_score_jit = jax.jit(score_batch)
+
+
+def _bucket(n: int, least: int = 8) -> int:
+    """Padded size: the next power of two, at least ``least`` (few compiled shapes)."""
+    return max(least, 1 << max(n - 1, 0).bit_length())
+
+
+def _box(center: np.ndarray, heading: float, length: float, width: float) -> np.ndarray:
+    u = np.array([np.cos(heading), np.sin(heading)])
+    n = np.array([-u[1], u[0]])
+    hl, hw = 0.5 * length, 0.5 * width
+    return np.stack([center + hl * u + hw * n, center - hl * u + hw * n, center - hl * u - hw * n,
+                     center + hl * u - hw * n])
+
+
+def _centroid(polygon: np.ndarray) -> np.ndarray:
+    """Area centroid of a simple polygon (shapely ``centroid``)."""
+    p = polygon - polygon[0]
+    q = np.roll(p, -1, axis=0)
+    cross = p[:, 0] * q[:, 1] - q[:, 0] * p[:, 1]
+    area = 0.5 * cross.sum()
+    c = ((p + q) * cross[:, None]).sum(axis=0) / (6.0 * area)
+    return c + polygon[0]
+
+
+def _paths(centerline: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The three proposal paths [3, C, 3] (x, y, unwrapped heading) and their cumulative progress [3, C]."""
+    heading = centerline[:, 2]
+    paths, progress = [], []
+    for offset in LATERAL_OFFSETS:
+        x = centerline[:, 0] + np.cos(heading + np.pi / 2) * offset
+        y = centerline[:, 1] + np.sin(heading + np.pi / 2) * offset
+        paths.append(np.stack([x, y, np.unwrap(heading)], axis=-1))
+        progress.append(np.concatenate([[0.0], np.cumsum(np.hypot(np.diff(x), np.diff(y)))]))
+    return np.stack(paths), np.stack(progress)
+
+
+@dataclasses.dataclass
+class _Observed:
+    """The planner's objects at t = 0 (global frame), in NAVSIM's token order: static, dynamic by type, red lights."""
+
+    ids: list[str]
+    polygons: list[np.ndarray]
+    dxy: np.ndarray  # [N, 2]
+    heading: np.ndarray  # [N]
+    speed: np.ndarray  # [N]
+    is_agent: np.ndarray  # [N] bool
+    is_red_light: np.ndarray  # [N] bool
+    agents: list[Agent]  # the observed scene agents (for the scoring view)
+
+
+def _observe(scene: HostScene) -> _Observed:
+    ego = scene.history_states[-1]
+    ego_center = ego[:2] + EGO_REAR_AXLE_TO_CENTER * np.array([np.cos(ego[2]), np.sin(ego[2])])
+    seen = [a for a in scene.agents if not np.isnan(a.track[0]).any()
+            and np.hypot(*(a.track[0, :2] - ego_center)) <= MAP_RADIUS]
+    dist = lambda a: np.hypot(*(a.track[0, :2] - ego_center))  # noqa: E731
+    static = sorted([a for a in seen if not a.type.is_agent], key=dist)[:MAX_STATIC]
+    dynamic = [a for kind, cap in MAX_DYNAMIC.items() for a in sorted([b for b in seen if b.type == kind], key=dist)[:cap]]
+    kept = static + dynamic
+    ids, polygons, dxy, heading, speed = [], [], [], [], []
+    for a in kept:
+        x, y, h, vx, vy = a.track[0]
+        ids.append(a.id)
+        polygons.append(_box(np.array([x, y]), h, a.length, a.width))
+        v = float(np.hypot(vx, vy))
+        forward = abs(np.arctan2(np.sin(h - np.arctan2(vy, vx)), np.cos(h - np.arctan2(vy, vx)))) < np.pi / 2
+        track_heading = h if forward else h + np.pi
+        dxy.append([np.cos(track_heading) * v, np.sin(track_heading) * v] if a.type.is_agent else [0.0, 0.0])
+        heading.append(h)
+        speed.append(v)
+    lanes = {lane.id: lane for lane in scene.lanes}
+    red = [lc for lc, status in scene.traffic_lights.items()
+           if status[0] == "R" and lc in lanes and lanes[lc].on_route and lanes[lc].kind == LaneKind.LANE_CONNECTOR]
+    for lc in red:
+        ids.append(f"red_light_{lc}")
+        polygons.append(np.asarray(lanes[lc].polygon, np.float64))
+        dxy.append([0.0, 0.0])
+        heading.append(0.0)
+        speed.append(0.0)
+    n_obj = len(kept)
+    return _Observed(ids=ids, polygons=polygons, dxy=np.asarray(dxy, np.float64).reshape(-1, 2),
+                     heading=np.asarray(heading, np.float64), speed=np.asarray(speed, np.float64),
+                     is_agent=np.array([a.type.is_agent for a in kept] + [False] * len(red), bool),
+                     is_red_light=np.array([False] * n_obj + [True] * len(red), bool), agents=kept)
+
+
+def _collided(ego: np.ndarray, observed: _Observed) -> np.ndarray:
+    """Objects NAVSIM's observation records as collided at t = 0 (overlapping the ego box; a red light: containing
+    it): never leaders. [N] bool."""
+    from jaxdrive.geometry import box_in_polygon, box_intersects_polygon
+
+    box = _box(ego[:2] + EGO_REAR_AXLE_TO_CENTER * np.array([np.cos(ego[2]), np.sin(ego[2])]), ego[2], EGO_LENGTH,
+               EGO_WIDTH)
+    out = []
+    with jax.enable_x64(True):
+        for poly, red in zip(observed.polygons, observed.is_red_light):
+            out.append(bool(box_in_polygon(box, poly)) if red else bool(box_intersects_polygon(box, poly)))
+    return np.array(out, bool)
+
+
+def planner_inputs(scene: HostScene, speed_limit: float | None = None) -> tuple[PlannerInputs, np.ndarray, _Observed]:
+    """The unrolling kernel's inputs (float64, re-centred on the ego rear axle, padded), the origin and the view."""
+    ego = np.asarray(scene.history_states[-1], np.float64)
+    origin = ego[:2].copy()
+    paths, progress = _paths(np.asarray(scene.centerline, np.float64))
+    c = _bucket(paths.shape[1], 64)
+    paths = np.concatenate([paths, np.repeat(paths[:, -1:], c - paths.shape[1], axis=1)], axis=1)
+    progress = np.concatenate([progress, np.repeat(progress[:, -1:], c - progress.shape[1], axis=1)], axis=1)
+    paths[..., :2] -= origin
+    observed = _observe(scene)
+    n = _bucket(len(observed.ids))
+    v = _bucket(max([len(p) for p in observed.polygons] + [4]), 4)
+    polygons = np.zeros((n, v, 2))
+    centroids = np.zeros((n, 2))
+    for i, poly in enumerate(observed.polygons):
+        polygons[i] = np.concatenate([poly, np.repeat(poly[:1], v - len(poly), axis=0)]) - origin
+        centroids[i] = _centroid(poly) - origin
+    polygons[len(observed.ids):] = 1e6  # padding: far away, never valid
+    valid = np.zeros(n, bool)
+    valid[: len(observed.ids)] = ~_collided(ego, observed)
+
+    def pad(a, fill=0):
+        return np.concatenate([a, np.full((n - len(a),) + a.shape[1:], fill, a.dtype)])
+
+    limit = FALLBACK_TARGET_VELOCITY if speed_limit is None else float(speed_limit)
+    local_ego = ego.copy()
+    local_ego[:2] = 0.0
+    inputs = PlannerInputs(paths=paths, progress=progress, ego=local_ego, obj_polygons=polygons,
+                           obj_centroids=centroids, obj_dxy=pad(observed.dxy), obj_heading=pad(observed.heading),
+                           obj_speed=pad(observed.speed), obj_is_agent=pad(observed.is_agent, False),
+                           obj_is_red_light=pad(observed.is_red_light, False), obj_valid=valid,
+                           target_velocities=np.asarray(SPEED_LIMIT_FRACTIONS) * limit)
+    return inputs, origin, observed
+
+
+def scoring_view(scene: HostScene, observed: _Observed, states: np.ndarray) -> HostScene:
+    """The scene as PDM-Closed's scorer sees it, with ``states`` [K, 41, 11] as proposals: the observed objects
+    forecast at constant velocity (frame k at 0.2 s x k // 2), light states of t = 0 held, no human."""
+    frames = (np.arange(NUM_STEPS) // 2) * 0.2
+    agents = []
+    for a in observed.agents:
+        x, y, h, vx, vy = a.track[0]
+        d = observed.dxy[observed.ids.index(a.id)]
+        track = np.stack([x + frames * d[0], y + frames * d[1], np.full(NUM_STEPS, h), np.full(NUM_STEPS, vx),
+                          np.full(NUM_STEPS, vy)], axis=-1)
+        agents.append(dataclasses.replace(a, track=track))
+    k = states.shape[0]
+    return dataclasses.replace(
+        scene, agents=agents, traffic_lights={lc: s[0] * NUM_STEPS for lc, s in scene.traffic_lights.items()},
+        proposal_states=states, proposal_names=[f"pdm{i}" for i in range(k)], proposal_families=[""] * k,
+        previous_states=None, previous_kinds=None, human_states=None, expected=None)
+
+
+def score_proposals(view: HostScene) -> dict[str, np.ndarray]:
+    """PDM-Closed's scoring of the view's proposals: sub-scores and ``pdm_score`` (float64, HC = 1) per proposal."""
+    from jaxdrive.vocab.core import pad_for
+
+    k = view.num_proposals
+    scene, props, _ = batch_scenes([view], pad_for(view, _bucket(k, 16)), validate=False)
+    out = jax.device_get(_score_jit(scene, props))
+    sub = {f: np.asarray(getattr(out, f), np.float64)[0, :k]
+           for f in ("nc", "dac", "ddc", "tlc", "ep", "ttc", "lk", "raw_progress")}
+    sub["hc"] = np.ones(k)
+    multiplier = sub["nc"] * sub["dac"] * sub["ddc"] * sub["tlc"]
+    sub["pdm_score"] = multiplier * (5 * sub["ep"] + 5 * sub["ttc"] + 2 * sub["lk"] + 2 * sub["hc"]) / 14.0
+    return sub
+
+
+def plan(host_scene: HostScene, speed_limit: float | None = None) -> dict:
+    """NAVSIM's PDM-Closed on one scene (module docstring).
+
+    Args:
+      host_scene: a scene (``jaxdrive.data.scene_json.read_scene``); its proposals are ignored.
+      speed_limit: the ego lane's speed limit [m/s]; None: NAVSIM's fallback (target speeds 3 .. 15 m/s).
+
+    Returns:
+      dict with ``selected_proposal`` (int, 5 x lateral_idx + longitudinal_idx; lateral 0 = centreline, 1 = -1 m,
+      2 = +1 m), ``states`` [41, 11] (the selected proposal re-simulated from the ego state: what NAVSIM scores,
+      global frame, float64), and the stages: ``idm_states`` [15, 41, 2], ``leading_agent`` [15, 41, 3],
+      ``proposal_poses`` [15, 41, 3] (global), ``simulated_states`` [15, 41, 11], ``scores`` (sub-score name ->
+      [15]) and ``pdm_scores`` [15].
+    """
+    if speed_limit is not None and not (np.isfinite(speed_limit) and speed_limit > 0):
+        raise ValueError(f"speed_limit: expected a positive finite speed in m/s or None, got {speed_limit!r}")
+    inputs, origin, observed = planner_inputs(host_scene, speed_limit)
+    with jax.enable_x64(True):
+        unrolled = jax.device_get(_unroll_jit(jax.tree.map(np.asarray, inputs), IDMParams()))
+    poses = np.asarray(unrolled.poses, np.float64).copy()
+    poses[..., :2] += origin
+    ego = np.asarray(host_scene.history_states[-1], np.float64)
+    simulated = track_poses(np.broadcast_to(ego, (poses.shape[0], ego.shape[0])), poses)
+    scores = score_proposals(scoring_view(host_scene, observed, simulated))
+    selected = int(np.argmax(scores["pdm_score"]))
+    return {"selected_proposal": selected, "states": simulated[selected],
+            "idm_states": np.asarray(unrolled.idm_states, np.float64),
+            "leading_agent": np.asarray(unrolled.leading_agent, np.float64), "proposal_poses": poses,
+            "simulated_states": simulated, "scores": scores, "pdm_scores": scores["pdm_score"]}
