@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Bool, Float
 
 from jaxdrive.constants import EGO_LENGTH, EGO_REAR_AXLE_TO_CENTER, EGO_WIDTH
@@ -157,8 +158,12 @@ def _meets_corridor(polygon: Float[Array, "V 2"], corridor) -> Bool[Array, ""]:
     return near | crossing | inside | caps
 
 
-def unroll(inputs: PlannerInputs, params: IDMParams = IDMParams()) -> Unrolled:
-    """NAVSIM's proposal unrolling for one scene (module docstring); P = L x S proposals over T = proposal_steps."""
+def unroll(inputs: PlannerInputs, params: IDMParams = IDMParams(), window: int | None = None) -> Unrolled:
+    """NAVSIM's proposal unrolling for one scene (module docstring); P = L x S proposals over T = proposal_steps.
+
+    ``window`` (static): at least the number of path vertices within any ``max target speed x horizon`` stretch
+    (``corridor_window``); the corridor tests then run on that many vertices instead of C. None: all C.
+    """
     paths, progress = inputs.paths, inputs.progress
     num_paths, num_speeds = paths.shape[0], inputs.target_velocities.shape[0]
     steps = params.proposal_steps
@@ -181,7 +186,14 @@ def unroll(inputs: PlannerInputs, params: IDMParams = IDMParams()) -> Unrolled:
     polygons = inputs.obj_polygons[None] + (shift * inputs.obj_dxy[None])[:, :, None, :]  # [M, N, V, 2]
 
     horizon = jnp.max(jnp.abs(inputs.target_velocities)) * params.trajectory_steps * params.dt
-    corridors = jax.vmap(_corridor)(paths, progress, start_progress, start_progress + horizon)
+    if window is None or window >= paths.shape[1]:
+        win_paths, win_progress = paths, progress
+    else:  # the corridor's vertices lie in [first vertex at or after the start, + window)
+        first = jax.vmap(lambda p, s: jnp.searchsorted(p, jnp.clip(s, 0.0, p[-1]), side="left"))(progress,
+                                                                                                 start_progress)
+        win_paths = jax.vmap(lambda p, f: jax.lax.dynamic_slice_in_dim(p, f, window))(paths, first)
+        win_progress = jax.vmap(lambda p, f: jax.lax.dynamic_slice_in_dim(p, f, window))(progress, first)
+    corridors = jax.vmap(_corridor)(win_paths, win_progress, start_progress, start_progress + horizon)
 
     def frame_view(path_idx, frame_idx):
         corridor = jax.tree.map(lambda c: c[path_idx], corridors)
@@ -244,5 +256,14 @@ def unroll(inputs: PlannerInputs, params: IDMParams = IDMParams()) -> Unrolled:
     return Unrolled(idm_states=stack(idm0, idm_t), leading_agent=stack(lead0, lead_t), poses=stack(pose0, pose_t))
 
 
-unroll_batch = jax.vmap(unroll, in_axes=(0, None))
+def corridor_window(progress: np.ndarray, horizon: float) -> int:
+    """Host helper: the most vertices of the cumulative-progress array ``progress`` [C] within any stretch of
+    ``horizon`` metres, + 2 (the ``window`` argument of ``unroll``)."""
+    ends = np.searchsorted(progress, progress + horizon, side="right")
+    return int(np.max(ends - np.arange(progress.shape[0]))) + 2
+
+
+def unroll_batch(inputs: PlannerInputs, params: IDMParams = IDMParams(), window: int | None = None) -> Unrolled:
+    """``unroll`` over a leading scene axis of every ``PlannerInputs`` field (same padded shapes)."""
+    return jax.vmap(lambda i: unroll(i, params, window))(inputs)
 """``unroll`` over a leading scene axis of every ``PlannerInputs`` field (same padded shapes)."""

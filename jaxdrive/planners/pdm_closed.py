@@ -29,9 +29,9 @@ import jax
 import numpy as np
 
 from jaxdrive.constants import EGO_LENGTH, EGO_REAR_AXLE_TO_CENTER, EGO_WIDTH, NUM_STEPS
-from jaxdrive.planners.idm_unroll import IDMParams, PlannerInputs, unroll
-from jaxdrive.rules.epdms import score as score_batch
-from jaxdrive.scene import Agent, AgentType, HostScene, LaneKind, batch_scenes
+from jaxdrive.planners.idm_unroll import IDMParams, PlannerInputs, corridor_window, unroll_batch
+from jaxdrive.rules.epdms import PROGRESS_THRESHOLD, score as score_batch
+from jaxdrive.scene import Agent, AgentType, HostScene, LaneKind, PadSpec, batch_scenes
 from jaxdrive.sim.reference import track_poses
 
 LATERAL_OFFSETS = (0.0, -1.0, 1.0)  # path order: centreline, then NAVSIM's lateral_offsets [-1, +1] (m, + = left)
@@ -40,7 +40,9 @@ FALLBACK_TARGET_VELOCITY = 15.0  # m/s, used when the speed limit is unknown
 MAP_RADIUS = 100.0  # m, objects farther from the ego centre are not observed
 MAX_DYNAMIC = {AgentType.VEHICLE: 50, AgentType.PEDESTRIAN: 25, AgentType.BICYCLE: 10}
 MAX_STATIC = 50
-_unroll_jit = jax.jit(unroll, static_argnums=1)
+_MIN_SCORE_PAD = PadSpec(proposals=16, agents=32, areas=32, area_vertices=128, lanes=64, lane_vertices=128,
+                         centerline=512)  # the scoring view's least padded sizes (few compiled shapes)
+_unroll_batch_jit = jax.jit(unroll_batch, static_argnums=(1, 2))
 _score_jit = jax.jit(score_batch)
 
 
@@ -143,24 +145,39 @@ def _collided(ego: np.ndarray, observed: _Observed) -> np.ndarray:
     return np.array(out, bool)
 
 
-def planner_inputs(scene: HostScene, speed_limit: float | None = None) -> tuple[PlannerInputs, np.ndarray, _Observed]:
-    """The unrolling kernel's inputs (float64, re-centred on the ego rear axle, padded), the origin and the view."""
+@dataclasses.dataclass(frozen=True)
+class PlannerSizes:
+    """Padded sizes of the unrolling kernel's inputs (one compiled program per sizes and chunk)."""
+
+    centerline: int = 512
+    objects: int = 32
+    vertices: int = 64
+
+    def grown(self, scene_sizes: "PlannerSizes") -> "PlannerSizes":
+        """These sizes, grown (to powers of two) where ``scene_sizes`` needs more."""
+        return PlannerSizes(*(max(a, _bucket(b, a)) for a, b in zip(dataclasses.astuple(self),
+                                                                      dataclasses.astuple(scene_sizes))))
+
+
+def _needed(scene: HostScene, observed: _Observed) -> PlannerSizes:
+    return PlannerSizes(len(scene.centerline), len(observed.ids), max([len(p) for p in observed.polygons] + [4]))
+
+
+def planner_inputs(scene: HostScene, observed: _Observed, sizes: PlannerSizes,
+                   speed_limit: float | None = None) -> tuple[PlannerInputs, np.ndarray]:
+    """The unrolling kernel's inputs (float64, re-centred on the ego rear axle, padded to ``sizes``) and the origin."""
     ego = np.asarray(scene.history_states[-1], np.float64)
     origin = ego[:2].copy()
     paths, progress = _paths(np.asarray(scene.centerline, np.float64))
-    c = _bucket(paths.shape[1], 64)
+    c, n, v = sizes.centerline, sizes.objects, sizes.vertices
     paths = np.concatenate([paths, np.repeat(paths[:, -1:], c - paths.shape[1], axis=1)], axis=1)
     progress = np.concatenate([progress, np.repeat(progress[:, -1:], c - progress.shape[1], axis=1)], axis=1)
     paths[..., :2] -= origin
-    observed = _observe(scene)
-    n = _bucket(len(observed.ids))
-    v = _bucket(max([len(p) for p in observed.polygons] + [4]), 4)
-    polygons = np.zeros((n, v, 2))
+    polygons = np.full((n, v, 2), 1e6)  # padding: far away, never valid
     centroids = np.zeros((n, 2))
     for i, poly in enumerate(observed.polygons):
         polygons[i] = np.concatenate([poly, np.repeat(poly[:1], v - len(poly), axis=0)]) - origin
         centroids[i] = _centroid(poly) - origin
-    polygons[len(observed.ids):] = 1e6  # padding: far away, never valid
     valid = np.zeros(n, bool)
     valid[: len(observed.ids)] = ~_collided(ego, observed)
 
@@ -174,8 +191,8 @@ def planner_inputs(scene: HostScene, speed_limit: float | None = None) -> tuple[
                            obj_centroids=centroids, obj_dxy=pad(observed.dxy), obj_heading=pad(observed.heading),
                            obj_speed=pad(observed.speed), obj_is_agent=pad(observed.is_agent, False),
                            obj_is_red_light=pad(observed.is_red_light, False), obj_valid=valid,
-                           target_velocities=np.asarray(SPEED_LIMIT_FRACTIONS) * limit)
-    return inputs, origin, observed
+                           target_velocities=np.asarray(SPEED_LIMIT_FRACTIONS, np.float64) * limit)
+    return inputs, origin
 
 
 def scoring_view(scene: HostScene, observed: _Observed, states: np.ndarray) -> HostScene:
@@ -196,19 +213,107 @@ def scoring_view(scene: HostScene, observed: _Observed, states: np.ndarray) -> H
         previous_states=None, previous_kinds=None, human_states=None, expected=None)
 
 
-def score_proposals(view: HostScene) -> dict[str, np.ndarray]:
-    """PDM-Closed's scoring of the view's proposals: sub-scores and ``pdm_score`` (float64, HC = 1) per proposal."""
+def _project(points: np.ndarray, line: np.ndarray) -> np.ndarray:
+    """shapely ``LineString.project`` in float64: arc length of the nearest point (first nearest segment) [n]."""
+    a, d = line[:-1], np.diff(line, axis=0)
+    seg_len2 = np.sum(d * d, axis=-1)
+    rel = points[:, None, :] - a[None]
+    t = np.clip(np.sum(rel * d[None], axis=-1) / np.where(seg_len2 > 0, seg_len2, 1.0), 0.0, 1.0)
+    t = np.where(seg_len2 > 0, t, 0.0)
+    dist2 = np.sum((rel - t[..., None] * d[None]) ** 2, axis=-1)
+    i = np.argmin(dist2, axis=-1)
+    seg_len = np.sqrt(seg_len2)
+    start = np.concatenate([[0.0], np.cumsum(seg_len)])
+    return start[i] + seg_len[i] * t[np.arange(len(points)), i]
+
+
+def raw_progress(states: np.ndarray, centerline: np.ndarray) -> np.ndarray:
+    """NAVSIM's raw ego progress [K] (float64): box-centre projection on the centreline, end minus start, >= 0 [m]."""
+    h = states[:, [0, -1], 2]
+    centers = states[:, [0, -1], :2] + EGO_REAR_AXLE_TO_CENTER * np.stack([np.cos(h), np.sin(h)], axis=-1)
+    arc = _project(centers.reshape(-1, 2), np.asarray(centerline, np.float64)[:, :2]).reshape(-1, 2)
+    return np.maximum(arc[:, 1] - arc[:, 0], 0.0)
+
+
+def score_views(views: list[HostScene]) -> list[dict[str, np.ndarray]]:
+    """PDM-Closed's scoring of each view's proposals (one padded batch): sub-scores and ``pdm_score`` (float64,
+    HC = 1) per proposal."""
     from jaxdrive.vocab.core import pad_for
 
-    k = view.num_proposals
-    scene, props, _ = batch_scenes([view], pad_for(view, _bucket(k, 16)), validate=False)
+    spec = None
+    for view in views:
+        spec = pad_for(view, _bucket(view.num_proposals, 16), spec)
+    spec = PadSpec(**{f.name: max(getattr(spec, f.name), getattr(_MIN_SCORE_PAD, f.name))
+                      for f in dataclasses.fields(PadSpec)})
+    scene, props, _ = batch_scenes(views, spec, validate=False)
     out = jax.device_get(_score_jit(scene, props))
-    sub = {f: np.asarray(getattr(out, f), np.float64)[0, :k]
-           for f in ("nc", "dac", "ddc", "tlc", "ep", "ttc", "lk", "raw_progress")}
-    sub["hc"] = np.ones(k)
-    multiplier = sub["nc"] * sub["dac"] * sub["ddc"] * sub["tlc"]
-    sub["pdm_score"] = multiplier * (5 * sub["ep"] + 5 * sub["ttc"] + 2 * sub["lk"] + 2 * sub["hc"]) / 14.0
-    return sub
+    results = []
+    for b, view in enumerate(views):
+        k = view.num_proposals
+        sub = {f: np.asarray(getattr(out, f), np.float64)[b, :k]
+               for f in ("nc", "dac", "ddc", "tlc", "ttc", "lk")}
+        sub["hc"] = np.ones(k)
+        multiplier = sub["nc"] * sub["dac"] * sub["ddc"] * sub["tlc"]
+        # EP in float64 (NAVSIM's numbers): PDM-Closed's fast proposals often differ by micrometres of progress,
+        # below float32's resolution, and the argmax must break those near-ties like NAVSIM.
+        sub["raw_progress"] = raw_progress(view.proposal_states, view.centerline)
+        normaliser = np.max(sub["raw_progress"] * multiplier)
+        sub["ep"] = (np.clip(sub["raw_progress"] / normaliser, 0.0, 1.0) if normaliser > PROGRESS_THRESHOLD
+                     else np.ones(k))
+        sub["pdm_score"] = multiplier * (5 * sub["ep"] + 5 * sub["ttc"] + 2 * sub["lk"] + 2 * sub["hc"]) / 14.0
+        results.append(sub)
+    return results
+
+
+def plan_batch(scenes: list[HostScene], speed_limits: list[float | None] | None = None, *, chunk: int = 8,
+               sizes: PlannerSizes = PlannerSizes(), progress: bool = False) -> list[dict]:
+    """``plan`` for many scenes: the unrolling runs vmapped over chunks of ``chunk`` scenes padded to common
+    ``sizes`` (grown to fit), the tracking and scoring as one batch per chunk; few compiled programs."""
+    speed_limits = list(speed_limits) if speed_limits is not None else [None] * len(scenes)
+    if len(speed_limits) != len(scenes):
+        raise ValueError(f"speed_limits: expected {len(scenes)} entries (one per scene), got {len(speed_limits)}")
+    for limit in speed_limits:
+        if limit is not None and not (np.isfinite(limit) and limit > 0):
+            raise ValueError(f"speed_limit: expected a positive finite speed in m/s or None, got {limit!r}")
+    observed = [_observe(s) for s in scenes]
+    for s, o in zip(scenes, observed):
+        sizes = sizes.grown(_needed(s, o))
+    params = IDMParams()
+    window = 64
+    for s, limit in zip(scenes, speed_limits):
+        horizon = max(SPEED_LIMIT_FRACTIONS) * (FALLBACK_TARGET_VELOCITY if limit is None else limit) \
+            * params.trajectory_steps * params.dt
+        needed = max(corridor_window(p, horizon) for p in _paths(np.asarray(s.centerline, np.float64))[1])
+        window = max(window, _bucket(needed))
+    window = None if window >= sizes.centerline else window
+    results: list[dict] = []
+    starts = range(0, len(scenes), chunk)
+    if progress:
+        from tqdm import tqdm
+
+        starts = tqdm(starts, desc="PDM-Closed", unit="chunk")
+    for start in starts:
+        part = list(range(start, min(start + chunk, len(scenes))))
+        built = [planner_inputs(scenes[i], observed[i], sizes, speed_limits[i]) for i in part]
+        rows = [b[0] for b in built] + [built[0][0]] * (chunk - len(part))  # pad the chunk with a copy
+        stacked = jax.tree.map(lambda *xs: np.stack(xs), *rows)
+        with jax.enable_x64(True):
+            unrolled = jax.device_get(_unroll_batch_jit(stacked, params, window))
+        egos = np.stack([np.asarray(scenes[i].history_states[-1], np.float64) for i in part])
+        poses = np.asarray(unrolled.poses, np.float64)[: len(part)].copy()
+        poses[..., :2] += np.stack([b[1] for b in built])[:, None, None, :]
+        num = poses.shape[1]
+        simulated = track_poses(np.repeat(egos, num, axis=0), poses.reshape(-1, *poses.shape[2:]))
+        simulated = simulated.reshape(len(part), num, *simulated.shape[1:])
+        scores = score_views([scoring_view(scenes[i], observed[i], simulated[j]) for j, i in enumerate(part)])
+        for j in range(len(part)):
+            selected = int(np.argmax(scores[j]["pdm_score"]))
+            results.append({"selected_proposal": selected, "states": simulated[j, selected],
+                            "idm_states": np.asarray(unrolled.idm_states[j], np.float64),
+                            "leading_agent": np.asarray(unrolled.leading_agent[j], np.float64),
+                            "proposal_poses": poses[j], "simulated_states": simulated[j], "scores": scores[j],
+                            "pdm_scores": scores[j]["pdm_score"]})
+    return results
 
 
 def plan(host_scene: HostScene, speed_limit: float | None = None) -> dict:
@@ -225,18 +330,4 @@ def plan(host_scene: HostScene, speed_limit: float | None = None) -> dict:
       ``proposal_poses`` [15, 41, 3] (global), ``simulated_states`` [15, 41, 11], ``scores`` (sub-score name ->
       [15]) and ``pdm_scores`` [15].
     """
-    if speed_limit is not None and not (np.isfinite(speed_limit) and speed_limit > 0):
-        raise ValueError(f"speed_limit: expected a positive finite speed in m/s or None, got {speed_limit!r}")
-    inputs, origin, observed = planner_inputs(host_scene, speed_limit)
-    with jax.enable_x64(True):
-        unrolled = jax.device_get(_unroll_jit(jax.tree.map(np.asarray, inputs), IDMParams()))
-    poses = np.asarray(unrolled.poses, np.float64).copy()
-    poses[..., :2] += origin
-    ego = np.asarray(host_scene.history_states[-1], np.float64)
-    simulated = track_poses(np.broadcast_to(ego, (poses.shape[0], ego.shape[0])), poses)
-    scores = score_proposals(scoring_view(host_scene, observed, simulated))
-    selected = int(np.argmax(scores["pdm_score"]))
-    return {"selected_proposal": selected, "states": simulated[selected],
-            "idm_states": np.asarray(unrolled.idm_states, np.float64),
-            "leading_agent": np.asarray(unrolled.leading_agent, np.float64), "proposal_poses": poses,
-            "simulated_states": simulated, "scores": scores, "pdm_scores": scores["pdm_score"]}
+    return plan_batch([host_scene], [speed_limit], chunk=1)[0]
