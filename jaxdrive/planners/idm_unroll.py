@@ -7,9 +7,9 @@ index ``S * lateral + longitudinal``). For every path and 0.1 s step t = 1..T:
    of t = 0, NAVSIM's braking first step): objects whose polygon at the observation frame of t meets the path's
    driving corridor (the path vertices between the ego's projection and ``max target speed x horizon`` ahead, buffered
    by half the ego width with square caps), ahead of the proposal's progress at t - 1 (their centroid's projection);
-   the nearest by polygon distance to the ego box at t - 1 gives (progress + distance, speed projected on the ego
-   heading (0 for static objects and red lights)); with nothing ahead the path end is a stopped obstacle (path
-   length, rear length = half the ego length). NAVSIM fills one row per step and path and walks the proposals in
+   the nearest by polygon distance to the ego box at t - 1 (ties: the first in shapely's STRtree order, ``obj_rank``)
+   gives (progress + distance, speed projected on the ego heading (0 for static objects and red lights)); with
+   nothing ahead the path end is a stopped obstacle (path length, rear length = half the ego length). NAVSIM fills one row per step and path and walks the proposals in
    order, so a field a proposal does not set keeps the previous proposal's value; this kernel copies that.
 2. IDM step (forward Euler) of (progress, speed).
 3. pose = the path interpolated at the new progress.
@@ -28,7 +28,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.constants import EGO_LENGTH, EGO_REAR_AXLE_TO_CENTER, EGO_WIDTH
 from jaxdrive.geometry import box_corners, box_intersects_polygon, point_in_polygon, polyline_arc_lengths, \
@@ -64,6 +64,7 @@ class PlannerInputs(NamedTuple):
     obj_is_agent: Bool[Array, "N"]  # vehicle / pedestrian / bicycle (its speed counts for a leader)
     obj_is_red_light: Bool[Array, "N"]
     obj_valid: Bool[Array, "N"]  # observed, not padding, not overlapping the ego at t = 0
+    obj_rank: Int[Array, "M N"]  # per observation frame: position in NAVSIM's query order (shapely STRtree), for ties
     target_velocities: Float[Array, "S"]  # IDM target speeds [m/s]
 
 
@@ -218,7 +219,9 @@ def unroll(inputs: PlannerInputs, params: IDMParams = IDMParams(), window: int |
             ego_box = box_corners(pose[:2] + EGO_REAR_AXLE_TO_CENTER * u, pose[2], jnp.asarray(EGO_LENGTH, dtype),
                                   jnp.asarray(EGO_WIDTH, dtype))
             dist = jax.vmap(box_polygon_distance, in_axes=(None, 0))(ego_box, polys)
-            k = jnp.argmin(jnp.where(ahead, dist, jnp.inf))
+            nearest = jnp.min(jnp.where(ahead, dist, jnp.inf))
+            # equal distances (several objects touching the ego): NAVSIM takes the first in its query order
+            k = jnp.argmin(jnp.where(ahead & (dist == nearest), inputs.obj_rank[frame_idx], jnp.iinfo(jnp.int32).max))
             rel = inputs.obj_heading[k] - pose[2]
             speed = jnp.where(inputs.obj_is_agent[k], inputs.obj_speed[k] * jnp.cos(jnp.arctan2(jnp.sin(rel),
                                                                                                jnp.cos(rel))), 0.0)

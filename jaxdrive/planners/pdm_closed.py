@@ -131,6 +131,42 @@ def _observe(scene: HostScene) -> _Observed:
                      is_red_light=np.array([False] * n_obj + [True] * len(red), bool), agents=kept)
 
 
+def str_tree_order(envelopes: np.ndarray, capacity: int = 10) -> list[int]:
+    """The order in which shapely's ``STRtree(geoms, node_capacity)`` (GEOS sort-tile-recursive) visits its items
+    in a query: leaves packed bottom-up, each level sorted by envelope-centre x into ceil(sqrt(ceil(n / capacity)))
+    vertical slices, each slice sorted by centre y and cut into nodes of ``capacity``; depth-first in node order.
+
+    Args: envelopes [N, 4] (min x, min y, max x, max y). Returns item indices in visiting order.
+    """
+    level = [(np.asarray(e, np.float64), [i]) for i, e in enumerate(envelopes)]
+    while len(level) > 1:
+        n = len(level)
+        slices = int(np.ceil(np.sqrt(np.ceil(n / capacity))))
+        per = int(np.ceil(n / slices))
+        level.sort(key=lambda node: node[0][0] + node[0][2])
+        parents = []
+        for start in range(0, n, per):
+            part = sorted(level[start:start + per], key=lambda node: node[0][1] + node[0][3])
+            for c in range(0, len(part), capacity):
+                kids = part[c:c + capacity]
+                env = np.concatenate([np.min([k[0][:2] for k in kids], axis=0), np.max([k[0][2:] for k in kids], axis=0)])
+                parents.append((env, [i for k in kids for i in k[1]]))
+        level = parents
+    return level[0][1] if level else []
+
+
+def _ranks(observed: "_Observed", frames: int, update_rate: int, dt: float, size: int) -> np.ndarray:
+    """[frames, size] int32: each object's position in the query order of every observation frame (padding last)."""
+    ranks = np.full((frames, size), size, np.int32)
+    for m in range(frames):
+        shift = m * update_rate * dt * observed.dxy
+        env = np.array([np.concatenate([(p + d).min(axis=0), (p + d).max(axis=0)])
+                        for p, d in zip(observed.polygons, shift)]).reshape(-1, 4)
+        for position, i in enumerate(str_tree_order(env)):
+            ranks[m, i] = position
+    return ranks
+
+
 def _collided(ego: np.ndarray, observed: _Observed) -> np.ndarray:
     """Objects NAVSIM's observation records as collided at t = 0 (overlapping the ego box; a red light: containing
     it): never leaders. [N] bool."""
@@ -187,10 +223,13 @@ def planner_inputs(scene: HostScene, observed: _Observed, sizes: PlannerSizes,
     limit = FALLBACK_TARGET_VELOCITY if speed_limit is None else float(speed_limit)
     local_ego = ego.copy()
     local_ego[:2] = 0.0
+    params = IDMParams()
+    frames = params.proposal_steps // params.update_rate + 1
     inputs = PlannerInputs(paths=paths, progress=progress, ego=local_ego, obj_polygons=polygons,
                            obj_centroids=centroids, obj_dxy=pad(observed.dxy), obj_heading=pad(observed.heading),
                            obj_speed=pad(observed.speed), obj_is_agent=pad(observed.is_agent, False),
                            obj_is_red_light=pad(observed.is_red_light, False), obj_valid=valid,
+                           obj_rank=_ranks(observed, frames, params.update_rate, params.dt, n),
                            target_velocities=np.asarray(SPEED_LIMIT_FRACTIONS, np.float64) * limit)
     return inputs, origin
 
