@@ -102,3 +102,26 @@ def test_add_pdm_closed_cli(tmp_path):
     np.testing.assert_allclose(reference["states"], expected["states"], atol=1e-5)
     np.testing.assert_allclose(np.asarray(reference["poses"])[:, :2],
                                np.asarray(expected["planner_trajectory"])[:41, :2], atol=1e-5)
+
+
+@pytest.mark.slow
+def test_vocab_reference_pdm_closed_on_synthetic_scenes(tmp_path):
+    """Synthetic scenes have no cached reference: `--reference pdm-closed` plans one (rows equal the vocabulary
+    scored against `plan(scene)['states']`)."""
+    from jaxdrive.scoring.outputs import read_results
+    from jaxdrive.scoring.sources import SyntheticSource
+    from jaxdrive.vocab.build import human_trajectories
+    from jaxdrive.vocab.core import score_vocabulary
+    from jaxdrive.vocab.job import VocabOptions, run_vocab
+
+    src = SyntheticSource(1, seed=3, num_proposals=2)
+    vocab = human_trajectories(8, seed=5)
+    stats = run_vocab(src, vocab, tmp_path / "run", VocabOptions(reference="pdm-closed", chunk=16), progress=False)
+    assert not stats.errors
+    rows = read_results(tmp_path / "run").sort_values("proposal")
+    scene = src.load(0)
+    reference = plan(scene)["states"]
+    np.testing.assert_allclose(reference[0], scene.history_states[-1], atol=1e-9)
+    want = score_vocabulary(scene, vocab, reference, chunk=16)
+    for m in ("ep", "pdm_score", "epdms"):
+        np.testing.assert_allclose(rows[m].to_numpy(), want[m], atol=1e-6, err_msg=m)
