@@ -9,8 +9,9 @@ index ``S * lateral + longitudinal``). For every path and 0.1 s step t = 1..T:
    by half the ego width with square caps), ahead of the proposal's progress at t - 1 (their centroid's projection);
    the nearest by polygon distance to the ego box at t - 1 (ties: the first in shapely's STRtree order, ``obj_rank``)
    gives (progress + distance, speed projected on the ego heading (0 for static objects and red lights)); with
-   nothing ahead the path end is a stopped obstacle (path length, rear length = half the ego length). NAVSIM fills one row per step and path and walks the proposals in
-   order, so a field a proposal does not set keeps the previous proposal's value; this kernel copies that.
+   nothing ahead the path end is a stopped obstacle (path length, rear length = half the ego length). NAVSIM fills
+   one row per step and path and walks the proposals in order, so a field a proposal does not set keeps the previous
+   proposal's value; this kernel copies that.
 2. IDM step (forward Euler) of (progress, speed).
 3. pose = the path interpolated at the new progress.
 

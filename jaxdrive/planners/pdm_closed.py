@@ -10,8 +10,13 @@ Stages (NAVSIM's ``AbstractPDMClosedPlanner._get_closed_loop_trajectory``; param
 2. IDM unrolling of 3 x 5 proposals (``idm_unroll.unroll``, jitted, float64 re-centred on the ego);
 3. NAVSIM's LQR + bicycle tracking of every proposal's 41 poses from the real ego state (``jaxdrive.sim``);
 4. scoring on the planner view with the EPDMS kernels: EP normalised over the 15, history comfort 1 (the planner
-   passes no history), ``pdm_score`` = M x (5 EP + 5 TTC + 2 LK + 2 HC) / 14;
+   passes no history), ``pdm_score`` = M x (5 EP + 5 TTC + 2 LK + 2 HC) / 14, raw progress and EP in float64 (the
+   fast proposals often differ by micrometres of progress; the argmax must break those near-ties like NAVSIM);
 5. ``np.argmax`` (first best).
+
+``plan_batch`` runs many scenes: stage 2 vmapped over chunks of scenes padded to common sizes, stages 3-4 batched.
+Parity: equal to NAVSIM's planner on all 61 fixture scenes (``tests/test_pdm_closed.py``), every stage to the
+fixtures' 6-decimal rounding.
 
 The trajectory NAVSIM then scores (its metric cache's ``trajectory``) is the selected proposal's first 41 poses
 re-simulated from the ego state, i.e. stage 3's row: returned as ``states``.
@@ -102,7 +107,8 @@ def _observe(scene: HostScene) -> _Observed:
             and np.hypot(*(a.track[0, :2] - ego_center)) <= MAP_RADIUS]
     dist = lambda a: np.hypot(*(a.track[0, :2] - ego_center))  # noqa: E731
     static = sorted([a for a in seen if not a.type.is_agent], key=dist)[:MAX_STATIC]
-    dynamic = [a for kind, cap in MAX_DYNAMIC.items() for a in sorted([b for b in seen if b.type == kind], key=dist)[:cap]]
+    dynamic = [a for kind, cap in MAX_DYNAMIC.items()
+               for a in sorted([b for b in seen if b.type == kind], key=dist)[:cap]]
     kept = static + dynamic
     ids, polygons, dxy, heading, speed = [], [], [], [], []
     for a in kept:
@@ -149,7 +155,8 @@ def str_tree_order(envelopes: np.ndarray, capacity: int = 10) -> list[int]:
             part = sorted(level[start:start + per], key=lambda node: node[0][1] + node[0][3])
             for c in range(0, len(part), capacity):
                 kids = part[c:c + capacity]
-                env = np.concatenate([np.min([k[0][:2] for k in kids], axis=0), np.max([k[0][2:] for k in kids], axis=0)])
+                env = np.concatenate([np.min([k[0][:2] for k in kids], axis=0),
+                                      np.max([k[0][2:] for k in kids], axis=0)])
                 parents.append((env, [i for k in kids for i in k[1]]))
         level = parents
     return level[0][1] if level else []
