@@ -39,6 +39,10 @@ def _check_selected(out: dict, expected: dict) -> None:
     assert out["states"].shape == (41, 11)
     assert np.abs(out["states"][:, :2] - states[:, :2]).max() < 1e-2
     assert _wrapped(out["states"][:, 2], states[:, 2]).max() < 1e-3
+    trajectory = np.asarray(expected["planner_trajectory"])
+    assert out["trajectory"].shape == (51, 3)
+    assert np.abs(out["trajectory"][:, :2] - trajectory[:, :2]).max() < 1e-2
+    assert _wrapped(out["trajectory"][:, 2], trajectory[:, 2]).max() < 1e-3
 
 
 def test_fixture_set_is_complete():
@@ -58,6 +62,10 @@ def test_stages_and_selection_match_navsim():
         simulated = np.asarray(internals["simulated_states"])
         np.testing.assert_allclose(out["simulated_states"][..., :3], simulated[..., :3], atol=1e-5, err_msg=rel)
         np.testing.assert_allclose(out["pdm_scores"], expected["planner_pdm_scores"], atol=1e-5, err_msg=rel)
+        np.testing.assert_allclose(out["trajectory_idm_states"], internals["selected_idm_states"], atol=FIXTURE_ATOL,
+                                   err_msg=rel)
+        np.testing.assert_allclose(out["trajectory"][:, :2], np.asarray(expected["planner_trajectory"])[:, :2],
+                                   atol=FIXTURE_ATOL, err_msg=rel)
         _check_selected(out, expected)
 
 
@@ -101,7 +109,7 @@ def test_add_pdm_closed_cli(tmp_path):
     assert reference["selected_proposal"] == expected["selected_proposal"]
     np.testing.assert_allclose(reference["states"], expected["states"], atol=1e-5)
     np.testing.assert_allclose(np.asarray(reference["poses"])[:, :2],
-                               np.asarray(expected["planner_trajectory"])[:41, :2], atol=1e-5)
+                               np.asarray(expected["planner_trajectory"])[:, :2], atol=1e-5)
 
 
 @pytest.mark.slow

@@ -3,8 +3,8 @@ ones) NAVSIM's reference, computed by ``jaxdrive.planners.pdm_closed``, so ``jax
 ``jaxdrive score --predictions`` can use them.
 
 The reference is stored like a converted metric cache's (top-level ``reference`` key): ``name`` = "pdm_closed",
-``times`` and ``poses`` (the selected proposal's 41 poses at 0.1 s, global; a metric cache holds 51, the planner's
-full 5 s, of which NAVSIM scores these 41), ``states`` [41, 11] (the poses re-simulated from the ego state: NAVSIM's
+``times`` and ``poses`` (the planner's 51 poses at 0.1 s over 5 s, global, as in a metric cache; NAVSIM scores the
+first 41), ``states`` [41, 11] (the poses re-simulated from the ego state: NAVSIM's
 row 0), ``selected_proposal`` and ``speed_limit_mps``. Scenes that already carry a reference are copied unchanged
 unless ``--overwrite``.
 """
@@ -16,15 +16,15 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxdrive.scene import NUM_STEPS, HostScene
+from jaxdrive.scene import HostScene
 
 
 def reference_block(result: dict, speed_limit: float | None = None) -> dict:
     """The scene's ``reference`` entry (module docstring) from a ``pdm_closed.plan`` result."""
     sel = int(result["selected_proposal"])
     return {"name": "pdm_closed", "source": "jaxdrive.planners.pdm_closed", "selected_proposal": sel,
-            "speed_limit_mps": speed_limit, "times": np.round(np.arange(NUM_STEPS) * 0.1, 6).tolist(),
-            "poses": np.round(result["proposal_poses"][sel], 6).tolist(),
+            "speed_limit_mps": speed_limit, "times": np.round(np.arange(len(result["trajectory"])) * 0.1, 6).tolist(),
+            "poses": np.round(result["trajectory"], 6).tolist(),
             "states": np.round(result["states"], 6).tolist()}
 
 

@@ -160,33 +160,57 @@ def _meets_corridor(polygon: Float[Array, "V 2"], corridor) -> Bool[Array, ""]:
     return near | crossing | inside | caps
 
 
-def unroll(inputs: PlannerInputs, params: IDMParams = IDMParams(), window: int | None = None) -> Unrolled:
-    """NAVSIM's proposal unrolling for one scene (module docstring); P = L x S proposals over T = proposal_steps.
+def _leader_row(row, cur, pose, meet, prog, polys, ranks, inputs: PlannerInputs, path_length):
+    """One proposal's leading-object row (module docstring, step 1) from the row the previous proposal left."""
+    dtype = pose.dtype
+    ahead = meet & (prog > cur)
+    u = jnp.stack([jnp.cos(pose[2]), jnp.sin(pose[2])])
+    ego_box = box_corners(pose[:2] + EGO_REAR_AXLE_TO_CENTER * u, pose[2], jnp.asarray(EGO_LENGTH, dtype),
+                          jnp.asarray(EGO_WIDTH, dtype))
+    dist = jax.vmap(box_polygon_distance, in_axes=(None, 0))(ego_box, polys)
+    nearest = jnp.min(jnp.where(ahead, dist, jnp.inf))
+    # equal distances (several objects touching the ego): NAVSIM takes the first in its query order
+    k = jnp.argmin(jnp.where(ahead & (dist == nearest), ranks, jnp.iinfo(jnp.int32).max))
+    rel = inputs.obj_heading[k] - pose[2]
+    speed = jnp.where(inputs.obj_is_agent[k], inputs.obj_speed[k] * jnp.cos(jnp.arctan2(jnp.sin(rel), jnp.cos(rel))),
+                      0.0)
+    with_leader = row.at[0].set(cur + dist[k])
+    with_leader = jnp.where(inputs.obj_is_red_light[k], with_leader, with_leader.at[1].set(speed))
+    free = row.at[0].set(path_length).at[2].set(0.5 * EGO_LENGTH)
+    return jnp.where(jnp.any(ahead), with_leader, free)
 
-    ``window`` (static): at least the number of path vertices within any ``max target speed x horizon`` stretch
-    (``corridor_window``); the corridor tests then run on that many vertices instead of C. None: all C.
-    """
+
+def _idm_step(idm, lead, target, params: IDMParams):
+    """``BatchIDMPolicy.propagate``: one forward-Euler step of (progress, speed) [..., 2] behind ``lead`` [..., 3]."""
+    g0, hw, a_max, b_max = params.min_gap, params.headway, params.accel_max, params.decel_max
+    x, v = idm[..., 0], idm[..., 1]
+    x_lead, v_lead, rear = lead[..., 0], lead[..., 1], lead[..., 2]
+    s_star = g0 + v * hw + v * (v - v_lead) / (2.0 * jnp.sqrt(a_max * b_max))
+    s_alpha = jnp.maximum(x_lead - x - rear, g0)
+    v_dot = a_max * (1.0 - (v / target) ** params.exponent - (s_star / s_alpha) ** 2)
+    v_dot = jnp.clip(v_dot, -b_max, a_max)
+    return jnp.stack([x + params.dt * v, v + params.dt * v_dot], axis=-1)
+
+
+class _View(NamedTuple):
+    start_progress: Array  # [L]
+    meets: Array  # [L, M, N] object meets the path's corridor at frame m
+    obj_progress: Array  # [L, M, N] centroid projection on the path at frame m
+    polygons: Array  # [M, N, V, 2]
+
+
+def _view(inputs: PlannerInputs, params: IDMParams, window: int | None, frames: list[int],
+          path_ids: list[int] | None = None) -> _View:
+    """Objects at the observation ``frames`` (frame m: forecast at m x update_rate x dt) against the corridors of
+    ``path_ids`` (default all)."""
     paths, progress = inputs.paths, inputs.progress
-    num_paths, num_speeds = paths.shape[0], inputs.target_velocities.shape[0]
-    steps = params.proposal_steps
+    if path_ids is not None:
+        paths, progress = paths[jnp.asarray(path_ids)], progress[jnp.asarray(path_ids)]
     dtype = paths.dtype
-    lengths = progress[:, -1]
-
-    # t = 0: the ego's projection onto each path, the ego's longitudinal speed.
     start_progress = jax.vmap(_project, in_axes=(None, 0))(inputs.ego[:2], paths)  # [L]
-    start_pose = jax.vmap(interpolate_path)(paths, progress, start_progress)  # [L, 3]
-    speed0 = inputs.ego[3]
-    idm0 = jnp.broadcast_to(jnp.stack([start_progress, jnp.full_like(start_progress, speed0)], -1)[:, None],
-                            (num_paths, num_speeds, 2))
-    pose0 = jnp.broadcast_to(start_pose[:, None], (num_paths, num_speeds, 3))
-    lead0 = jnp.zeros((num_paths, num_speeds, 3), dtype)
-
-    # Objects per observation frame m (time t uses frame t // update_rate, forecast at m * update_rate * dt).
-    frames = steps // params.update_rate + 1
-    shift = (jnp.arange(frames, dtype=dtype) * params.update_rate * params.dt)[:, None, None]  # [M, 1, 1]
+    shift = (jnp.asarray(frames, dtype) * params.update_rate * params.dt)[:, None, None]  # [M, 1, 1]
     centroids = inputs.obj_centroids[None] + shift * inputs.obj_dxy[None]  # [M, N, 2]
     polygons = inputs.obj_polygons[None] + (shift * inputs.obj_dxy[None])[:, :, None, :]  # [M, N, V, 2]
-
     horizon = jnp.max(jnp.abs(inputs.target_velocities)) * params.trajectory_steps * params.dt
     if window is None or window >= paths.shape[1]:
         win_paths, win_progress = paths, progress
@@ -199,55 +223,51 @@ def unroll(inputs: PlannerInputs, params: IDMParams = IDMParams(), window: int |
 
     def frame_view(path_idx, frame_idx):
         corridor = jax.tree.map(lambda c: c[path_idx], corridors)
-        polys = polygons[frame_idx]
-        meets = jax.vmap(_meets_corridor, in_axes=(0, None))(polys, corridor) & inputs.obj_valid
+        meets = jax.vmap(_meets_corridor, in_axes=(0, None))(polygons[frame_idx], corridor) & inputs.obj_valid
         return meets, _project(centroids[frame_idx], paths[path_idx])
 
-    grid_l, grid_m = jnp.meshgrid(jnp.arange(num_paths), jnp.arange(frames), indexing="ij")
+    num_paths, num_frames = paths.shape[0], len(frames)
+    grid_l, grid_m = jnp.meshgrid(jnp.arange(num_paths), jnp.arange(num_frames), indexing="ij")
     meets, obj_progress = jax.lax.map(lambda lm: frame_view(lm[0], lm[1]), (grid_l.ravel(), grid_m.ravel()))
-    meets = meets.reshape(num_paths, frames, -1)  # [L, M, N]
-    obj_progress = obj_progress.reshape(num_paths, frames, -1)
+    return _View(start_progress, meets.reshape(num_paths, num_frames, -1),
+                 obj_progress.reshape(num_paths, num_frames, -1), polygons)
+
+
+def unroll(inputs: PlannerInputs, params: IDMParams = IDMParams(), window: int | None = None) -> Unrolled:
+    """NAVSIM's proposal unrolling for one scene (module docstring); P = L x S proposals over T = proposal_steps.
+
+    ``window`` (static): at least the number of path vertices within any ``max target speed x horizon`` stretch
+    (``corridor_window``); the corridor tests then run on that many vertices instead of C. None: all C.
+    """
+    paths, progress = inputs.paths, inputs.progress
+    num_paths, num_speeds = paths.shape[0], inputs.target_velocities.shape[0]
+    steps = params.proposal_steps
+    dtype = paths.dtype
+    lengths = progress[:, -1]
+    view = _view(inputs, params, window, list(range(steps // params.update_rate + 1)))
+
+    # t = 0: the ego's projection onto each path, the ego's longitudinal speed.
+    start_pose = jax.vmap(interpolate_path)(paths, progress, view.start_progress)  # [L, 3]
+    idm0 = jnp.broadcast_to(jnp.stack([view.start_progress, jnp.full_like(view.start_progress, inputs.ego[3])],
+                                      -1)[:, None], (num_paths, num_speeds, 2))
+    pose0 = jnp.broadcast_to(start_pose[:, None], (num_paths, num_speeds, 3))
+    lead0 = jnp.zeros((num_paths, num_speeds, 3), dtype)
 
     def search(path_idx, frame_idx, idm_prev, pose_prev):
         """Leading-object rows of one path's S proposals (walked in order, sharing one row like NAVSIM)."""
-        meet, prog = meets[path_idx, frame_idx], obj_progress[path_idx, frame_idx]
-        polys = polygons[frame_idx]
-
         def one(row, inp):
-            cur, pose = inp
-            ahead = meet & (prog > cur)
-            u = jnp.stack([jnp.cos(pose[2]), jnp.sin(pose[2])])
-            ego_box = box_corners(pose[:2] + EGO_REAR_AXLE_TO_CENTER * u, pose[2], jnp.asarray(EGO_LENGTH, dtype),
-                                  jnp.asarray(EGO_WIDTH, dtype))
-            dist = jax.vmap(box_polygon_distance, in_axes=(None, 0))(ego_box, polys)
-            nearest = jnp.min(jnp.where(ahead, dist, jnp.inf))
-            # equal distances (several objects touching the ego): NAVSIM takes the first in its query order
-            k = jnp.argmin(jnp.where(ahead & (dist == nearest), inputs.obj_rank[frame_idx], jnp.iinfo(jnp.int32).max))
-            rel = inputs.obj_heading[k] - pose[2]
-            speed = jnp.where(inputs.obj_is_agent[k], inputs.obj_speed[k] * jnp.cos(jnp.arctan2(jnp.sin(rel),
-                                                                                               jnp.cos(rel))), 0.0)
-            with_leader = row.at[0].set(cur + dist[k])
-            with_leader = jnp.where(inputs.obj_is_red_light[k], with_leader, with_leader.at[1].set(speed))
-            free = row.at[0].set(lengths[path_idx]).at[2].set(0.5 * EGO_LENGTH)
-            row = jnp.where(jnp.any(ahead), with_leader, free)
+            row = _leader_row(row, inp[0], inp[1], view.meets[path_idx, frame_idx],
+                              view.obj_progress[path_idx, frame_idx], view.polygons[frame_idx],
+                              inputs.obj_rank[frame_idx], inputs, lengths[path_idx])
             return row, row
 
-        _, rows = jax.lax.scan(one, jnp.zeros((3,), dtype), (idm_prev[:, 0], pose_prev))
-        return rows  # [S, 3]
-
-    g0, hw, a_max, b_max = params.min_gap, params.headway, params.accel_max, params.decel_max
+        return jax.lax.scan(one, jnp.zeros((3,), dtype), (idm_prev[:, 0], pose_prev))[1]  # [S, 3]
 
     def step(carry, t):
         idm, pose, lead = carry
         fresh = jax.vmap(search, in_axes=(0, None, 0, 0))(jnp.arange(num_paths), t // params.update_rate, idm, pose)
         lead = jnp.where(t % params.update_rate == 0, fresh, lead)
-        x, v = idm[..., 0], idm[..., 1]
-        x_lead, v_lead, rear = lead[..., 0], lead[..., 1], lead[..., 2]
-        s_star = g0 + v * hw + v * (v - v_lead) / (2.0 * jnp.sqrt(a_max * b_max))
-        s_alpha = jnp.maximum(x_lead - x - rear, g0)
-        v_dot = a_max * (1.0 - (v / inputs.target_velocities) ** params.exponent - (s_star / s_alpha) ** 2)
-        v_dot = jnp.clip(v_dot, -b_max, a_max)
-        idm = jnp.stack([x + params.dt * v, v + params.dt * v_dot], axis=-1)
+        idm = _idm_step(idm, lead, inputs.target_velocities, params)
         pose = jax.vmap(interpolate_path)(paths, progress, idm[..., 0])
         return (idm, pose, lead), (idm, pose, lead)
 
@@ -260,6 +280,46 @@ def unroll(inputs: PlannerInputs, params: IDMParams = IDMParams(), window: int |
     return Unrolled(idm_states=stack(idm0, idm_t), leading_agent=stack(lead0, lead_t), poses=stack(pose0, pose_t))
 
 
+def extend(inputs: PlannerInputs, selected: Int[Array, ""], last: Unrolled, params: IDMParams = IDMParams(),
+           window: int | None = None) -> Unrolled:
+    """``PDMGenerator.generate_trajectory``: the selected proposal unrolled on from step ``proposal_steps`` to
+    ``trajectory_steps`` (its leading-object row fresh at every search: NAVSIM walks only this proposal).
+
+    Args:
+      inputs: the scene's planner view (as for ``unroll``).
+      selected: proposal index (S x lateral + longitudinal).
+      last: the selected proposal's state at step ``proposal_steps``: ``idm_states`` [2], ``leading_agent`` [3],
+        ``poses`` [3].
+
+    Returns:
+      ``Unrolled`` of steps proposal_steps + 1 .. trajectory_steps ([T2, 2], [T2, 3], [T2, 3]).
+    """
+    num_speeds = inputs.target_velocities.shape[0]
+    lateral, longitudinal = selected // num_speeds, selected % num_speeds
+    first, last_frame = params.proposal_steps // params.update_rate + 1, params.trajectory_steps // params.update_rate
+    frames = list(range(first, last_frame + 1))
+    views = [_view(inputs, params, window, frames, [i]) for i in range(inputs.paths.shape[0])]
+    pick = lambda *xs: jnp.stack(xs)[lateral]  # noqa: E731
+    view = jax.tree.map(pick, *views)  # the selected path's view ([1, ...] leading path axis)
+    path, progress = inputs.paths[lateral], inputs.progress[lateral]
+    target = inputs.target_velocities[longitudinal]
+
+    def step(carry, t):
+        idm, pose, lead = carry
+        m = t // params.update_rate - first
+        fresh = _leader_row(jnp.zeros_like(lead), idm[0], pose, view.meets[0, m], view.obj_progress[0, m],
+                            view.polygons[m], inputs.obj_rank[t // params.update_rate], inputs, progress[-1])
+        lead = jnp.where(t % params.update_rate == 0, fresh, lead)
+        idm = _idm_step(idm, lead, target, params)
+        pose = interpolate_path(path, progress, idm[0])
+        return (idm, pose, lead), (idm, pose, lead)
+
+    carry = (last.idm_states, last.poses, last.leading_agent)
+    _, (idm_t, pose_t, lead_t) = jax.lax.scan(step, carry, jnp.arange(params.proposal_steps + 1,
+                                                                     params.trajectory_steps + 1))
+    return Unrolled(idm_states=idm_t, leading_agent=lead_t, poses=pose_t)
+
+
 def corridor_window(progress: np.ndarray, horizon: float) -> int:
     """Host helper: the most vertices of the cumulative-progress array ``progress`` [C] within any stretch of
     ``horizon`` metres, + 2 (the ``window`` argument of ``unroll``)."""
@@ -270,4 +330,10 @@ def corridor_window(progress: np.ndarray, horizon: float) -> int:
 def unroll_batch(inputs: PlannerInputs, params: IDMParams = IDMParams(), window: int | None = None) -> Unrolled:
     """``unroll`` over a leading scene axis of every ``PlannerInputs`` field (same padded shapes)."""
     return jax.vmap(lambda i: unroll(i, params, window))(inputs)
+
+
+def extend_batch(inputs: PlannerInputs, selected: Int[Array, "B"], last: Unrolled, params: IDMParams = IDMParams(),
+                 window: int | None = None) -> Unrolled:
+    """``extend`` over a leading scene axis."""
+    return jax.vmap(lambda i, s, l: extend(i, s, l, params, window))(inputs, selected, last)
 """``unroll`` over a leading scene axis of every ``PlannerInputs`` field (same padded shapes)."""

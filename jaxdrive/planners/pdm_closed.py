@@ -34,7 +34,8 @@ import jax
 import numpy as np
 
 from jaxdrive.constants import EGO_LENGTH, EGO_REAR_AXLE_TO_CENTER, EGO_WIDTH, NUM_STEPS
-from jaxdrive.planners.idm_unroll import IDMParams, PlannerInputs, corridor_window, unroll_batch
+from jaxdrive.planners.idm_unroll import (IDMParams, PlannerInputs, Unrolled, corridor_window, extend_batch,
+                                         unroll_batch)
 from jaxdrive.rules.epdms import PROGRESS_THRESHOLD, score as score_batch
 from jaxdrive.scene import Agent, AgentType, HostScene, LaneKind, PadSpec, batch_scenes
 from jaxdrive.sim.reference import track_poses
@@ -48,6 +49,7 @@ MAX_STATIC = 50
 _MIN_SCORE_PAD = PadSpec(proposals=16, agents=32, areas=32, area_vertices=128, lanes=64, lane_vertices=128,
                          centerline=512)  # the scoring view's least padded sizes (few compiled shapes)
 _unroll_batch_jit = jax.jit(unroll_batch, static_argnums=(1, 2))
+_extend_batch_jit = jax.jit(extend_batch, static_argnums=(3, 4))
 _score_jit = jax.jit(score_batch)
 
 
@@ -231,7 +233,7 @@ def planner_inputs(scene: HostScene, observed: _Observed, sizes: PlannerSizes,
     local_ego = ego.copy()
     local_ego[:2] = 0.0
     params = IDMParams()
-    frames = params.proposal_steps // params.update_rate + 1
+    frames = params.trajectory_steps // params.update_rate + 1
     inputs = PlannerInputs(paths=paths, progress=progress, ego=local_ego, obj_polygons=polygons,
                            obj_centroids=centroids, obj_dxy=pad(observed.dxy), obj_heading=pad(observed.heading),
                            obj_speed=pad(observed.speed), obj_is_agent=pad(observed.is_agent, False),
@@ -352,9 +354,19 @@ def plan_batch(scenes: list[HostScene], speed_limits: list[float | None] | None 
         simulated = track_poses(np.repeat(egos, num, axis=0), poses.reshape(-1, *poses.shape[2:]))
         simulated = simulated.reshape(len(part), num, *simulated.shape[1:])
         scores = score_views([scoring_view(scenes[i], observed[i], simulated[j]) for j, i in enumerate(part)])
+        selected = np.array([int(np.argmax(sc["pdm_score"])) for sc in scores]
+                            + [0] * (chunk - len(part)))  # np.argmax: the first best
+        rows = np.arange(chunk)
+        last = jax.tree.map(lambda a: np.asarray(a)[rows, selected, -1], unrolled)
+        with jax.enable_x64(True):
+            tail = jax.device_get(_extend_batch_jit(stacked, selected, Unrolled(*last), params, window))
         for j in range(len(part)):
-            selected = int(np.argmax(scores[j]["pdm_score"]))
-            results.append({"selected_proposal": selected, "states": simulated[j, selected],
+            sel = int(selected[j])
+            trajectory = np.concatenate([poses[j, sel], np.asarray(tail.poses[j], np.float64)])
+            trajectory[poses.shape[2]:, :2] += built[j][1]
+            results.append({"selected_proposal": sel, "states": simulated[j, sel], "trajectory": trajectory,
+                            "trajectory_idm_states": np.concatenate([np.asarray(unrolled.idm_states[j, sel]),
+                                                                     np.asarray(tail.idm_states[j])]),
                             "idm_states": np.asarray(unrolled.idm_states[j], np.float64),
                             "leading_agent": np.asarray(unrolled.leading_agent[j], np.float64),
                             "proposal_poses": poses[j], "simulated_states": simulated[j], "scores": scores[j],
@@ -372,7 +384,8 @@ def plan(host_scene: HostScene, speed_limit: float | None = None) -> dict:
     Returns:
       dict with ``selected_proposal`` (int, 5 x lateral_idx + longitudinal_idx; lateral 0 = centreline, 1 = -1 m,
       2 = +1 m), ``states`` [41, 11] (the selected proposal re-simulated from the ego state: what NAVSIM scores,
-      global frame, float64), and the stages: ``idm_states`` [15, 41, 2], ``leading_agent`` [15, 41, 3],
+      global frame, float64), ``trajectory`` [51, 3] (the planner's output: the selected proposal unrolled on to
+      5 s, global), ``trajectory_idm_states`` [51, 2], and the stages: ``idm_states`` [15, 41, 2], ``leading_agent`` [15, 41, 3],
       ``proposal_poses`` [15, 41, 3] (global), ``simulated_states`` [15, 41, 11], ``scores`` (sub-score name ->
       [15]) and ``pdm_scores`` [15].
     """
