@@ -59,6 +59,7 @@ def _bucket(n: int, least: int = 8) -> int:
 
 
 def _box(center: np.ndarray, heading: float, length: float, width: float) -> np.ndarray:
+    """``jaxdrive.geometry.box_corners`` in float64 numpy (global coordinates on the host): [FL, RL, RR, FR]."""
     u = np.array([np.cos(heading), np.sin(heading)])
     n = np.array([-u[1], u[0]])
     hl, hw = 0.5 * length, 0.5 * width
@@ -103,6 +104,9 @@ class _Observed:
 
 
 def _observe(scene: HostScene) -> _Observed:
+    """``PDMObservation.update`` at t = 0: the objects present (``track[0]`` not null) within ``MAP_RADIUS`` of the
+    ego centre, the nearest per class up to NAVSIM's caps, moving along their heading (reversed when the velocity
+    points backwards) at their speed; then the on-route connectors red at t = 0."""
     ego = scene.history_states[-1]
     ego_center = ego[:2] + EGO_REAR_AXLE_TO_CENTER * np.array([np.cos(ego[2]), np.sin(ego[2])])
     seen = [a for a in scene.agents if not np.isnan(a.track[0]).any()
