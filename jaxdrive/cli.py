@@ -160,6 +160,9 @@ def _add_scenes(sub) -> None:
     from jaxdrive.data.navsim_cache import add_from_navsim_parser
 
     add_from_navsim_parser(ssub)
+    from jaxdrive.planners.cli import add_pdm_closed_parser
+
+    add_pdm_closed_parser(ssub)
 
 
 def _run_generate(args) -> int:

@@ -201,3 +201,33 @@ def test_bad_proposal_file_is_a_usage_error(tmp_path, capsys):
     assert main(["score", "--scenes", str(scenes), "--proposals", str(tmp_path / "P.npz"), "--out",
                  str(tmp_path / "o"), "--no-progress"]) == 2
     assert "sanity_red_on_route" in capsys.readouterr().err
+
+
+def test_from_navsim_store_output(tmp_path, capsys):
+    """``--store``: the converted caches as one binary scene store (a refused cache named, exit 3); the ego-centred
+    store scenes keep their PDM-Closed reference in their own frame (its row 0 is the ego state)."""
+    from jaxdrive.data.store import SceneStore
+
+    tokens = ["scene_0003", "sanity_red_on_route"]
+    cache_map = dict(find_caches(CACHE_DIR))
+    for t in tokens:
+        dest = tmp_path / "cache" / t / "metric_cache.pkl"
+        dest.parent.mkdir(parents=True)
+        shutil.copy(cache_map[t], dest)
+    evil = tmp_path / "cache" / "evil_token" / "metric_cache.pkl"
+    evil.parent.mkdir(parents=True)
+    evil.write_bytes(_pickle_bytes(pickle.dumps(_Evil(), protocol=5)))
+    out = tmp_path / "store"
+    args = ["scenes", "from-navsim", str(tmp_path / "cache"), "--out", str(out), "--store", "--no-progress"]
+    assert main(args) == EXIT_PARTIAL
+    assert "system" in capsys.readouterr().err
+    store = SceneStore(out)
+    assert sorted(store[i].id for i in range(len(store))) == sorted(tokens)
+    for i in range(len(store)):
+        scene = store[i]
+        json_scene = read_cache_scene(cache_map[scene.id])
+        np.testing.assert_allclose(scene.history_states[-1, :2], 0.0, atol=1e-9)
+        np.testing.assert_allclose(scene.extra["reference"]["states"][0], scene.history_states[-1], atol=1e-5)
+        shift = np.asarray(json_scene.extra["reference"]["states"])[:, :2] - json_scene.origin
+        np.testing.assert_allclose(np.asarray(scene.extra["reference"]["states"])[:, :2], shift, atol=1e-5)
+    assert main(args) == 2  # the store exists: refused before any work

@@ -398,7 +398,7 @@ def read_cache_scene(path: str | os.PathLike, token: str | None = None) -> HostS
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# CLI: jaxdrive scenes from-navsim CACHE_DIR --out DIR
+# CLI: jaxdrive scenes from-navsim CACHE_DIR --out DIR [--store]
 # ----------------------------------------------------------------------------------------------------------------------
 
 
@@ -407,7 +407,10 @@ def add_from_navsim_parser(scenes_sub) -> None:
     p = scenes_sub.add_parser("from-navsim", help="convert NAVSIM metric caches (metric_cache.pkl, found by walking "
                               "CACHE_DIR) into epdms-scene/1 JSON files, one per token, without proposals")
     p.add_argument("cache_dir", type=Path, help="NAVSIM metric-cache directory (walked for metric_cache.pkl)")
-    p.add_argument("--out", type=Path, required=True, help="output directory for <token>.json")
+    p.add_argument("--out", type=Path, required=True, help="output directory for <token>.json (with --store: the "
+                   "scene store to create)")
+    p.add_argument("--store", action="store_true", help="write one binary scene store (jaxdrive.data.store) to --out "
+                   "instead of JSON files")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run_from_navsim)
 
@@ -426,16 +429,33 @@ def run_from_navsim(args) -> int:
         raise ValueError(f"CACHE_DIR: {e}") from None
     if not caches:
         raise ValueError(f"CACHE_DIR {args.cache_dir}: no {CACHE_FILE} found under it")
+    if args.store:
+        from jaxdrive.data.store import is_store, write_store
+
+        if is_store(args.out):
+            raise ValueError(f"--out {args.out}: already holds a scene store; choose another directory")
     try:
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ValueError(f"--out {args.out}: cannot create the directory ({e.strerror})") from None
     failed = []
-    for token, path in tqdm(caches, unit="cache", disable=args.no_progress, desc="from-navsim"):
+
+    def converted():
+        for token, path in tqdm(caches, unit="cache", disable=args.no_progress, desc="from-navsim"):
+            try:
+                yield token, read_cache_scene(path, token)
+            except (CacheFileError, UnsafeCacheError) as e:
+                failed.append(str(e))
+
+    if args.store:
         try:
-            write_scene(read_cache_scene(path, token), args.out / f"{token}.json")
-        except (CacheFileError, UnsafeCacheError) as e:
-            failed.append(str(e))
+            write_store((scene for _, scene in converted()), args.out)
+        except ValueError:  # no scene to write: every cache refused (named below)
+            if len(failed) < len(caches):
+                raise
+    else:
+        for token, scene in converted():
+            write_scene(scene, args.out / f"{token}.json")
     for msg in failed:
         print(f"jaxdrive scenes from-navsim: skipped {msg}", file=sys.stderr)
     print(f"wrote {len(caches) - len(failed)} scenes to {args.out} ({len(failed)} caches skipped)")

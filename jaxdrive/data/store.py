@@ -60,6 +60,17 @@ def _local(x: np.ndarray, origin: np.ndarray) -> np.ndarray:
     return out
 
 
+def _local_extra(extra: dict, origin: np.ndarray) -> dict:
+    """``extra`` with the PDM-Closed reference's ``poses`` and ``states`` (global, x and y first) re-centred like the
+    scene, so a stored scene and its reference share one frame."""
+    ref = extra.get("reference")
+    if not isinstance(ref, dict):
+        return extra
+    moved = {k: np.round(_local(np.asarray(ref[k], np.float64), origin), 6).tolist()
+             for k in ("poses", "states") if k in ref}
+    return {**extra, "reference": {**ref, **moved}}
+
+
 def scene_example(scene: HostScene) -> dict:
     """The store example of one (validated) scene: arrays ego-centred, small fields as JSON."""
     o = scene.origin
@@ -72,7 +83,7 @@ def scene_example(scene: HostScene) -> dict:
         "agents": [[a.id, int(a.type), a.role] for a in scene.agents],
         "proposal_names": list(scene.proposal_names), "proposal_families": list(scene.proposal_families),
         "previous_kinds": scene.previous_kinds, "has_previous": scene.previous_states is not None,
-        "generator": scene.generator, "expected": scene.expected, "extra": scene.extra,
+        "generator": scene.generator, "expected": scene.expected, "extra": _local_extra(scene.extra, o),
     }
     return {
         "meta": json.dumps(meta, sort_keys=True),

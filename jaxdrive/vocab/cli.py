@@ -15,7 +15,7 @@ def add_vocab_parser(sub) -> None:
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--vocabulary", type=Path, help=".npy of shape (K, 40, 3): x, y, heading at 0.1..4.0 s, ego frame")
     p.add_argument("--scenes", type=Path, help="directory of epdms-scene/1 files (e.g. from `scenes from-navsim`); "
-                   "default: synthetic scenes (--count, --seed; needs --reference first-proposal)")
+                   "default: synthetic scenes (--count, --seed; needs --reference pdm-closed or first-proposal)")
     p.add_argument("--count", type=int, default=64, help="number of synthetic scenes")
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic scenes")
     p.add_argument("--out", type=Path, help="output directory")
@@ -27,8 +27,9 @@ def add_vocab_parser(sub) -> None:
                         "max over the reference and the whole vocabulary")
     p.add_argument("--no-simulate", action="store_true", help="score the poses as given (no LQR / bicycle)")
     p.add_argument("--no-human-filter", action="store_true", help="do not apply NAVSIM's human penalty filter")
-    p.add_argument("--reference", default="cache", choices=["cache", "first-proposal"],
-                   help="reference (proposal 0): the scene's cached PDM-Closed, or else its first proposal")
+    p.add_argument("--reference", default="cache", choices=["cache", "first-proposal", "pdm-closed"],
+                   help="reference (proposal 0): the scene's cached PDM-Closed, or else its first proposal, or else "
+                        "PDM-Closed planned in JAX (jaxdrive.planners.pdm_closed)")
     p.add_argument("--chunk", type=int, default=1024, help="proposals per scoring call (bounds memory)")
     p.add_argument("--shard-size", type=int, default=64, help="scenes per parquet shard (unit of resume)")
     p.add_argument("--no-progress", action="store_true")

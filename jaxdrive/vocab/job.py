@@ -39,7 +39,8 @@ class VocabOptions:
     human_filter: bool = True
     chunk: int = 1024  # proposals per scoring call (memory bound)
     shard_size: int = 64  # scenes per parquet shard (unit of resume)
-    reference: str = "cache"  # "cache": the scene's PDM-Closed reference; "first-proposal": else its proposal 0
+    reference: str = "cache"  # "cache": the scene's PDM-Closed reference; "first-proposal": else its proposal 0;
+    # "pdm-closed": else PDM-Closed planned here (jaxdrive.planners.pdm_closed)
     export: str | None = None  # None or "gtrs"
 
     def validate(self) -> None:
@@ -49,8 +50,8 @@ class VocabOptions:
             raise ValueError(f"--chunk: expected >= 1 proposals per call, got {self.chunk}")
         if self.shard_size < 1:
             raise ValueError(f"--shard-size: expected >= 1 scenes per shard, got {self.shard_size}")
-        if self.reference not in ("cache", "first-proposal"):
-            raise ValueError(f"--reference: expected cache or first-proposal, got {self.reference!r}")
+        if self.reference not in ("cache", "first-proposal", "pdm-closed"):
+            raise ValueError(f"--reference: expected cache, first-proposal or pdm-closed, got {self.reference!r}")
         if self.export not in (None, "gtrs"):
             raise ValueError(f"--export: expected gtrs, got {self.export!r}")
 
@@ -95,9 +96,13 @@ def _scene_rows(scene: HostScene, vocab: np.ndarray, options: VocabOptions, pad:
         reference = reference_states(scene, "first-proposal" if options.reference == "first-proposal" else "none")
     except ValueError as e:
         return str(e)
+    if reference is None and options.reference == "pdm-closed":
+        from jaxdrive.planners.pdm_closed import plan
+
+        reference = plan(scene)["states"]
     if reference is None:
         return ("no reference trajectory (PDM-Closed: convert NAVSIM metric caches with `jaxdrive scenes from-navsim`, "
-                "or pass --reference first-proposal)")
+                "or pass --reference pdm-closed or first-proposal)")
     states = vocabulary_states(scene.history_states[-1], vocab, simulate=options.simulate, chunk=options.chunk)
     scores = score_vocabulary(scene, vocab, reference, ep_mode=options.ep_mode, simulate=options.simulate,
                               human_filter_on=options.human_filter, chunk=options.chunk, states=states, pad=pad)

@@ -1,0 +1,1 @@
+"""Reference planners (NAVSIM's PDM-Closed)."""
