@@ -124,6 +124,7 @@ class RunDir:
             self._write_manifest()
             self._write_errors()
         else:
+            self.completed[str(shard)]["process"] = self.process_index  # which process wrote it
             self.mine[str(shard)] = self.completed[str(shard)]
             self._write_progress()
 

@@ -84,8 +84,11 @@ def build_decoder(cfg: ml_collections.ConfigDict, tokenizer=None):
 
 
 def _infra(cfg: ml_collections.ConfigDict):
+    from jaxdrive import distributed
+
     workdir = cfg.get("workdir")
-    logger = MetricsLogger(workdir, stdout=cfg.get("log_stdout", True)) if workdir else None
+    # metrics from process 0 only (they are global values); checkpoints from every process (orbax multi-host)
+    logger = MetricsLogger(workdir, stdout=cfg.get("log_stdout", True)) if workdir and distributed.is_main() else None
     ckpt = None
     if workdir and cfg.checkpoint.get("enabled", True):
         ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), keep=cfg.checkpoint.keep,

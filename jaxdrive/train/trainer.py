@@ -181,7 +181,8 @@ class Trainer:
                     self.logger.log(0, values, prefix=f"eval/{name}")
                 start.update({f"eval/{name}/{k}": float(v) for k, v in values.items()})
             self.history.append(start)
-        bar = tqdm(total=total_steps, initial=self.step, disable=not self.progress, desc="train", leave=False)
+        bar = tqdm(total=total_steps, initial=self.step, disable=not self.progress or jax.process_index() != 0,
+                   desc="train", leave=False)
         while self.step < total_steps:
             step = self.step + 1
             key = self.step_key(step)
