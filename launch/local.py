@@ -68,7 +68,7 @@ def launch(command: list[str], processes: int, cpu_devices: int, *, timeout: flo
     address = f"localhost:{free_port()}"
     procs, pumps = [], []
     start = time.monotonic()
-    status, failed_at = 0, None
+    status, failed_at, reported = 0, None, set()
     try:
         for i in range(processes):
             p = subprocess.Popen(command, env=process_env(os.environ, i, processes, address, cpu_devices),
@@ -77,13 +77,20 @@ def launch(command: list[str], processes: int, cpu_devices: int, *, timeout: flo
             t = threading.Thread(target=_pump, args=(p.stdout, f"[p{i}] ", out), daemon=True)
             t.start()
             pumps.append(t)
+
+        def report(now: float) -> None:
+            nonlocal status, failed_at
+            for i, p in enumerate(procs):
+                if p.poll() not in (None, 0) and i not in reported:
+                    reported.add(i)
+                    out.write(f"launch: process {i} exited with status {p.returncode}\n")
+                    if failed_at is None:
+                        status, failed_at = p.returncode, now
+                        out.write(f"launch: the other processes get {grace:.0f} s to stop on their own\n")
+
         while any(p.poll() is None for p in procs):
             now = time.monotonic()
-            for i, p in enumerate(procs):
-                if p.returncode not in (None, 0) and failed_at is None:
-                    status, failed_at = p.returncode, now
-                    out.write(f"launch: process {i} exited with status {p.returncode}; the others stop within "
-                              f"{grace:.0f} s\n")
+            report(now)
             if failed_at is not None and now - failed_at > grace:
                 out.write("launch: grace period over; killing the remaining processes\n")
                 break
@@ -92,6 +99,8 @@ def launch(command: list[str], processes: int, cpu_devices: int, *, timeout: flo
                 status = 124
                 break
             time.sleep(0.2)
+        else:
+            report(time.monotonic())
     finally:
         _kill(procs)
         for t in pumps:
@@ -110,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds the others get to stop on their own after a process fails")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command, e.g. jaxdrive score ...")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # runs the clean-up that kills the processes
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("command: give the command to run after --, e.g. -- jaxdrive score --count 64")
