@@ -1,0 +1,133 @@
+"""Multi-controller runs on localhost through launch/local.py: 2 processes x 4 CPU devices train like 1 process x 8
+devices (and resume from a multi-host orbax checkpoint); 2 scoring processes write disjoint shards whose union is the
+single-process output, with one manifest; a killed scoring process makes its peer fail with a clear message within
+the peer timeout, and ``--resume`` then completes the run with exactly the uninterrupted rows."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from jaxdrive.cli import main
+from jaxdrive.scoring.outputs import MANIFEST, PROGRESS, read_results
+
+REPO = Path(__file__).resolve().parent.parent
+SCORE = ["score", "--count", "12", "--shard-size", "2", "--batch-size", "2", "--num-proposals", "4", "--no-progress"]
+SHARDS = 6
+
+
+def launch(command: list[str], processes: int, cpu_devices: int, *, env: dict | None = None, timeout: float = 500,
+           grace: float = 60) -> tuple[int, str]:
+    """Runs ``command`` through launch/local.py; (status, combined output). The launcher kills its processes when it
+    ends; it is terminated (never left running) if it outlives ``timeout``."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_NUM", "JAX_PROCESS", "JAX_COORD"))}
+    full_env.update(PYTHONPATH=str(REPO), **(env or {}))
+    proc = subprocess.Popen([sys.executable, str(REPO / "launch" / "local.py"), "-n", str(processes), "-m",
+                             str(cpu_devices), "--timeout", str(timeout), "--grace", str(grace), "--", *command],
+                            cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout + grace + 60)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)  # the launcher kills its processes on SIGTERM
+            proc.wait(30)
+    return proc.returncode, out
+
+
+def _losses(workdir: Path) -> list[tuple[int, float]]:
+    return [(r["step"], r["train/loss"]) for r in map(json.loads, (workdir / "metrics.jsonl").read_text().splitlines())
+            if "train/loss" in r]
+
+
+@pytest.mark.slow
+def test_two_processes_train_like_one_with_eight_devices(tmp_path):
+    train = [sys.executable, "-m", "jaxdrive.cli", "train", "sft", "--config", "configs/sft_tiny.py", "steps=3",
+             "optim.warmup_steps=0", "mesh.enabled=True", "mesh.data=8", "log_every=1", "progress=False"]
+    rc, out = launch(train + [f"workdir={tmp_path / 'one'}"], 1, 8)
+    assert rc == 0, out
+    # two invocations: the first stops after step 2 (checkpoint written by both processes), the second resumes
+    rc, out = launch(train + [f"workdir={tmp_path / 'two'}", "stop_after=2"], 2, 4)
+    assert rc == 0, out
+    assert (tmp_path / "two" / "checkpoints" / "2").is_dir()
+    rc, out = launch(train + [f"workdir={tmp_path / 'two'}"], 2, 4)
+    assert rc == 0, out
+    assert "[p1] [step" not in out  # metrics are logged by process 0 only
+    one, two = _losses(tmp_path / "one"), _losses(tmp_path / "two")
+    assert [s for s, _ in one] == [s for s, _ in two] == [1, 2, 3]
+    np.testing.assert_allclose([v for _, v in two], [v for _, v in one], rtol=0, atol=1e-5)
+    assert len({round(v, 4) for _, v in one}) == 3  # the steps really train
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> pd.DataFrame:
+    """The single-process output (one device, in this process)."""
+    out = tmp_path_factory.mktemp("reference") / "run"
+    assert main([*SCORE, "--devices", "1", "--out", str(out)]) == 0
+    return _sorted(read_results(out))
+
+
+def _sorted(df: pd.DataFrame) -> pd.DataFrame:
+    return df.sort_values(["scene_id", "proposal"]).reset_index(drop=True)
+
+
+def _check_complete_run(out: Path, reference: pd.DataFrame) -> dict:
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert sorted(map(int, manifest["completed"])) == list(range(SHARDS))
+    assert not (out / PROGRESS).exists() and not list(out.glob("*.tmp"))
+    scenes = [set(pd.read_parquet(out / v["file"])["scene_id"]) for v in manifest["completed"].values()]
+    assert sum(map(len, scenes)) == len(set().union(*scenes)) == 12  # disjoint shards, every scene once
+    pd.testing.assert_frame_equal(_sorted(read_results(out)), reference)
+    return manifest
+
+
+@pytest.mark.slow
+def test_two_scoring_processes_write_disjoint_shards_and_one_manifest(tmp_path, reference):
+    out = tmp_path / "run"
+    rc, text = launch([sys.executable, "-m", "jaxdrive.cli", *SCORE, "--out", str(out)], 2, 1)
+    assert rc == 0, text
+    manifest = _check_complete_run(out, reference)
+    assert {int(k): v["process"] for k, v in manifest["completed"].items()} == {i: i % 2 for i in range(SHARDS)}
+    assert "[p0] results:" in text and "[p1] results:" not in text  # one summary, from process 0
+
+
+# Process 1 runs the real CLI but SIGKILLs itself right after committing its first shard.
+KILLED_AFTER_FIRST_SHARD = textwrap.dedent("""
+    import os, signal, sys
+    from jaxdrive import distributed
+    from jaxdrive.cli import main
+
+    distributed.initialize_from_env()
+    if distributed.process_index() == 1:
+        import jaxdrive.scoring.runner as runner
+
+        real = runner.score_source
+        runner.score_source = lambda *a, **k: real(*a, **k, on_shard=lambda shard: os.kill(os.getpid(), signal.SIGKILL))
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+@pytest.mark.slow
+def test_killed_scoring_process_fails_clearly_then_resume_completes(tmp_path, reference):
+    out = tmp_path / "run"
+    driver = tmp_path / "driver.py"
+    driver.write_text(KILLED_AFTER_FIRST_SHARD)
+    env = {"JAXDRIVE_PEER_TIMEOUT_S": "10"}
+    rc, text = launch([sys.executable, str(driver), *SCORE, "--out", str(out)], 2, 1, env=env)
+    assert rc not in (0, 124), text
+    assert "process 1 exited with status -9" in text, text
+    assert "process 1 stopped responding" in text and "--resume" in text, text  # process 0's own message
+    assert "process 0 exited with status 1" in text and "grace period over" not in text, text  # it stopped itself
+    assert not (out / MANIFEST).exists()
+    killed = json.loads((out / PROGRESS / "process-1.json").read_text())["completed"]
+    assert list(killed) == ["1"]  # its one committed shard is kept
+
+    rc, text = launch([sys.executable, "-m", "jaxdrive.cli", *SCORE, "--out", str(out), "--resume"], 2, 1, env=env)
+    assert rc == 0, text
+    assert "shards already complete (resumed)" in text
+    _check_complete_run(out, reference)
