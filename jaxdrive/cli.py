@@ -242,13 +242,15 @@ def main(argv: list[str] | None = None) -> int:
         distributed.initialize_from_env()  # multi-process job from the launcher's environment; else a no-op
         _enable_compilation_cache()
         code = args.func(args)
-        distributed.mark_finished(code in (EXIT_OK, EXIT_PARTIAL))
+        distributed.mark_finished(code in (EXIT_OK, EXIT_PARTIAL), code)
         return code
     except ValueError as e:
         print(f"jaxdrive {args.command}: {e}", file=sys.stderr)
+        distributed.mark_finished(False, EXIT_USAGE)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"\njaxdrive {args.command}: interrupted", file=sys.stderr)
+        distributed.mark_finished(False, EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
 
 

@@ -41,6 +41,7 @@ class _State:
     process_count = 1
     client = None
     status: str | None = None  # "ok" once the command finished successfully (set by ``mark_finished``)
+    code = 1  # exit status of a failed command (an uncaught exception: 1)
     barriers = 0
 
 
@@ -115,10 +116,11 @@ def log(*args, **kwargs) -> None:
         print(*args, **kwargs)
 
 
-def mark_finished(ok: bool) -> None:
-    """Records how this process's command ended; peers learn it when this process exits (a failure stops them at
-    once instead of after the peer timeout)."""
-    _STATE.status = "ok" if ok else "failed"
+def mark_finished(ok: bool, code: int = 0) -> None:
+    """Records how this process's command ended (``code``: its exit status). Peers learn it when this process exits:
+    a failure stops them at once instead of after the peer timeout, and a failed process exits without waiting in
+    JAX's shutdown barrier for peers that may never arrive."""
+    _STATE.status, _STATE.code = ("ok" if ok else "failed"), code
 
 
 def barrier(name: str, timeout_s: float | None = None) -> None:
@@ -143,12 +145,17 @@ def _fail(message: str) -> None:
 
 
 def _announce_exit() -> None:
-    if _STATE.client is not None:
-        try:
-            _STATE.client.key_value_set(f"jaxdrive/exit/{_STATE.process_id}", _STATE.status or "failed",
-                                        allow_overwrite=True)
-        except Exception:  # the coordinator may already be gone; peers then notice the silence
-            pass
+    """At exit (registered after JAX's own exit handler, so it runs first): tells the peers how this process ended;
+    after a failure, exits at once (JAX's shutdown would wait for every peer, possibly for minutes)."""
+    try:
+        _STATE.client.key_value_set(f"jaxdrive/exit/{_STATE.process_id}", _STATE.status or "failed",
+                                    allow_overwrite=True)
+    except Exception:  # the coordinator may already be gone; peers then notice the silence
+        pass
+    if _STATE.status != "ok":
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_STATE.code or 1)
 
 
 def _watch(timeout: float) -> None:

@@ -1,5 +1,6 @@
 """Multi-controller runs on localhost through launch/local.py: 2 processes x 4 CPU devices train like 1 process x 8
-devices (and resume from a multi-host orbax checkpoint); 2 scoring processes write disjoint shards whose union is the
+devices, also when one process is killed mid-run and the job is rerun (resume from the multi-host orbax
+checkpoint); 2 scoring processes write disjoint shards whose union is the
 single-process output, with one manifest; a killed scoring process makes its peer fail with a clear message within
 the peer timeout, and ``--resume`` then completes the run with exactly the uninterrupted rows."""
 import json
@@ -45,23 +46,52 @@ def _losses(workdir: Path) -> list[tuple[int, float]]:
             if "train/loss" in r]
 
 
+# Process 1 runs the real CLI but SIGKILLs itself when it is about to compute step 3 (checkpoints 1 and 2 written).
+KILLED_BEFORE_STEP_3 = textwrap.dedent("""
+    import os, signal, sys
+    from jaxdrive import distributed
+    from jaxdrive.cli import main
+
+    distributed.initialize_from_env()
+    if distributed.process_index() == 1:
+        from jaxdrive.train.trainer import Trainer
+
+        real = Trainer.update
+        def update(self, micro_batches, key):
+            if self.step == 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return real(self, micro_batches, key)
+        Trainer.update = update
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+def _last_losses(workdir: Path) -> dict[int, float]:
+    """step -> loss of the last record of each step (a resumed run logs the steps after its checkpoint again)."""
+    return {step: loss for step, loss in _losses(workdir)}
+
+
 @pytest.mark.slow
-def test_two_processes_train_like_one_with_eight_devices(tmp_path):
-    train = [sys.executable, "-m", "jaxdrive.cli", "train", "sft", "--config", "configs/sft_tiny.py", "steps=3",
-             "optim.warmup_steps=0", "mesh.enabled=True", "mesh.data=8", "log_every=1", "progress=False"]
-    rc, out = launch(train + [f"workdir={tmp_path / 'one'}"], 1, 8)
+def test_two_processes_train_like_one_with_eight_devices_and_resume_after_a_kill(tmp_path):
+    train = ["train", "sft", "--config", "configs/sft_tiny.py", "steps=3", "optim.warmup_steps=0", "mesh.enabled=True",
+             "mesh.data=8", "log_every=1", "progress=False", "checkpoint.every=1", "checkpoint.async_save=False"]
+    rc, out = launch([sys.executable, "-m", "jaxdrive.cli", *train, f"workdir={tmp_path / 'one'}"], 1, 8)
     assert rc == 0, out
-    # two invocations: the first stops after step 2 (checkpoint written by both processes), the second resumes
-    rc, out = launch(train + [f"workdir={tmp_path / 'two'}", "stop_after=2"], 2, 4)
+    driver = tmp_path / "driver.py"
+    driver.write_text(KILLED_BEFORE_STEP_3)
+    two = [*train, f"workdir={tmp_path / 'two'}"]
+    rc, out = launch([sys.executable, str(driver), *two], 2, 4, env={"JAXDRIVE_PEER_TIMEOUT_S": "10"})
+    assert rc not in (0, 124) and "process 1 exited with status -9" in out, out
+    assert "process 1 stopped responding" in out and "grace period over" not in out, out  # process 0 stopped itself
+    assert sorted(_last_losses(tmp_path / "two")) == [1, 2]
+    assert (tmp_path / "two" / "checkpoints" / "2").is_dir()  # written by both processes (orbax multi-host)
+    rc, out = launch([sys.executable, "-m", "jaxdrive.cli", *two], 2, 4)
     assert rc == 0, out
-    assert (tmp_path / "two" / "checkpoints" / "2").is_dir()
-    rc, out = launch(train + [f"workdir={tmp_path / 'two'}"], 2, 4)
-    assert rc == 0, out
-    assert "[p1] [step" not in out  # metrics are logged by process 0 only
-    one, two = _losses(tmp_path / "one"), _losses(tmp_path / "two")
-    assert [s for s, _ in one] == [s for s, _ in two] == [1, 2, 3]
-    np.testing.assert_allclose([v for _, v in two], [v for _, v in one], rtol=0, atol=1e-5)
-    assert len({round(v, 4) for _, v in one}) == 3  # the steps really train
+    assert "[p1] [step" not in out and "[p0] [step 1]" not in out  # process 0 logs; the rerun resumed after step 2
+    one, both = _last_losses(tmp_path / "one"), _last_losses(tmp_path / "two")
+    assert sorted(one) == sorted(both) == [1, 2, 3]
+    np.testing.assert_allclose([both[s] for s in (1, 2, 3)], [one[s] for s in (1, 2, 3)], rtol=0, atol=1e-5)
+    assert len({round(v, 4) for v in one.values()}) == 3  # the steps really train
 
 
 @pytest.fixture(scope="module")
