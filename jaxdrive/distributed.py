@@ -42,6 +42,7 @@ class _State:
     client = None
     status: str | None = None  # "ok" once the command finished successfully (set by ``mark_finished``)
     code = 1  # exit status of a failed command (an uncaught exception: 1)
+    exiting = False  # set at exit: the watchdog stops before JAX shuts the client down
     barriers = 0
 
 
@@ -147,6 +148,7 @@ def _fail(message: str) -> None:
 def _announce_exit() -> None:
     """At exit (registered after JAX's own exit handler, so it runs first): tells the peers how this process ended;
     after a failure, exits at once (JAX's shutdown would wait for every peer, possibly for minutes)."""
+    _STATE.exiting = True
     try:
         _STATE.client.key_value_set(f"jaxdrive/exit/{_STATE.process_id}", _STATE.status or "failed",
                                     allow_overwrite=True)
@@ -162,15 +164,19 @@ def _watch(timeout: float) -> None:
     """Beats this process's counter and checks the peers' (see module docstring)."""
     client, me, n = _STATE.client, _STATE.process_id, _STATE.process_count
     seen = {p: (None, time.monotonic()) for p in range(n) if p != me}
-    while True:
+    while not _STATE.exiting:
         try:
             client.key_value_increment(f"jaxdrive/beat/{me}", 1)
             beats = dict(client.key_value_dir_get("jaxdrive/beat"))
             exits = dict(client.key_value_dir_get("jaxdrive/exit"))
         except Exception as e:  # the runtime's error types are not public
+            if _STATE.exiting:
+                return
             _fail(f"lost contact with the coordinator (process 0) ({str(e).splitlines()[0] if str(e) else type(e).__name__})")
         now = time.monotonic()
         for p in list(seen):
+            if _STATE.exiting:
+                return
             status = exits.get(f"jaxdrive/exit/{p}")
             if status == "ok":
                 del seen[p]
