@@ -161,3 +161,30 @@ def test_killed_scoring_process_fails_clearly_then_resume_completes(tmp_path, re
     assert rc == 0, text
     assert "shards already complete (resumed)" in text
     _check_complete_run(out, reference)
+
+
+def test_resume_with_one_process_folds_in_an_interrupted_multi_process_run(tmp_path):
+    """The union of the manifest and every process's progress record is complete, whatever the process count of the
+    resume; stale temp files go; another run's directory is refused as before."""
+    from jaxdrive.scoring.outputs import MANIFEST_VERSION, RunDir, RunDirError, shard_name
+
+    identity = {"source": "x", "shard_size": 2}
+    out = tmp_path / "run"
+    (out / PROGRESS).mkdir(parents=True)
+    for shard, process in ((0, 0), (1, 1), (2, 0)):
+        pd.DataFrame({"scene_id": [f"s{shard}"], "proposal": [0]}).to_parquet(out / shard_name(shard))
+    record = lambda shards, p: {"version": MANIFEST_VERSION, "identity": identity,  # noqa: E731
+                                "completed": {str(s): {"file": shard_name(s), "rows": 1, "errors": [], "process": p}
+                                              for s in shards}}
+    (out / PROGRESS / "process-0.json").write_text(json.dumps(record([0, 2], 0)))
+    (out / PROGRESS / "process-1.json").write_text(json.dumps(record([1], 1)))
+    (out / PROGRESS / "process-1.json.tmp").write_text("{")
+    (out / (shard_name(3) + ".tmp")).write_text("partial")
+    with pytest.raises(RunDirError, match="already holds a run"):
+        RunDir(out, identity, resume=False)
+    with pytest.raises(RunDirError, match="differs in: shard_size"):
+        RunDir(out, {**identity, "shard_size": 3}, resume=True)
+    run = RunDir(out, identity, resume=True)
+    assert [run.is_done(i) for i in range(4)] == [True, True, True, False]
+    assert sorted(json.loads((out / MANIFEST).read_text())["completed"]) == ["0", "1", "2"]
+    assert not (out / PROGRESS).exists() and not list(out.glob("*.tmp"))

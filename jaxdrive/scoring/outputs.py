@@ -57,8 +57,6 @@ class RunDir:
 
     def __init__(self, path: str | os.PathLike, identity: dict, *, resume: bool, process_index: int = 0,
                  process_count: int = 1):
-        from jaxdrive import distributed
-
         self.path = Path(path)
         self.identity = identity
         self.process_index, self.process_count = process_index, process_count
@@ -91,14 +89,18 @@ class RunDir:
             if record.name == f"process-{process_index}.json":
                 self.mine = done
         if process_index == 0:  # nobody writes before the barrier below
-            for stale in self.path.glob("*.tmp"):
+            for stale in [*self.path.glob("*.tmp"), *(self.path / PROGRESS).glob("*.tmp")]:
                 stale.unlink()
         if process_count == 1:
             self._write_manifest()
             self._write_errors()
             for record in records[1:]:  # an earlier multi-process invocation's, now in the manifest
                 record.unlink()
+            if (self.path / PROGRESS).is_dir():
+                (self.path / PROGRESS).rmdir()
         else:
+            from jaxdrive import distributed
+
             distributed.barrier("scoring run directory read")
             (self.path / PROGRESS).mkdir(exist_ok=True)
             self._write_progress()
