@@ -9,7 +9,8 @@ Each process gets ``JAX_COORDINATOR_ADDRESS`` (localhost and a free port), ``JAX
 ``JAX_PLATFORMS=cpu`` and ``XLA_FLAGS=--xla_force_host_platform_device_count=M``; ``jaxdrive`` joins the job from
 them (``jaxdrive.distributed``). Output lines are prefixed with ``[p<i>]``. When a process fails, the others get
 ``--grace`` seconds to notice on their own (jaxdrive's peer watchdog), then are killed; the launcher exits with the
-first failing status. ``--timeout`` bounds the whole job. No process outlives the launcher.
+first failing status (128 + N for a process killed by signal N). ``--timeout`` bounds the whole job (status 124). No
+process outlives the launcher.
 """
 from __future__ import annotations
 
@@ -125,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("command: give the command to run after --, e.g. -- jaxdrive score --count 64")
     if args.processes < 1 or args.cpu_devices < 1:
         parser.error("--processes and --cpu-devices: expected >= 1")
-    return launch(command, args.processes, args.cpu_devices, timeout=args.timeout, grace=args.grace)
+    status = launch(command, args.processes, args.cpu_devices, timeout=args.timeout, grace=args.grace)
+    return 128 - status if status < 0 else status  # killed by signal N: 128 + N, as a shell reports it
 
 
 if __name__ == "__main__":

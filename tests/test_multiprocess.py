@@ -75,7 +75,8 @@ def _last_losses(workdir: Path) -> dict[int, float]:
 def test_two_processes_train_like_one_with_eight_devices_and_resume_after_a_kill(tmp_path):
     train = ["train", "sft", "--config", "configs/sft_tiny.py", "steps=3", "optim.warmup_steps=0", "mesh.enabled=True",
              "mesh.data=8", "log_every=1", "progress=False", "checkpoint.every=1", "checkpoint.async_save=False"]
-    rc, out = launch([sys.executable, "-m", "jaxdrive.cli", *train, f"workdir={tmp_path / 'one'}"], 1, 8)
+    rc, out = launch([sys.executable, "-m", "jaxdrive.cli", *train, f"workdir={tmp_path / 'one'}",
+                      f"export_dir={tmp_path / 'one' / 'model'}"], 1, 8)
     assert rc == 0, out
     driver = tmp_path / "driver.py"
     driver.write_text(KILLED_BEFORE_STEP_3)
@@ -85,13 +86,24 @@ def test_two_processes_train_like_one_with_eight_devices_and_resume_after_a_kill
     assert "process 1 stopped responding" in out and "grace period over" not in out, out  # process 0 stopped itself
     assert sorted(_last_losses(tmp_path / "two")) == [1, 2]
     assert (tmp_path / "two" / "checkpoints" / "2").is_dir()  # written by both processes (orbax multi-host)
-    rc, out = launch([sys.executable, "-m", "jaxdrive.cli", *two], 2, 4)
+    rc, out = launch([sys.executable, "-m", "jaxdrive.cli", *two, f"export_dir={tmp_path / 'two' / 'model'}"], 2, 4)
     assert rc == 0, out
     assert "[p1] [step" not in out and "[p0] [step 1]" not in out  # process 0 logs; the rerun resumed after step 2
     one, both = _last_losses(tmp_path / "one"), _last_losses(tmp_path / "two")
     assert sorted(one) == sorted(both) == [1, 2, 3]
     np.testing.assert_allclose([both[s] for s in (1, 2, 3)], [one[s] for s in (1, 2, 3)], rtol=0, atol=1e-5)
     assert len({round(v, 4) for v in one.values()}) == 3  # the steps really train
+    # the exported model (gathered from both processes, written by process 0) equals the single-process one; Adam
+    # (lr 1e-2) turns float32 reduction-order differences of the gradients into ~1e-5 weight differences, so 1e-4
+    from safetensors.numpy import load_file
+
+    files = sorted(p.name for p in (tmp_path / "one" / "model").glob("*.safetensors"))
+    assert files and files == sorted(p.name for p in (tmp_path / "two" / "model").glob("*.safetensors"))
+    for name in files:
+        a, b = load_file(tmp_path / "one" / "model" / name), load_file(tmp_path / "two" / "model" / name)
+        assert sorted(a) == sorted(b)
+        for k in a:
+            np.testing.assert_allclose(b[k], a[k], rtol=0, atol=1e-4, err_msg=k)
 
 
 @pytest.fixture(scope="module")
