@@ -12,6 +12,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.batch_size = 8
     c.micro_batches = 1  # gradient accumulation: the batch is split into this many micro-batches
     c.workdir = ""  # metrics.jsonl, tb/, checkpoints/ (empty: stdout only, no checkpoints)
+    c.export_dir = ""  # the trained model as a pretrained directory (empty: not exported)
     c.log_every = 10
     c.progress = True
     c.stop_after = ml_collections.FieldReference(None, field_type=int)  # stop (as if killed) after this step

@@ -125,6 +125,10 @@ def _run_score(args) -> int:
         print(f"\ninterrupted: completed shards are kept in {out}; continue with the same arguments plus "
               f"--resume --out {out}", file=sys.stderr)
         return EXIT_INTERRUPTED
+    from jaxdrive import distributed
+
+    if not distributed.is_main():  # process 0 reports the whole run
+        return EXIT_OK
     stats = whole_run_stats(out, live)
     for e in stats.errors:
         named = e["error"] if e["name"] in e["error"] else f"{e['name']}: {e['error']}"
@@ -235,17 +239,24 @@ def _force_cpu_devices(n: int | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from jaxdrive import distributed
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         _force_cpu_devices(getattr(args, "cpu_devices", None))
+        distributed.initialize_from_env()  # multi-process job from the launcher's environment; else a no-op
         _enable_compilation_cache()
-        return args.func(args)
+        code = args.func(args)
+        distributed.mark_finished(code in (EXIT_OK, EXIT_PARTIAL), code)
+        return code
     except ValueError as e:
         print(f"jaxdrive {args.command}: {e}", file=sys.stderr)
+        distributed.mark_finished(False, EXIT_USAGE)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"\njaxdrive {args.command}: interrupted", file=sys.stderr)
+        distributed.mark_finished(False, EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
 
 

@@ -69,9 +69,11 @@ def _run(args: argparse.Namespace) -> int:
 
     cfg = apply_overrides(load_config(args.config), args.overrides)
     _, records = (jobs.run_sft if args.job == "sft" else jobs.run_grpo)(cfg)
+    from jaxdrive import distributed
+
     if records:
         last = records[-1]
-        print(f"done: step {last['step']} loss {last['loss']:.4g}"
+        distributed.log(f"done: step {last['step']} loss {last['loss']:.4g}"
               + (f" reward_mean {last['reward_mean']:.3f}" if "reward_mean" in last else ""))
     return 0
 

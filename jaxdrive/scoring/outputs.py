@@ -11,6 +11,12 @@ A shard file is written to ``part-i.parquet.tmp`` and renamed into place, then t
 temp file). A run killed at any point therefore leaves only complete shard files; on ``--resume`` the shards named in
 the manifest are kept, every other shard (even a complete file written just before the kill) is recomputed, so the
 union of rows equals an uninterrupted run's, none missing and none duplicated.
+
+Multi-process runs (``jaxdrive.distributed``): process p scores the shards i with i % N == p and records each one it
+commits in its own ``progress/process-<p>.json`` (same record format); the manifest is written once, by process 0,
+after a barrier that every process reaches only when all its shards are committed; the progress files are then
+folded into it and removed. A resume (with any number of processes) treats the union of the manifest and all progress
+files as complete.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import pyarrow.parquet as pq
 
 MANIFEST = "manifest.json"
 ERRORS = "errors.jsonl"
+PROGRESS = "progress"  # per-process records of a multi-process run (folded into the manifest at its end)
 MANIFEST_VERSION = 2  # 2: per-shard error records in the manifest; shards without rows have no file
 
 
@@ -46,39 +53,57 @@ def shard_name(index: int) -> str:
 
 
 class RunDir:
-    """The output directory of one scoring run."""
+    """The output directory of one scoring run (``process_index`` of ``process_count`` processes writing it)."""
 
-    def __init__(self, path: str | os.PathLike, identity: dict, *, resume: bool):
+    def __init__(self, path: str | os.PathLike, identity: dict, *, resume: bool, process_index: int = 0,
+                 process_count: int = 1):
         self.path = Path(path)
         self.identity = identity
+        self.process_index, self.process_count = process_index, process_count
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            probe = self.path / ".write_probe"
+            probe = self.path / f".write_probe.{process_index}"
             probe.write_text("ok")
             probe.unlink()
         except OSError as e:
             raise RunDirError(f"--out {self.path}: output directory is not writable ({e.strerror})") from None
-        manifest_path = self.path / MANIFEST
+        records = [self.path / MANIFEST] + sorted((self.path / PROGRESS).glob("process-*.json"))
         self.completed: dict[str, dict] = {}
-        if manifest_path.exists():
+        self.mine: dict[str, dict] = {}  # this process's records (multi-process runs)
+        for record in (r for r in records if r.exists()):
             if not resume:
-                raise RunDirError(f"--out {self.path}: already holds a run ({MANIFEST}); pass --resume to continue it "
-                                  f"or choose another output directory")
+                raise RunDirError(f"--out {self.path}: already holds a run ({record.relative_to(self.path)}); pass "
+                                  f"--resume to continue it or choose another output directory")
             try:
-                manifest = json.loads(manifest_path.read_text())
+                manifest = json.loads(record.read_text())
             except json.JSONDecodeError as e:
-                raise RunDirError(f"{manifest_path}: corrupt manifest ({e})") from None
+                raise RunDirError(f"{record}: corrupt manifest ({e})") from None
             old = manifest.get("identity", {})
             if manifest.get("version") != MANIFEST_VERSION or old != identity:
                 diff = sorted(k for k in set(old) | set(identity) if old.get(k) != identity.get(k))
-                raise RunDirError(f"{manifest_path}: --resume with different inputs/options than the recorded run "
+                raise RunDirError(f"{record}: --resume with different inputs/options than the recorded run "
                                   f"(differs in: {', '.join(diff) or 'version'}); use the same arguments or another --out")
-            self.completed = {k: v for k, v in manifest.get("completed", {}).items()
-                              if v["file"] is None or (self.path / v["file"]).exists()}
-        for stale in self.path.glob("*.tmp"):
-            stale.unlink()
-        self._write_manifest()
-        self._write_errors()
+            done = {k: v for k, v in manifest.get("completed", {}).items()
+                    if v["file"] is None or (self.path / v["file"]).exists()}
+            self.completed.update(done)
+            if record.name == f"process-{process_index}.json":
+                self.mine = done
+        if process_index == 0:  # nobody writes before the barrier below
+            for stale in [*self.path.glob("*.tmp"), *(self.path / PROGRESS).glob("*.tmp")]:
+                stale.unlink()
+        if process_count == 1:
+            self._write_manifest()
+            self._write_errors()
+            for record in records[1:]:  # an earlier multi-process invocation's, now in the manifest
+                record.unlink()
+            if (self.path / PROGRESS).is_dir():
+                (self.path / PROGRESS).rmdir()
+        else:
+            from jaxdrive import distributed
+
+            distributed.barrier("scoring run directory read")
+            (self.path / PROGRESS).mkdir(exist_ok=True)
+            self._write_progress()
 
     def is_done(self, shard: int) -> bool:
         return str(shard) in self.completed
@@ -97,8 +122,42 @@ class RunDir:
             pq.write_table(pa.table(columns), tmp)
             os.replace(tmp, self.path / name)
         self.completed[str(shard)] = {"file": name, "rows": rows, "errors": [dict(e) for e in errors]}
-        self._write_manifest()
-        self._write_errors()
+        if self.process_count == 1:
+            self._write_manifest()
+            self._write_errors()
+        else:
+            self.completed[str(shard)]["process"] = self.process_index  # which process wrote it
+            self.mine[str(shard)] = self.completed[str(shard)]
+            self._write_progress()
+
+    def owns(self, shard: int) -> bool:
+        """Whether this process scores ``shard`` (shards are dealt round-robin over the processes)."""
+        return shard % self.process_count == self.process_index
+
+    def _write_progress(self) -> None:
+        record = {"version": MANIFEST_VERSION, "identity": self.identity,
+                  "completed": dict(sorted(self.mine.items(), key=lambda kv: int(kv[0])))}
+        _atomic_write_text(self.path / PROGRESS / f"process-{self.process_index}.json", json.dumps(record, indent=1))
+
+    def finish(self) -> None:
+        """Multi-process runs: waits until every process has committed its shards, then process 0 writes the one
+        manifest (the union of all records) and ``errors.jsonl`` and removes the progress files; returns once the
+        manifest is in place. A no-op for one process (the manifest is current after every shard)."""
+        if self.process_count == 1:
+            return
+        from jaxdrive import distributed
+
+        distributed.barrier("scoring shards committed")
+        if self.process_index == 0:
+            progress = sorted((self.path / PROGRESS).glob("process-*.json"))
+            for record in progress:
+                self.completed.update(json.loads(record.read_text())["completed"])
+            self._write_manifest()
+            self._write_errors()
+            for record in progress:
+                record.unlink()
+            (self.path / PROGRESS).rmdir()
+        distributed.barrier("scoring manifest written")
 
     def errors(self) -> list[dict]:
         """Unreadable scenes of every completed shard (this invocation's and earlier ones'), in shard order."""

@@ -157,7 +157,8 @@ class RunStats:
 
 
 def make_mesh(num_devices: int | None = None) -> Mesh:
-    devices = jax.devices()
+    """A ``data`` mesh over this process's devices (in a multi-process run each process scores its own shards)."""
+    devices = jax.local_devices()
     if num_devices is not None:
         if not 1 <= num_devices <= len(devices):
             raise ValueError(f"--devices: expected 1..{len(devices)} (available: {len(devices)}), got {num_devices}"
@@ -328,6 +329,8 @@ class _Producer(threading.Thread):
         plan = []
         for shard in range((n + size - 1) // size):
             start, stop = shard * size, min(n, (shard + 1) * size)
+            if not self.rundir.owns(shard):
+                continue
             if self.rundir.is_done(shard):
                 plan.append(("skip", shard, stop - start))
                 continue
@@ -414,8 +417,11 @@ def score_source(source: SceneSource, out_dir, options: ScoreOptions, *, resume:
     from tqdm.auto import tqdm
 
     options.validate()
+    from jaxdrive import distributed
+
     identity = {"source": source.describe(), **options.identity()}
-    run = RunDir(out_dir, identity, resume=resume)
+    run = RunDir(out_dir, identity, resume=resume, process_index=distributed.process_index(),
+                 process_count=distributed.process_count())
     mesh = make_mesh(options.num_devices)
     stats = RunStats()
     step = None  # built when the first batch arrives (the producer has fixed the capacities by then)
@@ -423,8 +429,10 @@ def score_source(source: SceneSource, out_dir, options: ScoreOptions, *, resume:
     producer = _Producer(source, run, options, mesh, q)
     producer.start()
 
-    total = len(source)
-    bar = tqdm(total=total, unit="scene", disable=not progress, dynamic_ncols=True, desc="scoring")
+    size = options.shard_size
+    total = sum(min(len(source), (i + 1) * size) - i * size for i in range(-(-len(source) // size)) if run.owns(i))
+    bar = tqdm(total=total, unit="scene", disable=not progress or not distributed.is_main(), dynamic_ncols=True,
+               desc="scoring")
     shard_parts: list[dict] = []
     shard_errors: list[dict] = []
     pending: tuple | None = None  # (batch, device result) awaiting transfer to host
@@ -501,4 +509,5 @@ def score_source(source: SceneSource, out_dir, options: ScoreOptions, *, resume:
         bar.close()
     if producer.failure is not None:
         raise producer.failure
+    run.finish()
     return stats

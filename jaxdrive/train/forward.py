@@ -14,6 +14,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jaxtyping import Array, Float
 
+from jaxdrive import distributed
 from jaxdrive.models.logprobs import token_logprobs
 
 BATCH_AXES = ("data", "fsdp")
@@ -48,6 +49,8 @@ def shard_batch(batch, mesh: Mesh | None):
         axis = next((i for i, s in enumerate(spec) if s is not None), None)
         if axis is not None and np.shape(x)[axis] % size:
             spec = PartitionSpec()
+        if jax.process_count() > 1:  # every process holds the global batch; each hands over its devices' rows
+            return distributed.global_array(x, NamedSharding(mesh, spec))
         return jax.device_put(x, NamedSharding(mesh, spec))
 
     return jax.tree_util.tree_map_with_path(put, batch)

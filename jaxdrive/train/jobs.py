@@ -84,8 +84,11 @@ def build_decoder(cfg: ml_collections.ConfigDict, tokenizer=None):
 
 
 def _infra(cfg: ml_collections.ConfigDict):
+    from jaxdrive import distributed
+
     workdir = cfg.get("workdir")
-    logger = MetricsLogger(workdir, stdout=cfg.get("log_stdout", True)) if workdir else None
+    # metrics from process 0 only (they are global values); checkpoints from every process (orbax multi-host)
+    logger = MetricsLogger(workdir, stdout=cfg.get("log_stdout", True)) if workdir and distributed.is_main() else None
     ckpt = None
     if workdir and cfg.checkpoint.get("enabled", True):
         ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), keep=cfg.checkpoint.keep,
@@ -141,6 +144,14 @@ def export_pretrained(model, cfg: ml_collections.ConfigDict) -> None:
     from jaxdrive.models.lora import lora_modules, merge_lora
     from jaxdrive.models.weights import save_pretrained
 
+    from jaxdrive import distributed
+
+    if distributed.process_count() > 1:  # parameters sharded over processes: gather them, write from process 0
+        from jax.experimental import multihost_utils
+
+        nnx.update(model, multihost_utils.process_allgather(nnx.state(model), tiled=True))
+        if not distributed.is_main():
+            return
     if lora_modules(model):
         merge_lora(model)
     save_pretrained(model, cfg.export_dir)

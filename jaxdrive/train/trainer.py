@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxdrive import parallel
 from jaxdrive.train.checkpoint import Checkpointer
@@ -99,12 +100,22 @@ class Trainer:
         if not jax.tree.leaves(self.params):
             raise ValueError("trainable: the filter selects no variables of the model (LoRA not applied?)")
         self.tx, self.loss_fn, self.summary = tx, loss_fn, summary
-        self.opt_state = jax.jit(tx.init)(self.params)
+        self.opt_state = jax.jit(tx.init, out_shardings=self._opt_shardings())(self.params)
         self.checkpointer, self.save_every = checkpointer, save_every
         self.logger, self.log_every, self.progress = logger, log_every, progress
         self.seed, self.step = seed, 0
         self.base_key = jax.random.key(seed)
         self.history: list[dict] = []
+
+    def _opt_shardings(self):
+        """With a mesh: the optimizer state laid out like the parameters it mirrors (moments sharded as their
+        parameter, counters replicated), so it lives on the mesh and restores onto it; without one: None (jit's
+        choice)."""
+        if self.mesh is None:
+            return None
+        replicated = NamedSharding(self.mesh, PartitionSpec())
+        return optax.tree_map_params(self.tx, lambda _, p: p.sharding, jax.eval_shape(self.tx.init, self.params),
+                                     self.params, transform_non_params=lambda _: replicated)
 
     # ------------------------------------------------------------------ model access
     def model(self) -> nnx.Module:
@@ -181,7 +192,8 @@ class Trainer:
                     self.logger.log(0, values, prefix=f"eval/{name}")
                 start.update({f"eval/{name}/{k}": float(v) for k, v in values.items()})
             self.history.append(start)
-        bar = tqdm(total=total_steps, initial=self.step, disable=not self.progress, desc="train", leave=False)
+        bar = tqdm(total=total_steps, initial=self.step, disable=not self.progress or jax.process_index() != 0,
+                   desc="train", leave=False)
         while self.step < total_steps:
             step = self.step + 1
             key = self.step_key(step)

@@ -1,0 +1,191 @@
+"""launch/: the local multi-process launcher (environment, output, failure handling, no process left behind), the
+SLURM / TPU-pod / Kubernetes files (they parse; the jaxdrive command they run accepts the arguments they pass, its
+config and overrides load, the mesh fits the devices they ask for), and jaxdrive.distributed's environment checks."""
+import importlib.util
+import json
+import os
+import shlex
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from jaxdrive import distributed
+from jaxdrive.cli import build_parser
+from jaxdrive.train_cli import apply_overrides, load_config
+
+REPO = Path(__file__).resolve().parent.parent
+LAUNCH = REPO / "launch"
+
+
+def _local_launcher():
+    spec = importlib.util.spec_from_file_location("launch_local", LAUNCH / "local.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def check_jaxdrive_args(argv: list[str], devices: int | None = None) -> None:
+    """The real jaxdrive parser accepts ``argv``; for ``train``, the config loads, the overrides apply and an enabled
+    mesh uses exactly ``devices`` devices (when known)."""
+    args = build_parser().parse_args(argv)  # SystemExit(2) on an unknown subcommand or flag
+    if args.command == "train":
+        assert (REPO / args.config).is_file(), args.config
+        cfg = apply_overrides(load_config(str(REPO / args.config)), args.overrides)
+        if devices is not None and cfg.mesh.enabled:
+            assert cfg.mesh.data * cfg.mesh.fsdp * cfg.mesh.tensor == devices, (argv, devices)
+
+
+def _stub(path: Path, body: str) -> None:
+    path.write_text(f"#!{sys.executable}\n" + textwrap.dedent(body))
+    path.chmod(0o755)
+
+
+JAXDRIVE_STUB = """
+    import json, os, sys
+    with open(os.environ["RECORD"], "a") as f:
+        f.write(json.dumps({"argv": sys.argv[1:], "env": {k: os.environ.get(k) for k in
+                ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAXDRIVE_DISTRIBUTED")}}) + "\\n")
+"""
+
+
+def _records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("script", ["slurm.sbatch", "tpu_pod.sh"])
+def test_scripts_parse(script):
+    subprocess.run(["bash", "-n", str(LAUNCH / script)], check=True)
+
+
+@pytest.mark.parametrize("extra", [[], ["score", "--count", "64", "--shard-size", "8", "--out", "/shared/runs/s"]])
+def test_slurm_script_runs_jaxdrive_on_every_task(tmp_path, extra):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text("#!/bin/bash\necho gpu-node-7; echo gpu-node-8\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    _stub(bin_dir / "srun", """
+        import os, subprocess, sys
+        argv = sys.argv[1:]
+        while argv[0].startswith("-"):
+            argv = argv[1:]
+        for task in range(int(os.environ["SLURM_NTASKS"])):
+            subprocess.run(argv, env={**os.environ, "SLURM_PROCID": str(task)}, check=True)
+    """)
+    _stub(bin_dir / "jaxdrive", JAXDRIVE_STUB)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "JAXDRIVE"))}
+    env.update(PATH=f"{bin_dir}:{env['PATH']}", RECORD=str(tmp_path / "calls.jsonl"), SLURM_JOB_NODELIST="gpu-node-[7-8]",
+               SLURM_NTASKS="2", SLURM_JOB_ID="42")
+    subprocess.run(["bash", str(LAUNCH / "slurm.sbatch"), *extra], cwd=REPO, env=env, check=True)
+    calls = _records(tmp_path / "calls.jsonl")
+    assert [c["env"]["JAX_PROCESS_ID"] for c in calls] == ["0", "1"]
+    for c in calls:
+        assert c["env"]["JAX_COORDINATOR_ADDRESS"] == "gpu-node-7:12355" and c["env"]["JAX_NUM_PROCESSES"] == "2"
+        if extra:
+            assert c["argv"] == extra
+    script = (LAUNCH / "slurm.sbatch").read_text()
+    nodes = int(script.split("#SBATCH --nodes=")[1].split()[0])
+    gpus = int(script.split("#SBATCH --gpus-per-node=")[1].split()[0])
+    check_jaxdrive_args(calls[0]["argv"], devices=nodes * gpus)
+
+
+def test_tpu_script_runs_jaxdrive_on_all_workers(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _stub(bin_dir / "gcloud", """
+        import json, os, sys
+        open(os.environ["RECORD"], "w").write(json.dumps(sys.argv[1:]))
+    """)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "RECORD": str(tmp_path / "gcloud.json")}
+    env.pop("JAXDRIVE_REPO_DIR", None)
+    usage = subprocess.run(["bash", str(LAUNCH / "tpu_pod.sh")], env=env, capture_output=True, text=True)
+    assert usage.returncode == 2 and "usage" in usage.stderr
+    subprocess.run(["bash", str(LAUNCH / "tpu_pod.sh"), "my-v5p", "us-east5-a"], env=env, check=True)
+    argv = json.loads((tmp_path / "gcloud.json").read_text())
+    assert argv[:5] == ["compute", "tpus", "tpu-vm", "ssh", "my-v5p"]
+    assert "--zone=us-east5-a" in argv and "--worker=all" in argv
+    remote = next(a for a in argv if a.startswith("--command="))[len("--command="):]
+    subprocess.run(["bash", "-n", "-c", remote], check=True)
+    words = shlex.split(remote)
+    assert words[:3] == ["cd", "~/jaxdrive", "&&"] and "JAXDRIVE_DISTRIBUTED=auto" in words
+    check_jaxdrive_args(words[words.index("jaxdrive") + 1:])
+
+
+def test_kubernetes_jobset_runs_jaxdrive_in_every_pod():
+    docs = [d for d in yaml.safe_load_all((LAUNCH / "k8s-jobset.yaml").read_text()) if d]
+    assert [d["kind"] for d in docs] == ["JobSet"]
+    jobset = docs[0]
+    name = jobset["metadata"]["name"]
+    (rjob,) = jobset["spec"]["replicatedJobs"]
+    job = rjob["template"]["spec"]
+    (container,) = job["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    processes = int(env["JAX_NUM_PROCESSES"]["value"])
+    assert job["parallelism"] == job["completions"] == processes and job["completionMode"] == "Indexed"
+    host, port = env["JAX_COORDINATOR_ADDRESS"]["value"].rsplit(":", 1)
+    assert host == f"{name}-{rjob['name']}-0-0.{name}"  # the JobSet's headless-service name of pod 0
+    assert int(port) in [p["containerPort"] for p in container["ports"]]
+    assert env["JAX_PROCESS_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == \
+        "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    assert container["command"] == ["jaxdrive"]
+    check_jaxdrive_args(container["args"], devices=processes * int(container["resources"]["limits"]["nvidia.com/gpu"]))
+
+
+def test_local_launcher_sets_env_prefixes_output_and_kills_the_rest(tmp_path):
+    local = _local_launcher()
+    child = textwrap.dedent("""
+        import os, sys, time
+        print("env", os.environ["JAX_PROCESS_ID"], os.environ["JAX_NUM_PROCESSES"], os.environ["JAX_COORDINATOR_ADDRESS"],
+              os.environ["XLA_FLAGS"], os.getpid(), flush=True)
+        if os.environ["JAX_PROCESS_ID"] == "1":
+            sys.exit(3)
+        time.sleep(600)
+    """)
+    out = tmp_path / "out.txt"
+    with open(out, "w") as f:
+        rc = local.launch([sys.executable, "-c", child], 2, 4, timeout=120, grace=1.0, out=f)
+    text = out.read_text()
+    assert rc == 3, text
+    lines = {int(line.split()[2]): line.split() for line in text.splitlines() if line.split()[1:2] == ["env"]}
+    assert sorted(lines) == [0, 1] and lines[0][0] == "[p0]" and lines[1][0] == "[p1]"
+    assert lines[0][4] == lines[1][4] and lines[0][4].startswith("localhost:")
+    assert lines[0][3] == "2" and lines[0][5] == "--xla_force_host_platform_device_count=4"
+    assert "process 1 exited with status 3" in text and "grace period over" in text
+    with pytest.raises(ProcessLookupError):  # the sleeping process was killed, not left behind
+        os.kill(int(lines[0][6]), 0)
+
+
+def test_local_launcher_timeout(tmp_path):
+    local = _local_launcher()
+    out = tmp_path / "out.txt"
+    with open(out, "w") as f:
+        rc = local.launch([sys.executable, "-c", "import time; time.sleep(600)"], 2, 1, timeout=1.0, out=f)
+    assert rc == 124 and "--timeout" in out.read_text()
+
+
+@pytest.mark.parametrize("env, needle", [
+    ({"JAX_NUM_PROCESSES": "2"}, "JAX_COORDINATOR_ADDRESS"),
+    ({"JAX_NUM_PROCESSES": "two"}, "JAX_NUM_PROCESSES"),
+    ({"JAX_NUM_PROCESSES": "2", "JAX_COORDINATOR_ADDRESS": "localhost:1234", "JAX_PROCESS_ID": "2"}, "JAX_PROCESS_ID"),
+    ({"JAXDRIVE_DISTRIBUTED": "yes"}, "JAXDRIVE_DISTRIBUTED"),
+    ({"JAX_NUM_PROCESSES": "2", "JAXDRIVE_PEER_TIMEOUT_S": "1"}, "JAXDRIVE_PEER_TIMEOUT_S"),
+])
+def test_distributed_environment_errors_name_the_variable(monkeypatch, env, needle):
+    for k in ("JAX_NUM_PROCESSES", "JAX_COORDINATOR_ADDRESS", "JAX_PROCESS_ID", "JAXDRIVE_DISTRIBUTED"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(distributed._STATE, "initialized", False)
+    with pytest.raises(ValueError, match=needle):
+        distributed.initialize_from_env()
+
+
+def test_single_process_is_a_no_op(monkeypatch):
+    monkeypatch.setenv("JAX_NUM_PROCESSES", "1")
+    monkeypatch.setattr(distributed._STATE, "initialized", False)
+    assert distributed.initialize_from_env() is False
+    assert distributed.is_main() and distributed.process_count() == 1
+    distributed.barrier("nothing to wait for")
