@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from jaxdrive import parallel
 from jaxdrive.broadphase import PackSpec
 from jaxdrive.broadphase.device import needs
 from jaxdrive.metrics import AGGREGATES, GATES, STEPS
@@ -157,7 +158,8 @@ class RunStats:
 
 
 def make_mesh(num_devices: int | None = None) -> Mesh:
-    """A ``data`` mesh over this process's devices (in a multi-process run each process scores its own shards)."""
+    """The project's mesh (``jaxdrive.parallel.make_mesh``) with every device on ``data``, over this process's devices
+    (in a multi-process run each process scores its own shards); batches are sharded over ``data``."""
     devices = jax.local_devices()
     if num_devices is not None:
         if not 1 <= num_devices <= len(devices):
@@ -165,7 +167,7 @@ def make_mesh(num_devices: int | None = None) -> Mesh:
                              + ("; on a CPU, add --cpu-devices N to split it into N devices"
                                 if devices[0].platform == "cpu" else ""))
         devices = devices[:num_devices]
-    return Mesh(np.array(devices), ("data",))
+    return parallel.make_mesh(data=len(devices), devices=devices)
 
 
 def build_step(mesh: Mesh, options: ScoreOptions, capacity: PackSpec, stats: RunStats | None = None) -> Callable:
