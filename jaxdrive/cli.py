@@ -78,7 +78,10 @@ def _load_json(path: Path, what: str):
 
 def _run_score(args) -> int:
     if args.predictions:
+        from jaxdrive import distributed
         from jaxdrive.scoring.predictions import run_predictions
+
+        distributed.require_single_process("jaxdrive score --predictions")
 
         return run_predictions(args)
     from jaxdrive.scoring.outputs import RunDirError

@@ -212,3 +212,11 @@ def global_array(x, sharding):
                              f"(shape {x.shape}, sharding {sharding}); build the mesh from jax.devices()")
         local.append(slice(lo, hi))
     return jax.make_array_from_process_local_data(sharding, x[tuple(local)], x.shape)
+
+
+def require_single_process(what: str) -> None:
+    """A ValueError (a one-line usage error) when ``what`` runs under a multi-process launcher: it writes one set of
+    files and has no per-process sharding, so N processes would overwrite each other's outputs."""
+    if process_count() > 1:
+        raise ValueError(f"{what} runs as one process (it is not sharded across processes); start it without the "
+                         f"launcher (got {process_count()} processes)")

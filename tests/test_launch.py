@@ -189,3 +189,19 @@ def test_single_process_is_a_no_op(monkeypatch):
     assert distributed.initialize_from_env() is False
     assert distributed.is_main() and distributed.process_count() == 1
     distributed.barrier("nothing to wait for")
+
+
+@pytest.mark.parametrize("argv,what", [
+    (["vocab", "--vocabulary", "v.npy", "--out", "out"], "jaxdrive vocab"),
+    (["score", "--predictions", "p.npz", "--scenes", "s", "--out", "out"], "jaxdrive score --predictions"),
+])
+def test_unsharded_commands_refuse_to_run_under_a_launcher(monkeypatch, capsys, argv, what):
+    """vocab and score --predictions write one set of files: N processes would overwrite each other's outputs."""
+    from jaxdrive.cli import EXIT_USAGE, main
+
+    monkeypatch.setattr(distributed, "initialize_from_env", lambda: True)
+    monkeypatch.setattr(distributed._STATE, "process_count", 2)
+    monkeypatch.setattr(distributed, "mark_finished", lambda *a, **k: None)
+    assert main(argv) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert what in err and "one process" in err, err

@@ -54,11 +54,13 @@ def run_build_cli(args) -> int:
 
 
 def run_vocab_cli(args) -> int:
+    from jaxdrive import distributed
     from jaxdrive.scoring.outputs import RunDirError
     from jaxdrive.scoring.sources import SyntheticSource
     from jaxdrive.vocab.core import check_vocabulary
     from jaxdrive.vocab.job import SceneFileSource, VocabOptions, run_vocab
 
+    distributed.require_single_process("jaxdrive vocab")
     if args.vocabulary is None or args.out is None:
         raise ValueError("--vocabulary and --out are required (or use `jaxdrive vocab build`)")
     try:
