@@ -60,8 +60,9 @@ def test_slot_targets_and_broken_rules(env):
         np.testing.assert_array_equal(e["targets"][keep], e["answer"][keep])
         r = records[e["id"]]
         prompt = tok.decode(e["prompt"].tolist())
-        named = prompt.split("Rules broken: ")[1].split(".")[0]
-        broken = [] if named == "none" else named.split(", ")
+        checks = prompt.split("Rule checks: ")[1].split(".")[0].split(", ")
+        assert [c.split(" ")[0] for c in checks] == list(RULE_LABELS)  # answer order: fixed distance to each slot
+        broken = [c.split(" ")[0] for c in checks if c.endswith(" broken")]
         if r.label == 1:  # Eq. 10-11: a reasonable trajectory's gates are off exactly where it breaks a rule
             assert broken == [g for g in RULE_LABELS if not r.gates[g]]
     with pytest.raises(ValueError, match="data.target"):

@@ -72,7 +72,9 @@ def describe_scene(scene: HostScene, proposal: int, ahead: float = 45.0, side: f
                    broken: Sequence[str] | None = None) -> str:
     """Compact text: objects near the route ahead (type, metres ahead, "in lane" or metres left/right, crossing /
     moving / stopped), the route light now, a summary of the plan (largest lateral offset, strongest braking,
-    distance) and, when ``broken`` is given, the rules the plan breaks (``broken_rules``)."""
+    distance) and, when ``broken`` is given, the status of every rule ("Rule checks: LK broken, NC ok, ..." in the
+    answer's rule order; ``broken_rules``), last, so each rule's status is at the same token distance from its answer
+    slot in every conversation."""
     parts = []
     for a in scene.agents:
         if np.isnan(a.track[0, 0]):
@@ -95,8 +97,8 @@ def describe_scene(scene: HostScene, proposal: int, ahead: float = 45.0, side: f
     text += (f"Plan: lateral offset up to {np.abs(lateral).max():.1f} m, strongest braking "
              f"{min(0.0, plan[:, StateIndex.ACCELERATION_X].min()):.1f} m/s2, "
              f"distance {np.linalg.norm(np.diff(plan[:, :2], axis=0), axis=-1).sum():.0f} m.")
-    if broken is not None:
-        text += " Rules broken: " + (", ".join(broken) if broken else "none") + "."
+    if broken is not None:  # every rule in answer order: each status sits at a fixed distance from its answer slot
+        text += " Rule checks: " + ", ".join(f"{r} {'broken' if r in broken else 'ok'}" for r in RULE_LABELS) + "."
     return text
 
 
