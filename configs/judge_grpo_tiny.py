@@ -14,7 +14,7 @@ def get_config():
     c = base.get_config()
     c.steps, c.log_every, c.eval_every = 60, 10, 20
     c.model.dtype = "float32"
-    c.data.max_len = c.eval_data.max_len = 1536
+    c.data.max_len = c.eval_data.max_len = 512
     c.grpo.prompts_per_step = 8
     c.optim.lr = 1e-4
     c.checkpoint.enabled = False

@@ -16,8 +16,9 @@ def get_config():
     c = base.get_config()
     c.steps, c.batch_size, c.log_every = 300, 16, 25
     c.model.dtype = "float32"
-    c.data.max_len = 1536  # the text description adds up to ~600 byte tokens
+    c.data.max_len = 512  # ~350 tokens with the tiny judge's tokenizer and the text description
     c.data.pad_id = 256  # the test tokenizer's <|endoftext|>
+    c.data.target = "slots"  # train exactly the seven gate slots the policy reads (all-yes context)
     c.optim.lr, c.optim.warmup_steps = 2e-3, 20
     c.checkpoint.enabled = False
     return c

@@ -54,7 +54,7 @@ def _add_score(sub) -> None:
     p.add_argument("--reference-progress", type=Path, help="JSON {scene_id: metres} for --ep-mode reference")
     p.add_argument("--gates", type=Path, help="JSON list of 9 booleans (nc,dac,ddc,tlc,ep,ttc,lk,hc,ec) for every "
                    "scene, or {scene_id: 9 booleans} per scene, or {scene_id: [9 booleans per proposal]}; "
-                   "all on if omitted")
+                   "or judge:MODEL_DIR[,describe]: per-proposal gates decided by a DriveJudge model; all on if omitted")
     p.add_argument("--human-filter", action="store_true",
                    help="NAVSIM's human penalty filter (scenes with a logged human future)")
     p.add_argument("--simulate", action="store_true",
@@ -107,7 +107,7 @@ def _run_score(args) -> int:
     if isinstance(source, SceneDirSource) and source.skipped:
         print(f"--scenes {args.scenes}: skipped {len(source.skipped)} .json file(s) that are not scene files "
               f"(e.g. {source.skipped[0]})", file=sys.stderr)
-    gates = _load_json(args.gates, "--gates") if args.gates else None  # checked by ScoreOptions.validate
+    gates = _load_json(args.gates, "--gates") if args.gates and not str(args.gates).startswith("judge:") else None
     options = ScoreOptions(batch_size=args.batch_size, shard_size=args.shard_size, ep_mode=args.ep_mode,
                            simulate=args.simulate, num_devices=args.devices, gates=gates, workers=args.workers,
                            human_filter=args.human_filter,
@@ -120,6 +120,10 @@ def _run_score(args) -> int:
     elif isinstance(source, SceneStoreSource):
         options.pad = source.pad_spec()  # every scene fits: one compile
     out = args.out or Path("runs") / time.strftime("score-%Y%m%d-%H%M%S")
+    if args.gates and str(args.gates).startswith("judge:"):  # per-proposal gates from a DriveJudge model
+        from jaxdrive.judge.score_gates import gates_from_judge
+
+        options.gates = gates_from_judge(str(args.gates), source, out, pad=options.pad, progress=not args.no_progress)
     try:
         live = score_source(source, out, options, resume=args.resume, progress=not args.no_progress)
     except RunDirError as e:

@@ -56,7 +56,7 @@ def test_probs_equal_full_logits_and_score(env):
     root, data, model = env
     judge = DriveJudge.from_pretrained(model)
     tok = judge.encoder.tokenizer
-    assert tok.decode([judge.slots.yes_id]) == "y" and tok.decode([judge.slots.no_id]) == "n"
+    assert tok.decode([judge.slots.yes_id]).strip() == "yes" and tok.decode([judge.slots.no_id]).strip() == "no"
     recs = read_records(data)[:3]
     scenes = [read_scene(data / r.scene) for r in recs]
     images = judge.images(scenes, [r.proposal for r in recs])

@@ -6,6 +6,9 @@
   (score = -distance to the scene's logged human trajectory, m: average over the 41 states / at the last one).
 * both, when the dataset has a train split: ``logreg`` / ``logreg_gates``, logistic regression on image embeddings
   (``judge.classifier``, paper A.2) trained on the train split.
+* both, with a model (``direct_model``): ``direct``, the VLM direct-score baseline (paper Table 3, VLM-DirectScore /
+  -Ft): score = P(``Reasonable: yes``) of a VLM asked about the whole trajectory (``direct_scores``; fine-tuned with
+  the ``judge_direct`` dataset, ``configs/judge_direct_sft_tiny.py``).
 """
 from __future__ import annotations
 
@@ -46,6 +49,38 @@ def dqc_scores(records: list[Record], method: str) -> np.ndarray:
     raise ValueError(f"method: expected 'epdms' or 'oracle', got {method!r}")
 
 
+def direct_scores(model_dir: str | Path, root: Path, records: list[Record], *, describe: bool = False,
+                  batch_size: int = 8) -> np.ndarray:
+    """[N] P(reasonable) of the records under the VLM direct-score baseline ``model_dir`` (a pretrained directory):
+    the probability of ``yes`` against ``no`` at the answer token of ``Reasonable: yes`` (teacher-forced)."""
+    from PIL import Image
+
+    from jaxdrive.judge import prompt as P
+    from jaxdrive.judge.dataset import dataset_thresholds
+    from jaxdrive.judge.labels import rule_values
+    from jaxdrive.judge.policy import direct_slot, encode, gate_probabilities, load_image_config
+    from jaxdrive.models.chat import ChatEncoder
+    from jaxdrive.models.weights import from_pretrained
+
+    model = from_pretrained(str(model_dir), dtype=jnp.float32)
+    encoder, image_cfg = ChatEncoder.from_pretrained(str(model_dir)), load_image_config(model_dir)
+    slot = direct_slot(encoder)
+    thresholds = dataset_thresholds(root)
+    values = np.asarray(rule_values(subscores_of(records))) if records else np.zeros((0, 7))
+    scenes: dict[str, object] = {}
+    out = []
+    for i in range(0, len(records), batch_size):
+        part = records[i:i + batch_size]
+        part = part + part[:1] * (batch_size - len(part))  # one shape: one compile
+        convs = [P.messages(scenes.setdefault(r.scene, read_scene(root / r.scene, validate=False)), r.proposal,
+                            describe=describe, answer=P.direct_answer_text(True), direct=True,
+                            broken=P.broken_rules(v, thresholds) if describe else None)
+                 for r, v in zip(part, values[i:i + batch_size].tolist() + [values[i]] * batch_size)]
+        images = [np.asarray(Image.open(root / r.image).convert("RGB")) for r in part]
+        out.append(gate_probabilities(model, encode(encoder, convs, images, image_cfg), slot)[:, 0])
+    return np.concatenate(out)[:len(records)].astype(np.float64) if out else np.zeros(0)
+
+
 def _displacements(root: Path, pairs: list[Pair]) -> tuple[np.ndarray, np.ndarray]:
     """[P, 2] ADE and FDE (m) of trajectories a and b against the scene's human trajectory."""
     cache: dict[str, object] = {}
@@ -73,9 +108,11 @@ def tps_scores(root: Path, pairs: list[Pair], method: str) -> np.ndarray:
     return out
 
 
-def write_baselines(root: str | Path, split: str = "test", out_dir: str | Path | None = None) -> list[Path]:
+def write_baselines(root: str | Path, split: str = "test", out_dir: str | Path | None = None, *,
+                    direct_model: str | Path | None = None, describe: bool = False) -> list[Path]:
     """Writes ``<out_dir>/<split>_dqc_<method>.parquet`` and ``<split>_tps_<method>.parquet`` for every baseline;
-    ``out_dir`` defaults to ``root/baselines``. Returns the paths."""
+    ``out_dir`` defaults to ``root/baselines``; ``direct_model`` adds the VLM direct-score baseline (prompted with
+    the text description when ``describe``). Returns the paths."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -90,6 +127,8 @@ def write_baselines(root: str | Path, split: str = "test", out_dir: str | Path |
         from jaxdrive.judge.classifier import classifier_scores
 
         learned = classifier_scores(root, train, records)
+    if records and direct_model:
+        learned["direct"] = direct_scores(direct_model, root, records, describe=describe)
     if records:
         for method in ("epdms", "oracle") + tuple(learned):
             path = out_dir / f"{split}_dqc_{method}.parquet"

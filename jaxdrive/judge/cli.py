@@ -38,7 +38,10 @@ def run_baselines(args) -> int:
 
     if not (Path(args.data) / "records.jsonl").is_file():
         raise ValueError(f"--data {args.data}: no records.jsonl (make one with 'jaxdrive judge data --out DIR')")
-    for path in write_baselines(args.data, args.split, args.out):
+    if args.direct_model and not (Path(args.direct_model) / "config.json").is_file():
+        raise ValueError(f"--direct-model {args.direct_model}: not a pretrained model directory (no config.json)")
+    for path in write_baselines(args.data, args.split, args.out, direct_model=args.direct_model,
+                                describe=args.describe):
         print(path)
     return 0
 
@@ -63,6 +66,9 @@ def add_baselines(jsub) -> None:
     p.add_argument("--data", type=Path, required=True, help="dataset directory (records.jsonl, pairs.jsonl)")
     p.add_argument("--split", default="test", choices=["train", "test"])
     p.add_argument("--out", type=Path, help="output directory (default: DATA/baselines)")
+    p.add_argument("--direct-model", type=Path, help="also the VLM direct-score baseline of this pretrained directory "
+                   "(e.g. trained with configs/judge_direct_sft_tiny.py)")
+    p.add_argument("--describe", action="store_true", help="prompt the direct-score model with the text description")
     p.set_defaults(func=run_baselines)
 
 

@@ -16,6 +16,8 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
+
 from jaxdrive.judge.gates import RULE_LABELS
 
 SUBSCORE_KEYS = ("nc", "dac", "ddc", "tlc", "ep", "ttc", "lk", "hc", "ec", "epdms")
@@ -100,6 +102,15 @@ def read_pairs(root: str | Path, split: str | None = None) -> list[Pair]:
     path = Path(root) / "pairs.jsonl"
     rows = _read_jsonl(path, Pair, check) if path.exists() else []
     return [p for p in rows if split is None or p.split == split]
+
+
+def dataset_thresholds(root: str | Path) -> np.ndarray:
+    """[7] the gate-label thresholds of ``root/meta.json`` (``RULE_LABELS`` order), or appendix B.1's without one."""
+    from jaxdrive.judge.labels import PAPER_THRESHOLDS
+
+    meta = Path(root) / "meta.json"
+    saved = json.loads(meta.read_text()).get("thresholds") if meta.exists() else None
+    return (np.array([saved[r] for r in RULE_LABELS], np.float32) if saved else PAPER_THRESHOLDS)
 
 
 def write_jsonl(path: str | Path, items) -> Path:

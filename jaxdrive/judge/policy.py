@@ -30,6 +30,7 @@ from flax import nnx
 from jaxdrive.judge import prompt as P
 from jaxdrive.judge.bev import BevConfig, render_bev_batch
 from jaxdrive.judge.gates import RULE_LABELS, expected_score, rule_gated_score
+from jaxdrive.judge.labels import PAPER_THRESHOLDS, rule_values
 from jaxdrive.models.chat import ChatEncoder
 from jaxdrive.models.image_processing import ImageProcessorConfig, preprocess_images
 from jaxdrive.rules import epdms
@@ -64,6 +65,14 @@ def answer_slots(encoder: ChatEncoder) -> AnswerSlots:
     if len(yes) != 1 or len(no) != 1:
         raise ValueError(f"tokenizer: the yes/no answers do not start with one token each (yes {yes}, no {no})")
     return AnswerSlots(tuple(offsets), yes.pop(), no.pop())
+
+
+def direct_slot(encoder: ChatEncoder) -> AnswerSlots:
+    """The direct-score baseline's one answer slot (``prompt.direct_answer_text``)."""
+    tok = encoder.tokenizer
+    a, b = (tok(P.direct_answer_text(v), add_special_tokens=False)["input_ids"] for v in (True, False))
+    i = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    return AnswerSlots((i,), a[i], b[i])
 
 
 @dataclasses.dataclass
@@ -149,14 +158,17 @@ class DriveJudge:
 
     Args:
       model: a ``jaxdrive.models.vlm.QwenModel``; encoder: its ``ChatEncoder``; image_cfg: its image processor.
-      bev: the BEV rendering (the image the model was trained on); describe: add the text scene description.
+      bev: the BEV rendering (the image the model was trained on); describe: add the text scene description (with
+      the rules the plan breaks: rule scores below ``thresholds`` [7], ``RULE_LABELS`` order, as in training).
       batch_size: conversations per forward pass; pad: ``PadSpec`` of the scoring batches (default: fit per call).
     """
 
     def __init__(self, model, encoder: ChatEncoder, image_cfg: ImageProcessorConfig, *, bev: BevConfig = BevConfig(),
-                 describe: bool = False, batch_size: int = 8, pad: PadSpec | None = None):
+                 describe: bool = False, batch_size: int = 8, pad: PadSpec | None = None,
+                 thresholds: np.ndarray = PAPER_THRESHOLDS):
         self.model, self.encoder, self.image_cfg = model, encoder, image_cfg
         self.bev, self.describe, self.batch_size, self.pad = bev, describe, batch_size, pad
+        self.thresholds = np.asarray(thresholds, np.float32)
         self.slots = answer_slots(encoder)
 
     @classmethod
@@ -172,15 +184,23 @@ class DriveJudge:
         k = np.asarray(proposals)
         return np.asarray(render_bev_batch(sc, np.asarray(pr.states)[np.arange(len(k)), k], self.bev))
 
-    def probs(self, scenes: Sequence[HostScene], proposals: Sequence[int], images: np.ndarray | None = None
-              ) -> np.ndarray:
-        """[N, 7] gate probabilities."""
+    def probs(self, scenes: Sequence[HostScene], proposals: Sequence[int], images: np.ndarray | None = None,
+              values: np.ndarray | None = None) -> np.ndarray:
+        """[N, 7] gate probabilities; ``values`` [N, 7]: the trajectories' rule scores (``labels.rule_values``), needed
+        with ``describe`` (computed when not given)."""
         images = self.images(scenes, proposals) if images is None else images
+        if self.describe and values is None:
+            sc, pr, _ = batch_scenes(list(scenes), self.pad)
+            rows = (np.arange(len(scenes)), np.asarray(proposals))
+            values = np.asarray(rule_values(jax.tree.map(lambda x: np.asarray(x)[rows],
+                                                         jax.device_get(_score_jit(sc, pr)))))
+        broken = ([P.broken_rules(v, self.thresholds) for v in values] if self.describe
+                  else [None] * len(scenes))
         out = []
         for i in range(0, len(scenes), self.batch_size):
             sl = slice(i, i + self.batch_size)
-            convs = [P.messages(s, k, describe=self.describe, answer=P.answer_text(ALL_YES))
-                     for s, k in zip(scenes[sl], proposals[sl])]
+            convs = [P.messages(s, k, describe=self.describe, answer=P.answer_text(ALL_YES), broken=b)
+                     for s, k, b in zip(scenes[sl], proposals[sl], broken[sl])]
             out.append(gate_probabilities(self.model, encode(self.encoder, convs, images[sl], self.image_cfg),
                                           self.slots))
         return np.concatenate(out)
@@ -210,8 +230,8 @@ class DriveJudge:
         subs = jax.device_get(_score_jit(sc, pr))
         rows = (np.arange(len(scenes)), np.asarray(proposals))
         sub = jax.tree.map(lambda x: np.asarray(x)[rows], subs)
-        probs = self.probs(scenes, proposals,
-                           np.asarray(render_bev_batch(sc, np.asarray(pr.states)[rows], self.bev)))
+        probs = self.probs(scenes, proposals, np.asarray(render_bev_batch(sc, np.asarray(pr.states)[rows], self.bev)),
+                           np.asarray(rule_values(sub)))
         gates = probs > 0.5
         return Judgement(score=np.asarray(expected_score(sub, probs)), score_hard=np.asarray(rule_gated_score(sub, gates)),
                          epdms=np.asarray(sub.epdms), gates=gates, probs=probs,

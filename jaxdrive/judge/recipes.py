@@ -2,6 +2,8 @@
 
 * dataset ``judge_gates`` (SFT): one example per record, the judge conversation of ``judge.prompt`` with the Eq.
   10-11 gate labels as the answer block (``prompt`` / ``answer`` ids, ``pixel_values``, ``image_grid_thw``);
+* dataset ``judge_direct`` (SFT of the VLM direct-score baseline): the human label at one ``Reasonable: yes|no``
+  answer token (``direct_examples``);
 * dataset ``judge_pairs`` (GRPO): one example per DriveCritic pair, both trajectories' conversations with the all-yes
   answer block (``judge.grpo`` reads the gate logits at the rule slots), their sub-scores and the preference;
 * reward ``judge_preference``: Eq. 12, 1 if the gated scores of the sampled gates rank the pair as the human did
@@ -10,7 +12,8 @@
 
 Data config fields: ``path`` (dataset directory), ``split``, ``model_path`` (the pretrained model directory: chat
 template, merge size and image processor), ``describe`` (text scene description ablation), ``reason`` (prepend the
-record's justification as ``Reason:`` in SFT targets), ``limit`` (first N, 0 = all).
+record's justification as ``Reason:`` in SFT targets), ``target`` (SFT: ``answer`` or ``slots``, see
+``gate_examples``), ``limit`` (first N, 0 = all).
 """
 from __future__ import annotations
 
@@ -23,8 +26,9 @@ from PIL import Image
 from jaxdrive.data.scene_json import read_scene
 from jaxdrive.judge import prompt as P
 from jaxdrive.judge.baselines import subscores_of
-from jaxdrive.judge.dataset import read_pairs, read_records
+from jaxdrive.judge.dataset import dataset_thresholds, read_pairs, read_records
 from jaxdrive.judge.gates import RULE_LABELS, rule_gated_score
+from jaxdrive.judge.labels import rule_values
 from jaxdrive.judge.policy import ALL_YES, answer_slots, encode, load_image_config, slot_positions
 from jaxdrive.models.chat import ChatEncoder
 from jaxdrive.train.rewards import Reward
@@ -55,24 +59,81 @@ def _image(root: Path, rel: str) -> np.ndarray:
     return np.asarray(Image.open(root / rel).convert("RGB"))
 
 
+def _broken(cfg, root: Path, records) -> list:
+    """Per record, the rules its trajectory breaks (named in the text description), or None without ``describe``."""
+    if not cfg.get("describe", False):
+        return [None] * len(records)
+    values, thresholds = np.asarray(rule_values(subscores_of(records))), dataset_thresholds(root)
+    return [P.broken_rules(v, thresholds) for v in values]
+
+
 def gate_examples(cfg, tokenizer=None) -> list[dict]:
-    """``data.kind = "judge_gates"``: SFT examples (module docstring); ``gates`` [7] and ``label`` ride along."""
+    """``data.kind = "judge_gates"``: SFT examples (module docstring); ``gates`` [7] and ``label`` ride along.
+
+    ``data.target``: ``"answer"`` (default) trains the whole answer block with the record's gates (and its
+    justification as ``Reason:`` with ``data.reason``); ``"slots"`` trains exactly what the policy reads: the input
+    is the all-yes answer block, the loss covers only the seven rule answer tokens, whose targets are the record's
+    gates (``yes`` / ``no`` token), so each slot learns p_r under the same context it is read in."""
+    root = Path(cfg.path)
+    records = _limit(read_records(root, cfg.get("split", "train")), cfg)
+    if not records:
+        raise ValueError(f"data.path {root}: no records in split {cfg.get('split', 'train')!r}")
+    target = cfg.get("target", "answer")
+    if target not in ("answer", "slots"):
+        raise ValueError(f"data.target: expected 'answer' or 'slots', got {target!r}")
+    if target == "slots" and cfg.get("reason", False):
+        raise ValueError("data.reason: the 'slots' target trains the all-yes answer block only (no Reason: line)")
+    encoder, image_cfg, scene = encoder_for(cfg, tokenizer), load_image_config(cfg.model_path), _scenes(root)
+    slots = answer_slots(encoder) if target == "slots" else None
+    out = []
+    for r, broken in zip(records, _broken(cfg, root, records)):
+        gates = [bool(r.gates[k]) for k in RULE_LABELS]
+        answer = (P.answer_text(ALL_YES) if target == "slots" else
+                  P.answer_text(gates, r.justification if cfg.get("reason", False) else ""))
+        conv = P.messages(scene(r.scene), r.proposal, describe=cfg.get("describe", False), answer=answer,
+                          broken=broken)
+        enc = encode(encoder, [conv], [_image(root, r.image)], image_cfg, pad_to_multiple_of=1)
+        n = int(enc.attention_mask[0].sum())
+        start = int(enc.answer_start[0])
+        ex = {"prompt": enc.input_ids[0, :start], "answer": enc.input_ids[0, start:n],
+              "pixel_values": enc.pixel_values, "image_grid_thw": enc.image_grid_thw,
+              "gates": np.asarray(gates), "label": r.label, "id": r.id}
+        if slots is not None:
+            offsets = np.asarray(slots.offsets)
+            ex["targets"] = ex["answer"].copy()
+            ex["targets"][offsets] = np.where(gates, slots.yes_id, slots.no_id)
+            ex["answer_mask"] = np.zeros(n - start, np.float32)
+            ex["answer_mask"][offsets] = 1.0
+        out.append(ex)
+    return out
+
+
+def direct_examples(cfg, tokenizer=None) -> list[dict]:
+    """``data.kind = "judge_direct"``: SFT examples of the VLM direct-score baseline (paper Table 3): the direct
+    conversation (``prompt.messages(direct=True)``) teacher-forced with ``Reasonable: yes``; the loss covers only
+    the answer token, whose target is the record's human label (``yes`` / ``no``), as ``baselines.direct_scores``
+    reads it."""
+    from jaxdrive.judge.policy import direct_slot
+
     root = Path(cfg.path)
     records = _limit(read_records(root, cfg.get("split", "train")), cfg)
     if not records:
         raise ValueError(f"data.path {root}: no records in split {cfg.get('split', 'train')!r}")
     encoder, image_cfg, scene = encoder_for(cfg, tokenizer), load_image_config(cfg.model_path), _scenes(root)
+    slot = direct_slot(encoder)
     out = []
-    for r in records:
-        gates = [bool(r.gates[k]) for k in RULE_LABELS]
-        answer = P.answer_text(gates, r.justification if cfg.get("reason", False) else "")
-        conv = P.messages(scene(r.scene), r.proposal, describe=cfg.get("describe", False), answer=answer)
+    for r, broken in zip(records, _broken(cfg, root, records)):
+        conv = P.messages(scene(r.scene), r.proposal, describe=cfg.get("describe", False),
+                          answer=P.direct_answer_text(True), broken=broken, direct=True)
         enc = encode(encoder, [conv], [_image(root, r.image)], image_cfg, pad_to_multiple_of=1)
-        n = int(enc.attention_mask[0].sum())
-        start = int(enc.answer_start[0])
-        out.append({"prompt": enc.input_ids[0, :start], "answer": enc.input_ids[0, start:n],
-                    "pixel_values": enc.pixel_values, "image_grid_thw": enc.image_grid_thw,
-                    "gates": np.asarray(gates), "label": r.label, "id": r.id})
+        n, start = int(enc.attention_mask[0].sum()), int(enc.answer_start[0])
+        answer = enc.input_ids[0, start:n]
+        targets, mask = answer.copy(), np.zeros(n - start, np.float32)
+        targets[slot.offsets[0]] = slot.yes_id if r.label else slot.no_id
+        mask[slot.offsets[0]] = 1.0
+        out.append({"prompt": enc.input_ids[0, :start], "answer": answer, "targets": targets, "answer_mask": mask,
+                    "pixel_values": enc.pixel_values, "image_grid_thw": enc.image_grid_thw, "label": r.label,
+                    "id": r.id})
     return out
 
 
@@ -91,7 +152,7 @@ def pair_examples(cfg, tokenizer=None) -> list[dict]:
     for p in pairs:
         recs = [by_id[p.a_record], by_id[p.b_record]]
         convs = [P.messages(scene(r.scene), r.proposal, describe=cfg.get("describe", False),
-                            answer=P.answer_text(ALL_YES)) for r in recs]
+                            answer=P.answer_text(ALL_YES), broken=b) for r, b in zip(recs, _broken(cfg, root, recs))]
         enc = encode(encoder, convs, [_image(root, r.image) for r in recs], image_cfg, pad_to_multiple_of=1,
                      max_length=cfg.max_len)
         sub = subscores_of(recs)

@@ -16,7 +16,7 @@ from tqdm import tqdm
 from jaxdrive.data.scene_json import read_scene
 from jaxdrive.data.synthetic import pad_spec
 from jaxdrive.judge.bev import BevConfig
-from jaxdrive.judge.dataset import read_pairs, read_records
+from jaxdrive.judge.dataset import dataset_thresholds, read_pairs, read_records
 from jaxdrive.judge.gates import RULE_LABELS
 
 
@@ -77,7 +77,8 @@ def run(args) -> int:
         raise ValueError(f"--split {args.split}: no records in {root}")
     meta = json.loads((root / "meta.json").read_text()) if (root / "meta.json").exists() else {}
     judge = DriveJudge.from_pretrained(args.model, bev=BevConfig(size=int(meta.get("image_size", 64))),
-                                      describe=args.describe, batch_size=args.batch_size, pad=pad_spec(32))
+                                      describe=args.describe, batch_size=args.batch_size, pad=pad_spec(32),
+                                      thresholds=dataset_thresholds(root))
     out = Path(args.out or root / "judge")
     out.mkdir(parents=True, exist_ok=True)
     cols = judge_records(judge, root, records, args.batch_size, not args.no_progress)

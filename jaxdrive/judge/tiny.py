@@ -1,7 +1,12 @@
 """A tiny random Qwen2.5-VL judge saved as a pretrained directory (config, safetensors, tokenizer, chat template,
 preprocessor config): the CPU preset of the judge recipes and tests. No download: the weights are random
-(``models.testing.build_hf_model``) and the tokenizer is the byte-level test tokenizer with Qwen's special tokens
-(``models.tokenizer_testing``). The vision tower takes 64 x 64 BEV images in 8-pixel patches (16 image tokens).
+(``models.testing.build_hf_model``). The tokenizer is either the byte-level test tokenizer with Qwen's special tokens
+(``models.tokenizer_testing``, ``tokenizer="bytes"``) or, by default (``tokenizer="judge"``), a byte-level BPE with
+merges learnt from the judge's own texts (system prompt, answer blocks, ego status and scene descriptions of generated
+scenes; ``build_judge_tokenizer``): any text still round-trips, the special tokens keep the test tokenizer's ids, and
+a judge conversation is about 4x shorter than in bytes (the rule answers are single ``yes`` / ``no`` tokens), which
+is what makes CPU training of the tiny judge take minutes. The vision tower takes 64 x 64 BEV images in 8-pixel
+patches (16 image tokens).
 """
 from __future__ import annotations
 
@@ -9,17 +14,73 @@ import json
 import os
 
 from jaxdrive.models.image_processing import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
-from jaxdrive.models.tokenizer_testing import TEST_TOKEN_IDS, TEST_VOCAB_SIZE, build_test_tokenizer
+from jaxdrive.models.tokenizer_testing import (QWEN_SPECIAL_TOKENS, QWEN_VL_CHAT_TEMPLATE, TEST_TOKEN_IDS,
+                                               TEST_VOCAB_SIZE, _bytes_to_unicode, build_test_tokenizer)
 
 IMAGE_SIZE = 64
 PATCH = 8
+JUDGE_VOCAB_SIZE = 1024
 
 
-def tiny_judge_config(hidden: int = 64, layers: int = 2, vision_depth: int = 2):
+def judge_corpus(num_scenes: int = 12) -> list[str]:
+    """Texts the judge tokenizer learns its merges from: the system prompt, every answer block, and the ego status
+    and descriptions (each with some broken rules) of every proposal of ``num_scenes`` generated scenes."""
+    from itertools import product
+
+    from jaxdrive.data.synthetic import generate_scene
+    from jaxdrive.judge import prompt as P
+    from jaxdrive.judge.gates import RULE_LABELS
+    from jaxdrive.judge.synthetic import NUM_PROPOSALS, PROFILE
+
+    texts = [P.SYSTEM_TEXT, " Answer one line per rule: " + ", ".join(RULE_LABELS) + "."]
+    texts += [P.answer_text(g) for g in product((True, False), repeat=len(RULE_LABELS))]
+    for seed in range(num_scenes):
+        scene = generate_scene(seed, num_proposals=NUM_PROPOSALS, profile=PROFILE, validate=False)
+        texts.append(P.ego_status(scene))
+        for k in range(scene.num_proposals):
+            broken = [r for i, r in enumerate(RULE_LABELS) if (seed + k) >> i & 1]
+            texts.append(P.describe_scene(scene, k, broken=broken))
+    return texts
+
+
+def build_judge_tokenizer(path: str | os.PathLike, vocab_size: int = JUDGE_VOCAB_SIZE):
+    """A byte-level BPE whose merges are learnt from ``judge_corpus``; ids 0-255 are the bytes and 256-262 the Qwen
+    special tokens (as the test tokenizer), learnt tokens follow. Saved (``save_pretrained``) to ``path``; returns
+    the tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    pre = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    learner = Tokenizer(models.BPE())
+    learner.pre_tokenizer = pre
+    learner.train_from_iterator(judge_corpus(), trainers.BpeTrainer(
+        vocab_size=vocab_size - len(QWEN_SPECIAL_TOKENS), initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False))
+    model = json.loads(learner.to_str())["model"]
+    vocab = {ch: byte for byte, ch in _bytes_to_unicode().items()}
+    vocab.update(TEST_TOKEN_IDS)
+    for token in sorted(model["vocab"], key=model["vocab"].get):
+        vocab.setdefault(token, len(vocab))
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tok.pre_tokenizer = pre
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(list(QWEN_SPECIAL_TOKENS))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   chat_template=QWEN_VL_CHAT_TEMPLATE)
+    for token, expected in TEST_TOKEN_IDS.items():
+        if fast.convert_tokens_to_ids(token) != expected:
+            raise AssertionError(f"special token {token}: id {fast.convert_tokens_to_ids(token)}, expected {expected}")
+    os.makedirs(path, exist_ok=True)
+    fast.save_pretrained(os.fspath(path))
+    return fast
+
+
+def tiny_judge_config(hidden: int = 64, layers: int = 2, vision_depth: int = 2, vocab_size: int = TEST_VOCAB_SIZE):
     import transformers as tf
 
     ids = {k.strip("<|>"): v for k, v in TEST_TOKEN_IDS.items()}
-    text = dict(vocab_size=TEST_VOCAB_SIZE, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+    text = dict(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
                 eos_token_id=ids["im_end"], bos_token_id=None, pad_token_id=ids["endoftext"],
                 rope_parameters=dict(rope_type="default", mrope_section=[2, 3, 3], rope_theta=10000.0))
@@ -31,15 +92,26 @@ def tiny_judge_config(hidden: int = 64, layers: int = 2, vision_depth: int = 2):
                                vision_start_token_id=ids["vision_start"], vision_end_token_id=ids["vision_end"])
 
 
-def save_tiny_judge(path: str | os.PathLike, *, seed: int = 0, hidden: int = 64, layers: int = 2) -> str:
-    """Writes the tiny judge directory to ``path`` and returns it."""
+def save_tiny_judge(path: str | os.PathLike, *, seed: int = 0, hidden: int = 64, layers: int = 2,
+                    tokenizer: str = "judge") -> str:
+    """Writes the tiny judge directory to ``path`` and returns it; ``tokenizer``: ``"judge"`` (learnt merges,
+    ``build_judge_tokenizer``) or ``"bytes"`` (the byte-level test tokenizer)."""
     from jaxdrive.models.testing import build_hf_model
 
+    if tokenizer not in ("judge", "bytes"):
+        raise ValueError(f"tokenizer: expected 'judge' or 'bytes', got {tokenizer!r}")
     path = os.fspath(path)
-    build_hf_model(tiny_judge_config(hidden, layers), seed=seed).save_pretrained(path)
-    build_test_tokenizer(path)
+    tok = build_judge_tokenizer(path) if tokenizer == "judge" else build_test_tokenizer(path)
+    build_hf_model(tiny_judge_config(hidden, layers, vocab_size=len(tok)), seed=seed).save_pretrained(path)
     pre = {"patch_size": PATCH, "temporal_patch_size": 2, "merge_size": 2, "min_pixels": IMAGE_SIZE * IMAGE_SIZE,
            "max_pixels": IMAGE_SIZE * IMAGE_SIZE, "image_mean": list(OPENAI_CLIP_MEAN), "image_std": list(OPENAI_CLIP_STD)}
     with open(os.path.join(path, "preprocessor_config.json"), "w") as f:
         json.dump(pre, f, indent=2)
     return path
+
+
+if __name__ == "__main__":  # python -m jaxdrive.judge.tiny OUT [hidden layers]
+    import sys
+
+    args = sys.argv[1:]
+    print(save_tiny_judge(args[0], **({"hidden": int(args[1]), "layers": int(args[2])} if len(args) > 2 else {})))

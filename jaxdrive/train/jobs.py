@@ -110,7 +110,8 @@ def run_sft(cfg: ml_collections.ConfigDict, model=None):
     examples = build_examples(cfg.data, tokenizer)
     pad_id = token_ids(cfg.data, tokenizer).pad_id
     arrays = data.stack_examples([
-        sft.sft_example(e["prompt"], e["answer"], cfg.data.max_len, pad_id,
+        sft.sft_example(e["prompt"], e["answer"], cfg.data.max_len, pad_id, targets=e.get("targets"),
+                        answer_mask=e.get("answer_mask"),
                         **{k: e[k] for k in ("pixel_values", "image_grid_thw") if k in e}) for e in examples])
     sampler = data.EpochSampler(len(examples), cfg.batch_size, seed=cfg.seed)
     logger, ckpt, mesh = _infra(cfg)

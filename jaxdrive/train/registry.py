@@ -68,6 +68,7 @@ DATASETS = Registry("dataset", {
     "chat_qa": "jaxdrive.train.chat_qa:chat_qa_dataset",
     "judge_gates": "jaxdrive.judge.recipes:gate_examples",
     "judge_pairs": "jaxdrive.judge.recipes:pair_examples",
+    "judge_direct": "jaxdrive.judge.recipes:direct_examples",
 })
 
 REWARDS = Registry("reward", {

@@ -1,0 +1,67 @@
+"""``jaxdrive score --gates judge:CHECKPOINT``: per-proposal gates from a DriveJudge model, for gated scoring at scale.
+
+The judge (``judge.policy.DriveJudge``) reads every proposal of every scene of the scoring source (BEV image,
+prompt, yes/no logits at the rule slots) and decides its seven rule gates (p_r > 0.5). They expand onto the nine
+EPDMS gates (``judge.gates.expand_gates``: COMFORT -> HC and EC, TLC always on) and are handed to the scorer as the
+per-proposal gate table ``{scene_id: [[9 booleans] per proposal]}`` that ``jaxdrive score --gates FILE`` reads; the
+table is also written beside the run (``judge_gates.json``) so it can be inspected or reused as a file.
+
+The spec after ``judge:`` is the pretrained judge directory, optionally followed by ``,describe`` when the judge was
+trained with the text scene description (``--describe`` of ``jaxdrive judge run``).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from jaxdrive.judge.gates import expand_gates
+
+PREFIX = "judge:"
+
+
+def parse_spec(spec: str) -> tuple[Path, bool]:
+    """``judge:DIR[,describe]`` -> (DIR, describe); a ValueError naming ``--gates`` otherwise."""
+    body = spec[len(PREFIX):]
+    path, _, flag = body.partition(",")
+    if flag not in ("", "describe"):
+        raise ValueError(f"--gates {spec}: expected judge:DIR or judge:DIR,describe, got option {flag!r}")
+    if not (Path(path) / "config.json").is_file():
+        raise ValueError(f"--gates {spec}: {path!r} is not a pretrained judge directory (no config.json)")
+    return Path(path), flag == "describe"
+
+
+def judge_gate_table(judge, source, *, chunk: int = 8, progress: bool = True) -> dict[str, list[list[bool]]]:
+    """{scene id: [[9 EPDMS gates] per proposal]} for every scene of ``source`` (``scoring.sources.SceneSource``)
+    decided by ``judge`` (a ``DriveJudge``); scenes the source cannot read are left out (the scorer reports them)."""
+    table = {}
+    for i in tqdm(range(len(source)), desc="judge gates", disable=not progress):
+        scene = source.load(i)
+        if not hasattr(scene, "num_proposals"):  # a SourceError: the scoring run reports it
+            continue
+        rows = []
+        for k0 in range(0, scene.num_proposals, chunk):
+            ks = list(range(k0, min(k0 + chunk, scene.num_proposals)))
+            padded = ks + ks[:1] * (chunk - len(ks))  # one shape per chunk: one compile
+            out = judge.score([scene] * chunk, padded)
+            rows.append(np.asarray(out.gates[:len(ks)]))
+        gates = np.asarray(expand_gates(np.concatenate(rows))) if rows else np.zeros((0, 9), bool)
+        table[scene.id] = gates.astype(bool).tolist()
+    return table
+
+
+def gates_from_judge(spec: str, source, out: Path | None, *, pad=None, batch_size: int = 8,
+                     progress: bool = True) -> dict[str, list[list[bool]]]:
+    """Loads the judge of ``spec`` (``parse_spec``), builds the gate table over ``source`` and writes it to
+    ``out/judge_gates.json`` (when ``out`` is given)."""
+    from jaxdrive.judge.policy import DriveJudge
+
+    path, describe = parse_spec(spec)
+    judge = DriveJudge.from_pretrained(path, describe=describe, batch_size=batch_size, pad=pad)
+    table = judge_gate_table(judge, source, chunk=batch_size, progress=progress)
+    if out is not None:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / "judge_gates.json").write_text(json.dumps(table))
+    return table
