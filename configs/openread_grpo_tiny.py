@@ -3,7 +3,8 @@
 5K mixed samples) with the composite reward R = R_know (0.9 tiny random critic + 0.1 MiniLM) + R_traj (Eq. 7 as
 printed) + R_format; group 4, LoRA, 16 completions per step. ``eval_data`` is a fixed set of 8 planning + 8 knowledge
 prompts answered greedily every ``eval_every`` steps (``eval/greedy/reward_mean``: the curve to watch). The tiny critic
-is random (its part of R_know is noise, nearly constant); the rise comes from the trajectory reward.
+is random (its part of R_know is noise, nearly constant). Measured curves against an lr = 0 control:
+docs/openread.md and benchmarks/openread_grpo_curve.sh.
 
     jaxdrive train grpo --config configs/openread_grpo_tiny.py model.path=/tmp/openread/cold_start \\
         workdir=/tmp/openread/grpo
