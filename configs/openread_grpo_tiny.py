@@ -3,7 +3,8 @@
 5K mixed samples) with the composite reward R = R_know (0.9 tiny random critic + 0.1 MiniLM) + R_traj (Eq. 7 as
 printed) + R_format; group 4, LoRA, 16 completions per step. ``eval_data`` is a fixed set of 8 planning + 8 knowledge
 prompts answered greedily every ``eval_every`` steps (``eval/greedy/reward_mean``: the curve to watch). The tiny critic
-is random (its part of R_know is noise, nearly constant); the rise comes from the trajectory reward.
+is random (its part of R_know is noise, nearly constant). Measured curves against an lr = 0 control:
+docs/openread.md and benchmarks/openread_grpo_curve.sh.
 
     jaxdrive train grpo --config configs/openread_grpo_tiny.py model.path=/tmp/openread/cold_start \\
         workdir=/tmp/openread/grpo
@@ -42,13 +43,13 @@ def get_config() -> ml_collections.ConfigDict:
     })
     c.decoder = ml_collections.ConfigDict(dict(kind="tokenizer", skip_special_tokens=True))
     c.grpo = ml_collections.ConfigDict(dict(
-        seed=0, group_size=4, prompts_per_step=4, prompt_len=192, completion_len=96, temperature=0.8,
+        seed=0, group_size=4, prompts_per_step=4, prompt_len=144, completion_len=120, temperature=1.0,
         advantage="trl", scale=ml_collections.FieldReference(None, field_type=str),
         eps=ml_collections.FieldReference(None, field_type=float), eps_low=0.2, eps_high=0.2,
         dual_clip=ml_collections.FieldReference(None, field_type=float), beta=0.04, kl="k3",
         agg="seq-mean-token-mean", max_len=ml_collections.FieldReference(None, field_type=int), policy_epochs=1,
         allow_missing_rewards=False, eos_id=2, pad_id=0))
-    c.optim = ml_collections.ConfigDict(dict(lr=5e-4, warmup_steps=0, end_lr_ratio=1.0, b1=0.9, b2=0.999, eps=1e-8,
+    c.optim = ml_collections.ConfigDict(dict(lr=1e-3, warmup_steps=0, end_lr_ratio=1.0, b1=0.9, b2=0.999, eps=1e-8,
                                              weight_decay=0.0, clip_norm=1.0))
     c.checkpoint = ml_collections.ConfigDict(dict(enabled=False, every=0, keep=1, best_metric="reward_mean",
                                                   best_mode="max", async_save=True))

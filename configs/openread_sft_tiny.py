@@ -24,7 +24,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.finetune = ml_collections.ConfigDict(dict(mode="full", freeze_vision=False, lora_rank=8, lora_alpha=16.0,
                                                 lora_targets=r"language_model\..*_proj", seed=0))
     c.data = ml_collections.ConfigDict(dict(kind="openread_synthetic", num_scenes=120, seed=0, describe_scene=True,
-                                            system_prompt="", max_len=256, pad_id=0))
+                                            tasks=["knowledge", "planning", "counterfactual"], system_prompt="",
+                                            max_len=256, pad_id=0))
     c.optim = ml_collections.ConfigDict(dict(lr=3e-3, warmup_steps=15, end_lr_ratio=0.1, b1=0.9, b2=0.999, eps=1e-8,
                                              weight_decay=0.0, clip_norm=1.0))
     c.checkpoint = ml_collections.ConfigDict(dict(enabled=False, every=0, keep=1, best_metric="", best_mode="max",

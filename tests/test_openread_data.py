@@ -120,3 +120,17 @@ def test_training_examples_from_the_tiny_tokenizer(tmp_path):
         assert e["reference"] == r["answer"] and e["task"] == r["task"]
     with pytest.raises(ValueError, match="needs a tokenizer"):
         synthetic_dataset(cfg, None)
+
+
+def test_tiny_tokenizer_gives_each_digit_its_own_token():
+    """The tiny policy's tokenizer splits digits one per token (as Qwen's does), so every trajectory point is the same
+    token template, and it decodes trajectory text back exactly."""
+    from jaxdrive.train.openread_tiny import train_tokenizer
+
+    recs = cot.synthetic_records(4, seed=2)
+    tok = train_tokenizer([r["question"] + "\n" + r["target"] for r in recs], vocab_size=400)
+    text = "<answer> (13.37, -0.05), (26.42, 0.00) </answer>"
+    ids = tok.encode(text, add_special_tokens=False)
+    pieces = [tok.decode([i]) for i in ids]
+    assert [p for p in pieces if any(c.isdigit() for c in p)] == list("1337" "005" "2642" "000")
+    assert tok.decode(ids) == text
