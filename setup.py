@@ -69,7 +69,7 @@ setup(
     name="jaxdrive",
     version="0.1.0",
     description="Context-aware, rule-grounded evaluation of driving trajectories in JAX, and post-training of driving VLMs.",
-    packages=find_packages(include=["jaxdrive", "jaxdrive.*", "configs", "configs.*"]),
+    packages=find_packages(include=["jaxdrive", "jaxdrive.*"]),
     python_requires=">=3.10",
     install_requires=BASE,
     extras_require={"models": MODELS, "train": TRAIN, "data": DATA, "embed": EMBED, "text-metrics": TEXT_METRICS,

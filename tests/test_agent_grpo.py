@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from configs import agent_grpo_tiny
+from jaxdrive.configs import agent_grpo_tiny
 from jaxdrive.agent.grpo_rollout import MultiTurnRollouts, TextAgentCodec, TinyAgentCodec
 from jaxdrive.agent.reward import TIER_REWARD, tier
 from jaxdrive.agent.tools import default_registry

@@ -19,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def load_config(name):
-    return importlib.import_module(f"configs.{name}").get_config()
+    return importlib.import_module(f"jaxdrive.configs.{name}").get_config()
 
 
 def sft_cfg(workdir, steps=6):

@@ -102,7 +102,7 @@ def warm_vs_zero_configs(grpo_steps: int, sft_steps: int = 40, workdir: str = ""
     import importlib
 
     def load(name):
-        return importlib.import_module(f"configs.{name}").get_config()
+        return importlib.import_module(f"jaxdrive.configs.{name}").get_config()
 
     s = load("sft_tiny")
     s.steps, s.batch_size, s.progress, s.log_every = sft_steps, 16, False, 10

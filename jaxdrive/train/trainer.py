@@ -174,8 +174,8 @@ class Trainer:
         Args:
           batch_fn: produces each step's batch (see module docstring).
           updates_per_batch: optimizer updates per batch (GRPO policy epochs over one rollout batch).
-          eval_fns: {name: (every, fn(trainer, step) -> metrics)} run after steps divisible by ``every`` and at the
-            end; logged under "eval/<name>"; the one named ``best_metric_source`` feeds the best-checkpoint metric.
+          eval_fns: {name: (every, fn(trainer, step) -> metrics)} run at the start, after steps divisible by ``every``
+            (none if ``every`` <= 0) and at the end; logged under "eval/<name>"; the one named ``best_metric_source`` feeds the best-checkpoint metric.
           position_fn: data position of a step for the checkpoint meta.
           stop_after: stop (as if killed) after this step, after its checkpoint; for tests and preemption.
         Returns: the logged records of the steps run.
@@ -212,7 +212,7 @@ class Trainer:
             record = {"step": step, **metrics}
             evals = {}
             for name, (every, fn) in eval_fns.items():
-                if step % every == 0 or step == total_steps:
+                if (every > 0 and step % every == 0) or step == total_steps:
                     evals[name] = fn(self, step)
                     if self.logger is not None:
                         self.logger.log(step, evals[name], prefix=f"eval/{name}")

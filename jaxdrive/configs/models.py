@@ -6,7 +6,7 @@ A preset is an ``ml_collections.ConfigDict`` with ``hf_config`` (a ``config.json
 checkpoint always reads its own ``config.json``; presets serve planning (memory, sharding) and abstract models
 (``jaxdrive.models.weights.abstract_model(parse_config(preset.hf_config))``).
 
-    python -c "from configs.models import get_config; print(get_config('qwen2_5_vl_7b'))"
+    python -c "from jaxdrive.configs.models import get_config; print(get_config('qwen2_5_vl_7b'))"
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ and selection by validation loss (select with ``checkpoint.best_metric`` on a he
 """
 import ml_collections
 
-from configs import sft_tiny
+from jaxdrive.configs import sft_tiny
 
 RECORDS = {1: 13_679, 2: 20_062}  # the paper's record counts (steps below = epochs * records / 16)
 EPOCHS = {1: 3, 2: 20}

@@ -6,7 +6,7 @@ generation turns (observation tokens masked out of the loss).
 """
 import ml_collections
 
-from configs import grpo_tiny
+from jaxdrive.configs import grpo_tiny
 
 
 def get_config() -> ml_collections.ConfigDict:

@@ -12,7 +12,7 @@ budget of 1,536 tokens covers generated and observation tokens together; the pro
 """
 import ml_collections
 
-from configs import grpo_tiny
+from jaxdrive.configs import grpo_tiny
 
 
 def get_config() -> ml_collections.ConfigDict:
