@@ -8,7 +8,8 @@ For a scene with a reference trajectory (PDM-Closed, NAVSIM's row 0) and a vocab
    0.1 s reference, so NAVSIM's interpolation is the identity); without simulation the 41 states are NAVSIM's
    interpolated array (ego state, then the poses with zero dynamics);
 2. the K proposals are scored in chunks of ``chunk`` (memory bounded whatever K) with the scene's history (HC), no
-   previous frame (EC left out: weights / 14);
+   previous frame (EC left out: weights / 14), through the exact broad phase (``jaxdrive.scorer``; a chunk beyond its
+   generous capacities is re-scored unculled: same results);
 3. EP is normalised against the reference: ``ep_mode="pairwise"`` (GTRS; NAVSIM's official [PDM-Closed, proposal]
    pairing): D_k = max(R, raw_k x M_k) with R = the reference's raw progress x its multiplier; ``"batch"``: one
    D = max(R, max_k raw_k x M_k) over the reference and all K (the scorer run once on [reference, V]);
@@ -23,13 +24,16 @@ filtered EPDMS without EC.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdrive.broadphase import PackSpec
 from jaxdrive.rules.epdms import SubScores, aggregate, human_filter, normalize_progress, score
+from jaxdrive.scorer import default_capacity, score_with_overflow
 from jaxdrive.scene import NUM_STEPS, STATE_DIM, HostScene, PadSpec, batch_scenes
 from jaxdrive.sim.reference import track_poses
 
@@ -100,9 +104,21 @@ def pad_for(scene: HostScene, proposals: int, previous: PadSpec | None = None) -
     return PadSpec(**(sizes | {"proposals": proposals}))
 
 
+@functools.partial(jax.jit, static_argnames="capacity")
+def _culled_scores(scene, proposals, capacity: PackSpec) -> tuple[SubScores, jax.Array]:
+    return score_with_overflow(scene, proposals, capacity=capacity, fallback=False)
+
+
 @jax.jit
-def _raw_scores(scene, proposals) -> SubScores:
+def _unculled_scores(scene, proposals) -> SubScores:
     return score(scene, proposals)
+
+
+def _raw_scores(scene, proposals) -> SubScores:
+    """Sub-scores through the exact broad phase at generous capacities (``default_capacity``); a chunk that needs
+    more is re-scored by the unculled kernels (same results; compiled only if some chunk ever needs it)."""
+    out, overflow = _culled_scores(scene, proposals, capacity=default_capacity(proposals.states.shape[1]))
+    return _unculled_scores(scene, proposals) if bool(overflow) else out
 
 
 def _with(scene: HostScene, states: np.ndarray) -> HostScene:
