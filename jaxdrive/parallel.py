@@ -10,11 +10,14 @@ import contextlib
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import jax
 import numpy as np
-from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+if TYPE_CHECKING:  # flax only where NNX state is sharded: the scoring install (no flax) uses make_mesh
+    from flax import nnx
 
 MESH_AXES = ("data", "fsdp", "tensor")
 
@@ -110,6 +113,8 @@ def variable_axes(var: nnx.Variable) -> tuple[str | None, ...] | None:
 def state_shardings(state: nnx.State, mesh: Mesh, rules: Rules = LOGICAL_AXIS_RULES) -> nnx.State:
     """A state of ``NamedSharding`` mirroring ``state`` (concrete or abstract) from each variable's logical axes."""
 
+    from flax import nnx
+
     def one(var: nnx.Variable) -> nnx.Variable:
         return var.replace(named_sharding(variable_axes(var), var.shape, mesh, rules))
 
@@ -118,6 +123,8 @@ def state_shardings(state: nnx.State, mesh: Mesh, rules: Rules = LOGICAL_AXIS_RU
 
 def shard_model(model: nnx.Module, mesh: Mesh, rules: Rules = LOGICAL_AXIS_RULES) -> nnx.Module:
     """Place every variable of ``model`` on ``mesh`` by its logical axes (in place); returns ``model``."""
+    from flax import nnx
+
     state = nnx.state(model)
     shardings = state_shardings(state, mesh, rules)
     nnx.update(model, jax.tree.map(lambda x, s: jax.device_put(x, s), state, shardings))
