@@ -82,13 +82,11 @@ def _run_score(args) -> int:
         from jaxdrive.scoring.predictions import run_predictions
 
         distributed.require_single_process("jaxdrive score --predictions")
-
         return run_predictions(args)
     from jaxdrive.scoring.outputs import RunDirError
     from jaxdrive.scoring.runner import ScoreOptions, score_source
-    from jaxdrive.scoring.sources import SceneDirSource, SyntheticSource
     from jaxdrive.data.store import is_store
-    from jaxdrive.scoring.sources import SceneStoreSource
+    from jaxdrive.scoring.sources import SceneDirSource, SceneStoreSource, SyntheticSource
     from jaxdrive.scoring.summary import plot_summary, summary_table, whole_run_stats
 
     if args.resume and not args.out:
