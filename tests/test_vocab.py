@@ -40,10 +40,18 @@ def _scenes(count=2, seed=7):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("ep_mode", ["batch", "pairwise"])
-def test_vocab_matches_score_with_reference_prepended(tmp_path, ep_mode):
+@pytest.mark.parametrize("ep_mode,capacities", [("batch", "default"), ("pairwise", "default"), ("pairwise", "tiny")])
+def test_vocab_matches_score_with_reference_prepended(tmp_path, monkeypatch, ep_mode, capacities):
     """K = 256: every row of `vocab` equals the scorer's row k+1 on [reference, vocabulary states] (human filter on);
-    pairwise = the scorer's ep_mode 'reference' with the reference's own raw progress x multiplier."""
+    pairwise = the scorer's ep_mode 'reference' with the reference's own raw progress x multiplier. With tiny starting
+    capacities every chunk's first scoring overflows and is re-scored at grown ones: the same rows."""
+    from jaxdrive.vocab import core
+
+    monkeypatch.setattr(core, "_GROWN", {})
+    if capacities == "tiny":
+        generous = core.default_capacity
+        monkeypatch.setattr(core, "default_capacity",
+                            lambda k: dataclasses.replace(generous(k), lane_tiles=1, ttc_pairs=1, near_segments=1))
     vocab = _vocab(256)
     src, scenes = _scenes()
     run_vocab(src, vocab, tmp_path / "run", VocabOptions(ep_mode=ep_mode, reference="first-proposal", chunk=256),

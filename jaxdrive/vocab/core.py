@@ -9,7 +9,7 @@ For a scene with a reference trajectory (PDM-Closed, NAVSIM's row 0) and a vocab
    interpolated array (ego state, then the poses with zero dynamics);
 2. the K proposals are scored in chunks of ``chunk`` (memory bounded whatever K) with the scene's history (HC), no
    previous frame (EC left out: weights / 14), through the exact broad phase (``jaxdrive.scorer``; a chunk beyond its
-   generous capacities is re-scored unculled: same results);
+   capacities is re-scored at grown ones: same results);
 3. EP is normalised against the reference: ``ep_mode="pairwise"`` (GTRS; NAVSIM's official [PDM-Closed, proposal]
    pairing): D_k = max(R, raw_k x M_k) with R = the reference's raw progress x its multiplier; ``"batch"``: one
    D = max(R, max_k raw_k x M_k) over the reference and all K (the scorer run once on [reference, V]);
@@ -32,8 +32,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdrive.broadphase import PackSpec
+from jaxdrive.broadphase.device import needs
 from jaxdrive.rules.epdms import SubScores, aggregate, human_filter, normalize_progress, score
-from jaxdrive.scorer import default_capacity, score_with_overflow
+from jaxdrive.scorer import capacity_for, default_capacity, score_with_overflow
 from jaxdrive.scene import NUM_STEPS, STATE_DIM, HostScene, PadSpec, batch_scenes
 from jaxdrive.sim.reference import track_poses
 
@@ -114,10 +115,22 @@ def _unculled_scores(scene, proposals) -> SubScores:
     return score(scene, proposals)
 
 
+_GROWN: dict[int, PackSpec] = {}  # chunk size -> capacities grown by an overflow (they serve the rest of the run)
+
+
 def _raw_scores(scene, proposals) -> SubScores:
-    """Sub-scores through the exact broad phase at generous capacities (``default_capacity``); a chunk that needs
-    more is re-scored by the unculled kernels (same results; compiled only if some chunk ever needs it)."""
-    out, overflow = _culled_scores(scene, proposals, capacity=default_capacity(proposals.states.shape[1]))
+    """Sub-scores through the exact broad phase at ``default_capacity`` (or capacities grown earlier in this
+    process). A chunk that overflows them is re-scored at capacities grown to cover its needs (one more compile; later
+    chunks use them), and only if that overflowed too by the unculled kernels: results never depend on capacities."""
+    k = proposals.states.shape[1]
+    capacity = _GROWN.get(k, default_capacity(k))
+    out, overflow = _culled_scores(scene, proposals, capacity=capacity)
+    if not bool(overflow):
+        return out
+    grown = capacity_for(needs(*jax.device_get((scene, proposals))))
+    _GROWN[k] = PackSpec(**{f.name: max(getattr(capacity, f.name), getattr(grown, f.name))
+                            for f in dataclasses.fields(PackSpec)})
+    out, overflow = _culled_scores(scene, proposals, capacity=_GROWN[k])
     return _unculled_scores(scene, proposals) if bool(overflow) else out
 
 
