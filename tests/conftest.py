@@ -5,14 +5,26 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# One persistent XLA compilation cache for the whole run (tests and the CLI subprocesses they start): the EPDMS scorer
-# and the tiny models compile once per shape instead of once per test.
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "jaxdrive-test-xla"))
+# One XLA compilation cache for this run's CLI subprocesses (the EPDMS scorer and the tiny models compile once per
+# shape instead of once per subprocess), in a fresh folder removed at exit: a run never reads what an earlier run
+# (perhaps killed mid-write) left, as on a fresh machine. The pytest process itself keeps its executables in memory
+# and never deserializes one: CI died twice with SIGSEGV inside JAX's cache read (deserialize_executable) there.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    _xla_cache = tempfile.mkdtemp(prefix="jaxdrive-test-xla-")
+    atexit.register(shutil.rmtree, _xla_cache, ignore_errors=True)
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _xla_cache
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1")
 
 from pathlib import Path  # noqa: E402
 
+import jax  # noqa: E402
 import pytest  # noqa: E402
+
+jax.config.update("jax_enable_compilation_cache", False)  # this process only; its subprocesses read the env above
 
 
 def locate_shared(conftest: Path = Path(__file__)) -> Path:
