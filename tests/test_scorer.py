@@ -22,7 +22,7 @@ import pytest
 
 import jaxdrive
 from jaxdrive.broadphase import PackSpec
-from jaxdrive.broadphase.device import needs, pack_on_device
+from jaxdrive.broadphase.device import compact, needs, pack_on_device, prefix_count
 from jaxdrive.data.scene_json import read_scene
 from jaxdrive.rules.epdms import SubScores
 from jaxdrive.scene import PadSpec, batch_scenes
@@ -136,3 +136,19 @@ def test_capacities_and_shape_errors():
 def test_import_jaxdrive_is_light():
     code = "import sys, jaxdrive; assert 'jax' not in sys.modules, 'jax imported'; print(jaxdrive.__version__)"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("shape", [(1,), (7,), (256,), (257,), (3, 40), (2, 5000), (70_001,)])
+def test_prefix_count_equals_cumsum_and_compact_finds_every_flag(shape):
+    """The broad phase's integer prefix sums (triangular products per block of 128, then over block totals) equal
+    numpy's cumsum exactly, across block boundaries and for counts up to 2 per entry; ``compact`` built on them lists
+    the flagged indices in order."""
+    rng = np.random.default_rng(sum(shape))
+    x = rng.integers(0, 3, shape).astype(np.int32)
+    np.testing.assert_array_equal(np.asarray(jax.jit(prefix_count)(x)), np.cumsum(x, axis=-1))
+    flags = x[..., :] > 1 if len(shape) == 1 else None
+    if flags is not None:
+        want = np.flatnonzero(flags)
+        idx, count = jax.jit(compact, static_argnums=(1, 2))(flags, len(want) + 3, -1)
+        assert int(count) == len(want)
+        np.testing.assert_array_equal(np.asarray(idx), np.concatenate([want, [-1, -1, -1]]))

@@ -39,9 +39,35 @@ from jaxdrive.scene import FAR, Agents, AreaKind, Polygons, Proposals, Scene
 _EMPTY = jnp.array([jnp.inf, jnp.inf, -jnp.inf, -jnp.inf], jnp.float32)  # overlaps nothing
 
 
+_PREFIX_BLOCK = 128
+
+
+def prefix_count(x: Int[Array, "*b n"] | Bool[Array, "*b n"]) -> Int[Array, "*b n"]:
+    """Inclusive prefix sums along the last axis of small non-negative integers (flags, counts), int32.
+
+    ``jnp.cumsum`` lowers to XLA's reduce-window, which on CPU costs tens of ns per element at the broad phase's
+    shapes ([pairs, vertices] rows, flat masks of ~10^6 entries). This is a float32 product with a triangular matrix
+    per block of 128 entries plus the same over the block totals: exact, as every partial sum is an integer below
+    2**24 (longer axes fall back to ``jnp.cumsum``).
+    """
+    n = x.shape[-1]
+    if n > 2 ** 24:
+        return jnp.cumsum(x, axis=-1, dtype=jnp.int32)
+    f = x.astype(jnp.float32)
+    tri = lambda size: jnp.triu(jnp.ones((size, size), jnp.float32))
+    if n <= 2 * _PREFIX_BLOCK:
+        return jnp.matmul(f, tri(n), precision=jax.lax.Precision.HIGHEST).astype(jnp.int32)
+    m = -(-n // _PREFIX_BLOCK)
+    f = jnp.pad(f, [(0, 0)] * (x.ndim - 1) + [(0, m * _PREFIX_BLOCK - n)])
+    within = jnp.matmul(f.reshape(x.shape[:-1] + (m, _PREFIX_BLOCK)), tri(_PREFIX_BLOCK),
+                        precision=jax.lax.Precision.HIGHEST).astype(jnp.int32)
+    before = prefix_count(within[..., -1]) - within[..., -1]  # totals of the earlier blocks
+    return (within + before[..., None]).reshape(x.shape[:-1] + (m * _PREFIX_BLOCK,))[..., :n]
+
+
 def compact(mask: Bool[Array, "n"], size: int, fill: int) -> tuple[Int[Array, "size"], Int[Array, ""]]:
     """Indices of the True entries of ``mask`` in order, the first ``size`` of them, ``fill`` after; and the count."""
-    cum = jnp.cumsum(mask, dtype=jnp.int32)
+    cum = prefix_count(mask)
     q = jnp.arange(1, size + 1, dtype=jnp.int32)
     found = jnp.searchsorted(cum, q, side="left").astype(jnp.int32)  # the q-th True is where the count reaches q
     return jnp.where(q <= cum[-1], found, fill), cum[-1]
@@ -112,13 +138,13 @@ def _tiles(verts: Float[Array, "Bg P V 2"], vertex_valid: Bool[Array, "Bg P V"],
             & (xmax >= bx[:, 0:1]) & real[:, None])
     n = edge.sum(-1, dtype=jnp.int32)
     tiles = -(-n // TILE_EDGES)
-    ends = jnp.cumsum(tiles)
+    ends = prefix_count(tiles)
     total = ends[-1]
     j = jnp.arange(ntile, dtype=jnp.int32)
     used = j < total
     tile_pair = jnp.where(used, jnp.searchsorted(ends, j, side="right"), npair - 1).astype(jnp.int32)
     tp = jnp.minimum(tile_pair, npair - 1)
-    kept = jnp.cumsum(edge, axis=-1, dtype=jnp.int32)  # [npair, V] kept edges up to each ring position
+    kept = prefix_count(edge)  # [npair, V] kept edges up to each ring position
     rank = (j - (ends - tiles)[tp])[:, None] * TILE_EDGES + jnp.arange(TILE_EDGES)  # [ntile, 8]
     ok = used[:, None] & (rank < n[tp][:, None])
     nth = jax.vmap(lambda pair, r: jnp.searchsorted(kept[pair], r + 1, side="left"))(tp, rank)  # r-th kept edge
@@ -238,7 +264,7 @@ def _contact_pairs(agents: Agents, states: Float[Array, "B K T 11"], valid: Bool
         i = jnp.minimum(idx, flat.shape[0] - 1)
         key = i // nc  # (proposal, agent)
         change = jnp.concatenate([jnp.ones((1,), bool), key[1:] != key[:-1]])
-        run = jnp.where(real, jnp.cumsum(change) - 1, npair - 1)
+        run = jnp.where(real, prefix_count(change) - 1, npair - 1)
         return dict(owner=jnp.where(real, i // (n * nc), per * k - 1), agent=jnp.where(real, i // nc % n, 0),
                     chunk=jnp.where(real, i % nc, 0), run=run, valid=real), count > npair
 
