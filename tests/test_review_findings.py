@@ -137,3 +137,30 @@ def test_constants_and_metric_registry_agree_with_the_rules():
     assert CENTERLINE_REACH_M >= lk.DEVIATION_M
     assert epdms.METRICS == metrics.GATES and set(epdms.WEIGHTS) | set(epdms.MULTIPLIERS) == set(metrics.GATES)
     assert set(metrics.STEPS) == {f for f in SubScores.__dataclass_fields__ if f.endswith("_step")}
+
+
+def test_proposal_file_source_names_bad_files_and_missing_ids(tmp_path):
+    """`score --scenes DIR --proposals P.npz` reads the directory as `--scenes DIR` does (same recursive listing, same
+    per-file errors) and takes each scene's proposals from its array; a malformed file and a scene id without an array
+    are each a SourceError naming the file, not an abort."""
+    from jaxdrive.scoring.proposal_files import SceneDirProposalSource
+    from jaxdrive.scoring.sources import SourceError
+
+    files = sorted(glob.glob(f"{EPDMS_FIXTURES}/*.json"))[:3]
+    good, no_array, bad = (json.loads(open(f).read()) for f in files)
+    bad["agents"][0]["height"] = "tall"
+    (tmp_path / "sub").mkdir()
+    for name, d in (("a.json", good), ("b.json", no_array), ("sub/c.json", bad)):
+        (tmp_path / name).write_text(json.dumps(d))
+    states = read_scene(files[0]).proposal_states[:2]
+    np.savez(tmp_path / "p.npz", **{good["id"]: states, bad["id"]: states})
+    source = SceneDirProposalSource(tmp_path, tmp_path / "p.npz")
+    assert len(source) == 3
+    scene = source.load(0)
+    np.testing.assert_array_equal(scene.proposal_states, states)
+    assert scene.proposal_names == ["p0", "p1"] and scene.previous_states is None
+    missing, malformed = source.load(1), source.load(2)
+    assert isinstance(missing, SourceError) and "b.json" in missing.name and "no array" in missing.message
+    assert isinstance(malformed, SourceError) and "c.json" in malformed.name and "height" in malformed.message
+    described = source.describe()
+    assert described["kind"] == "scene_dir+proposals" and described["files"] == ["a.json", "b.json", "sub/c.json"]

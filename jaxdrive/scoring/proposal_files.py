@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from jaxdrive.scene import NUM_STEPS, STATE_DIM, HostScene
-from jaxdrive.scoring.sources import SceneSource, SourceError
+from jaxdrive.scoring.sources import SceneDirSource, SourceError
 
 
 def file_digest(path: Path) -> str:
@@ -60,39 +60,27 @@ def with_proposals(scene: HostScene, states: np.ndarray, names: list[str] | None
                                proposal_families=[""] * k, previous_states=None, previous_kinds=None)
 
 
-class SceneDirProposalSource(SceneSource):
-    """Scene files of a directory (name order) scored with the proposals of ``P.npz`` (key = scene id).
+class SceneDirProposalSource(SceneDirSource):
+    """The scene files of ``SceneDirSource`` scored with the proposals of ``P.npz`` (key = scene id).
 
     A scene whose id has no array, or a file that cannot be read, is a ``SourceError`` (reported, the run goes on).
     """
 
     def __init__(self, directory: str | Path, proposals: str | Path):
-        from jaxdrive.data.scene_json import scene_files
-
-        self.directory = Path(directory)
-        self.files = scene_files(self.directory)
-        if not self.files:
-            raise ValueError(f"--scenes {self.directory}: no *.json scene files found")
+        super().__init__(directory)
         self.path = Path(proposals)
         self.proposals = load_proposal_npz(self.path)
         self.digest = file_digest(self.path)
 
-    def __len__(self) -> int:
-        return len(self.files)
-
     def load(self, i: int) -> HostScene | SourceError:
-        from jaxdrive.data.scene_json import SceneFileError, read_scene
-
-        try:
-            scene = read_scene(self.files[i])
-        except SceneFileError as e:
-            return SourceError(name=str(self.files[i]), message=str(e))
+        scene = self.read(i)
+        if isinstance(scene, SourceError):
+            return scene
         if scene.id not in self.proposals:
             return SourceError(name=str(self.files[i]),
                                message=f"--proposals {self.path}: no array for scene id {scene.id!r}")
         return with_proposals(scene, self.proposals[scene.id])
 
     def describe(self) -> dict:
-        return {"kind": "scene_dir+proposals", "directory": str(self.directory.resolve()),
-                "files": [f.name for f in self.files], "proposals": str(self.path.resolve()),
+        return {**super().describe(), "kind": "scene_dir+proposals", "proposals": str(self.path.resolve()),
                 "proposals_sha256": self.digest}

@@ -85,15 +85,21 @@ class SceneDirSource(SceneSource):
     def __len__(self) -> int:
         return len(self.files)
 
-    def load(self, i: int) -> HostScene | SourceError:
+    def read(self, i: int) -> HostScene | SourceError:
+        """File ``i`` as a scene (proposals not checked), or the error that names it."""
         from jaxdrive.data.scene_json import SceneFileError, read_scene
 
         try:
-            scene = read_scene(self.files[i])
+            return read_scene(self.files[i])
         except SceneFileError as e:
             return SourceError(name=str(self.files[i]), message=str(e))
         except Exception as e:  # any other per-file failure (a bad value the reader did not anticipate) is named too
             return SourceError(name=str(self.files[i]), message=f"{type(e).__name__}: {e}")
+
+    def load(self, i: int) -> HostScene | SourceError:
+        scene = self.read(i)
+        if isinstance(scene, SourceError):
+            return scene
         if scene.num_proposals == 0:
             return SourceError(name=str(self.files[i]), message="no proposals in the file (give them with --proposals)")
         return scene
