@@ -17,6 +17,7 @@ CPU) it also prints our achieved FLOP/s (XLA's cost analysis of the compiled pas
 bf16 peak; transformers then runs wherever its torch build runs.
 
     python benchmarks/vlm_throughput.py --family qwen2_5_vl --batch 1 --new-tokens 64 [--single-thread --clock cpu]
+    python benchmarks/vlm_throughput.py --rows prefill --repeats 5  # time to first token only
     python benchmarks/vlm_throughput.py --dtype bfloat16          # on a GPU / TPU host
 """
 from __future__ import annotations
@@ -90,7 +91,14 @@ def main() -> None:
                     help="wall: perf_counter; cpu: process CPU time (all threads)")
     ap.add_argument("--single-thread", action="store_true",
                     help="one compute thread for both frameworks (steadier figures on a shared machine)")
+    ap.add_argument("--rows", default="prefill,forward,decode",
+                    help="comma-separated subset of prefill,forward,decode to measure (decode needs prefill)")
     args = ap.parse_args()
+    rows = set(args.rows.split(","))
+    if not rows or rows - {"prefill", "forward", "decode"}:
+        ap.error(f"--rows: expected a comma-separated subset of prefill,forward,decode, got {args.rows!r}")
+    if "decode" in rows:
+        rows.add("prefill")
     if args.single_thread:  # must precede the first jax / torch import
         os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
     import jax
@@ -129,13 +137,14 @@ def main() -> None:
         return best(lambda: hf.generate(**tkw, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0),
                     args.repeats, clock)
 
-    ours_forward = best(lambda: np.asarray(model(ids, None, pv, grid)), args.repeats, clock)
-    ours_prefill = ours_gen(1)
-    ours_decode = ours_gen(args.new_tokens) - ours_prefill  # same prefill in both: it cancels
+    nan = float("nan")
+    ours_forward = best(lambda: np.asarray(model(ids, None, pv, grid)), args.repeats, clock) if "forward" in rows else nan
+    ours_prefill = ours_gen(1) if "prefill" in rows else nan
+    ours_decode = ours_gen(args.new_tokens) - ours_prefill if "decode" in rows else nan  # same prefill: it cancels
     with torch.no_grad():
-        hf_forward = best(lambda: hf(**tkw), args.repeats, clock)
-        hf_prefill = hf_gen(1)
-        hf_decode = hf_gen(args.new_tokens) - hf_prefill
+        hf_forward = best(lambda: hf(**tkw), args.repeats, clock) if "forward" in rows else nan
+        hf_prefill = hf_gen(1) if "prefill" in rows else nan
+        hf_decode = hf_gen(args.new_tokens) - hf_prefill if "decode" in rows else nan
 
     backend = jax.default_backend()
     print(f"{args.family}: text hidden 512 x 8 layers, vision depth 4, one 448x448 image ({int(g1.prod()) // 4} "
@@ -145,8 +154,12 @@ def main() -> None:
     print(f"{'':10s}{'jaxdrive':>14s}{'transformers':>16s}{'ratio':>9s}")
     for name, ours, theirs, n in (("prefill", ours_prefill, hf_prefill, n_prompt),
                                   ("forward", ours_forward, hf_forward, n_prompt)):
+        if name not in rows:
+            continue
         print(f"{name:10s}{n / ours:>10.0f} t/s{n / theirs:>12.0f} t/s{theirs / ours:>8.2f}x")
-    if min(ours_decode, hf_decode) > 0:
+    if "decode" not in rows:
+        pass
+    elif min(ours_decode, hf_decode) > 0:
         print(f"{'decode':10s}{n_new / ours_decode:>10.1f} t/s{n_new / hf_decode:>12.1f} t/s"
               f"{hf_decode / ours_decode:>8.2f}x")
     else:  # N tokens took less than 1 token: the machine's noise exceeds the decode time
@@ -155,6 +168,8 @@ def main() -> None:
         inputs = model.prepare_inputs(ids, None, pv, grid)
         peak = peak_flops(jax.devices()[0].device_kind)
         for name, seconds, last_only in (("prefill", ours_prefill, True), ("forward", ours_forward, False)):
+            if name not in rows:
+                continue
             flops = compiled_flops(model, inputs, last_only)
             mfu = f", MFU {100 * flops / seconds / peak:.2f}% of dense bf16 peak" if peak else ""
             print(f"{name}: {flops / 1e9:.1f} GFLOP in {seconds * 1e3:.2f} ms = {flops / seconds / 1e12:.2f} "
