@@ -34,6 +34,8 @@ GRIDS = {
     "one_image": [[1, 6, 10]],
     "two_sizes": [[1, 4, 4], [1, 10, 6]],
     "video_and_uneven_windows": [[2, 4, 6], [1, 10, 14]],
+    # frames of one size whose windows tile them: full attention runs in unmasked per-frame blocks
+    "same_size_frames": [[1, 8, 8], [2, 8, 8]],
 }
 
 
@@ -154,10 +156,23 @@ def test_processor_output_feeds_tower(qwen25):
     assert np.abs(_jit_padded(tower, pv, grid) - ref).max() <= TOL
 
 
+def test_frame_blocks_chosen_for_same_size_frames(qwen25, qwen3):
+    """Same-size frames attend in per-frame blocks (unmasked when the windows tile them); other mixes fall back to
+    the masked full-sequence attention. Parity of both paths: the `*_matches_transformers` tests."""
+    grid = np.array(GRIDS["same_size_frames"])
+    m25, m3 = qwen25[1].prepare(grid, pad_to=256), qwen3[1].prepare(grid, pad_to=256)
+    assert (m25.frame_block, m25.windows_full) == (64, True) and m3.frame_block == 64
+    assert m25.full_segments.shape[0] % m25.frame_block == 0
+    grid = np.array(GRIDS["video_and_uneven_windows"])
+    m25, m3 = qwen25[1].prepare(grid, pad_to=512), qwen3[1].prepare(grid, pad_to=512)
+    assert (m25.frame_block, m25.windows_full, m3.frame_block) == (None, False, None)
+
+
 def test_one_compile_per_bucket(qwen3):
-    """Different image mixes padded to the same bucket reuse one trace."""
+    """Different image mixes padded to the same bucket reuse one trace (mixes whose frames all have one size, when
+    the bucket holds whole frames, get their own per-frame-size trace: `frame_block`)."""
     _, tower = qwen3
-    for k, grid in enumerate(([[1, 4, 4]], [[1, 2, 6], [1, 4, 2], [1, 8, 8]], [[2, 10, 6]])):
+    for k, grid in enumerate(([[1, 4, 4], [1, 2, 2]], [[1, 2, 6], [1, 4, 2], [1, 8, 8]], [[2, 10, 6]])):
         _jit_padded(tower, _pixels(np.array(grid), tower.config.patch_dim, seed=k), np.array(grid))
         if k == 0:
             traces = len(TRACES)
