@@ -27,6 +27,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.models.config import ModelConfig
 from jaxdrive.models.decoder import LayerCache, Rotary, TextModel, attention_mask, linear
+from jaxdrive.models.vision_common import uniform_frame_patches
 from jaxdrive.models.rope import get_rope_index, inv_frequencies, mrope_axis_map, rope_cos_sin
 from jaxdrive.parallel import constrain
 
@@ -114,7 +115,9 @@ class QwenModel(nnx.Module):
         pixel_values: [N, C*T*P*P] as transformers' processor gives; image_grid_thw: int [num_images, 3].
         image_mask: bool [B, S], the image slots (default: valid tokens equal to the image-pad id; pass it to keep
         a sampled completion that happens to contain that id from counting as image slots).
-        Patches are padded to a multiple of ``bucket`` so prompts with similar image sizes share one compile.
+        Patches are padded to a multiple of ``bucket`` so prompts with similar image sizes share one compile, except
+        when every frame has the same size of at least ``bucket`` patches: then they are not padded (the shape is a
+        function of the frame count and size anyway), and the vision tower attends per frame, with no padded rows.
         """
         ids = np.asarray(input_ids)
         if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
@@ -148,7 +151,8 @@ class QwenModel(nnx.Module):
             n = int(grid.prod(-1).sum())
             if pv.ndim != 2 or pv.shape[0] != n:
                 raise ValueError(f"pixel_values: expected [{n}, C*T*P*P] for image_grid_thw {grid.tolist()}, got {pv.shape}")
-            n_pad = -(-n // bucket) * bucket
+            frame = uniform_frame_patches(grid)
+            n_pad = n if frame is not None and frame >= bucket else -(-n // bucket) * bucket
             meta = self.visual.prepare(grid, pad_to=n_pad)
             pv = np.concatenate([pv, np.zeros((n_pad - n, pv.shape[1]), pv.dtype)])
             pv = jnp.asarray(pv, self.dtype)
