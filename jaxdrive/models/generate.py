@@ -105,9 +105,10 @@ def generate_from_inputs(
     t_max = config.max_new_tokens
     cache = model.language_model.init_cache(b, s + t_max - 1)  # the last token is never fed back
     kv_mask = jnp.concatenate([inputs.attention_mask, jnp.zeros((b, t_max - 1), bool)], axis=1)
-    hidden, cache, _ = model.forward_hidden(inputs, cache=cache, kv_mask=kv_mask, cache_index=0)
     last = s - 1 - jnp.argmax(inputs.attention_mask[:, ::-1], axis=1)
-    logits = model.logits(hidden[jnp.arange(b), last][:, None])[:, 0]
+    hidden, cache, _ = model.forward_hidden(inputs, cache=cache, kv_mask=kv_mask, cache_index=0,
+                                            query_index=last[:, None])
+    logits = model.logits(hidden)[:, 0]
     base_pos = inputs.attention_mask.sum(1).astype(jnp.int32) + inputs.rope_deltas
     stop = jnp.asarray(config.stop_token_ids or (-1,), jnp.int32) if stop_ids is None else stop_ids
     key = jax.random.key(0) if key is None else key
