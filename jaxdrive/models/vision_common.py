@@ -133,7 +133,7 @@ def segment_attention(q: Float[Array, "heads n d"], k: Float[Array, "heads n d"]
     caller knows each block holds a single segment). Every token sees at least itself, so no row is fully masked
     (padding tokens share segment id -1 and only see each other). Memory is O(heads * n * block); scores and softmax
     statistics are float32 (`jaxdrive.models.attention`). The heads-major layout makes the block split a free
-    reshape, with no transposes around the attention.
+    reshape. On CPU the heads run one per `lax.map` step (see the comment in the body).
     """
     heads, n, d = q.shape
     block = n if block is None else block
@@ -163,8 +163,8 @@ class VisionAttention(nnx.Module):
 
     Parameters: qkv kernel [embed, 3, heads, head_dim] + bias [3, heads, head_dim]; proj kernel [heads, head_dim,
     embed] + bias [embed]. The HF fused `qkv.weight` [3*embed, embed] maps onto it by a transpose and reshape.
-    q, k, v are produced heads-major ([heads, n, head_dim], by the projection itself) and consumed so by the output
-    projection.
+    The projections are token-major matmuls ([n, embed] x [embed, 3 * heads * head_dim], then [n, heads * head_dim]
+    x [heads * head_dim, embed]) with one transpose to and from the heads-major [heads, n, head_dim] attention.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, *, dtype=jnp.float32, param_dtype=jnp.float32,
