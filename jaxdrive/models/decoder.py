@@ -99,6 +99,12 @@ def attention_mask(
 ATTENTION_IMPLEMENTATION = "auto"
 
 
+#: Query rows per causal chunk of a prefill / teacher-forced pass with a static ``cache_index`` on the XLA kernel
+#: (0: one block). Chunk ``[a, b)`` attends to the key slots ``< cache_index + b`` only, skipping the upper triangle
+#: of the score matrix in blocks: 3 chunks of 128 do 69% of the score work of one 310-token block.
+QUERY_CHUNK = 128
+
+
 def attention_implementation(dtype, head_dim: int) -> str:
     """"cudnn" or "xla" for attention in ``dtype`` with ``head_dim`` (see :data:`ATTENTION_IMPLEMENTATION`)."""
     if ATTENTION_IMPLEMENTATION not in ("auto", "xla"):
@@ -173,7 +179,18 @@ class Attention(nnx.Module):
             cache = LayerCache(k, v)
             if isinstance(cache_index, int):  # static: only slots before cache_index + s can be visible
                 k, v = k[:, : cache_index + s], v[:, : cache_index + s]
-        out = attend(q, k.astype(q.dtype), v.astype(q.dtype), mask[..., : k.shape[1]])
+        k, v, mask = k.astype(q.dtype), v.astype(q.dtype), mask[..., : k.shape[1]]
+        chunk = QUERY_CHUNK
+        if query_index is None and isinstance(cache_index, int) and chunk and s > chunk \
+                and attention_implementation(q.dtype, self.head_dim) == "xla":
+            # causal: queries [a, b) see no slot after cache_index + b, so each chunk of queries attends to the
+            # keys up to its own end only (the masked scores it skips are exact zeros after the softmax)
+            ends = [min(a + chunk, s) for a in range(0, s, chunk)]
+            out = jnp.concatenate([attend(q[:, a:e], k[:, : cache_index + e], v[:, : cache_index + e],
+                                          mask[:, a:e, : cache_index + e]) for a, e in zip(range(0, s, chunk), ends)],
+                                  axis=1)
+        else:
+            out = attend(q, k, v, mask)
         out = out.reshape(b, q.shape[1], self.num_heads * self.head_dim).astype(self.dtype)
         return self.o_proj(out), cache
 
