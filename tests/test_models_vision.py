@@ -243,3 +243,19 @@ def test_config_from_plain_dict_uses_hf_defaults():
     cfg = Qwen25VisionConfig.from_hf({"depth": 2, "hidden_size": 64, "num_heads": 4, "out_hidden_size": 128,
                                       "fullatt_block_indexes": [1], "rope_theta": 5000.0})
     assert (cfg.window_size, cfg.patch_size, cfg.fullatt_block_indexes, cfg.rope_theta) == (112, 14, (1,), 5000.0)
+
+
+@pytest.mark.parametrize("block, masked", [(None, True), (None, False), (4, True), (4, False)])
+def test_sequential_heads_equal_vectorised(block, masked, monkeypatch):
+    """segment_attention's CPU path (one head per lax.map step) equals the vectorised one (other backends)."""
+    rng = np.random.default_rng(0)
+    q, k, v = (jnp.asarray(rng.standard_normal((3, 12, 8)), jnp.float32) for _ in range(3))
+    seg = jnp.asarray([0, 0, 0, 1, 1, 1, 1, 2, 2, -1, -1, -1]) if masked else None
+    outs, maps = {}, []
+    lax_map = jax.lax.map
+    monkeypatch.setattr(jax.lax, "map", lambda *a, **kw: maps.append(1) or lax_map(*a, **kw))
+    for sequential in (True, False):
+        monkeypatch.setattr(vc, "SEQUENTIAL_HEADS", sequential)
+        outs[sequential] = np.asarray(jax.jit(lambda *a: vc.segment_attention(*a, block))(q, k, v, seg))  # fresh trace
+        assert len(maps) == 1  # the sequential path loops, the vectorised one does not
+    np.testing.assert_allclose(outs[True], outs[False], atol=1e-6, rtol=1e-6)

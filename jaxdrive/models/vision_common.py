@@ -120,6 +120,11 @@ def apply_rotary(x: Float[Array, "heads n head_dim"], cos: Float[Array, "n head_
     return out.astype(x.dtype)
 
 
+#: Run the attention heads one per ``lax.map`` step: None (default) on CPU only (see ``segment_attention``).
+#: Read at trace time. XLA's cost analysis counts a loop body once, so FLOP counts trace with False.
+SEQUENTIAL_HEADS: bool | None = None
+
+
 def segment_attention(q: Float[Array, "heads n d"], k: Float[Array, "heads n d"], v: Float[Array, "heads n d"],
                       segment_ids: Int[Array, " n"] | None, block: int | None = None) -> Float[Array, "heads n d"]:
     """Softmax attention (heads-major) where token i sees token j iff segment_ids[i] == segment_ids[j] and both lie
@@ -148,7 +153,7 @@ def segment_attention(q: Float[Array, "heads n d"], k: Float[Array, "heads n d"]
         seg = segment_ids if block == n else segment_ids.reshape(n // block, block)
         mask = seg[..., :, None] == seg[..., None, :]  # [(n / block,) block, block], broadcast over heads
     q, k, v = blocks(q), blocks(k), blocks(v)
-    if jax.default_backend() == "cpu":
+    if SEQUENTIAL_HEADS or (SEQUENTIAL_HEADS is None and jax.default_backend() == "cpu"):
         # one head per loop step: the loop boundary makes XLA:CPU materialise the rotated q and k once, instead of
         # fusing the rotation into the attention's matmuls (its YNNPACK fusion), where it is re-evaluated per tile:
         # 1.7x the time of a whole attention layer at 1,024 patches
