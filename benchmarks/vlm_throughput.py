@@ -17,6 +17,8 @@ CPU) it also prints our achieved FLOP/s (XLA's cost analysis of the compiled pas
 bf16 peak; transformers then runs wherever its torch build runs.
 
     python benchmarks/vlm_throughput.py --family qwen2_5_vl --batch 1 --new-tokens 64 [--single-thread --clock cpu]
+    python benchmarks/vlm_throughput.py --rows prefill --repeats 5  # time to first token only
+    python benchmarks/vlm_throughput.py --rows prefill --breakdown   # + vision tower vs decoder, GFLOP/s each
     python benchmarks/vlm_throughput.py --dtype bfloat16          # on a GPU / TPU host
 """
 from __future__ import annotations
@@ -61,8 +63,10 @@ def best(fn, repeats: int, clock) -> float:
     return min(times)
 
 
-def compiled_flops(model, inputs, last_only: bool) -> float:
-    """FLOPs of one forward pass from XLA's cost analysis (all positions' logits, or the last position's)."""
+def compiled_flops(model, inputs, last_only: bool, query_index=None, query_chunk: int | None = None) -> float:
+    """FLOPs of one forward pass from XLA's cost analysis (all positions' logits, or the last position's; with
+    ``query_index`` the last layer runs at those positions only, as our prefill does; ``query_chunk``: the decoder's
+    causal query chunk, 0 for one full score matrix as transformers' masked attention computes)."""
     import jax
     from flax import nnx
 
@@ -70,10 +74,37 @@ def compiled_flops(model, inputs, last_only: bool) -> float:
 
     def fn(state, inputs):
         m = nnx.merge(graphdef, state)
-        hidden = m.forward_hidden(inputs)[0]
+        hidden = m.forward_hidden(inputs, query_index=query_index)[0]
         return m.logits(hidden[:, -1:] if last_only else hidden)
 
-    cost = jax.jit(fn).lower(state, inputs).compile().cost_analysis()
+    return _lowered_flops(jax.jit(fn), state, inputs, query_chunk=query_chunk)
+
+
+def vision_flops(model, inputs) -> float:
+    """FLOPs of the vision tower alone (XLA's cost analysis)."""
+    import jax
+    from flax import nnx
+
+    graphdef, state = nnx.split(model)
+    fn = jax.jit(lambda state, i: nnx.merge(graphdef, state).visual(i.pixel_values, i.vision_meta))
+    return _lowered_flops(fn, state, inputs)
+
+
+def _lowered_flops(fn, *args, query_chunk: int | None = None) -> float:
+    """FLOPs of ``fn(*args)`` with the vision heads vectorised (XLA's cost analysis counts a loop's body once)."""
+    from jaxdrive.models import decoder, vision_common
+
+    saved = vision_common.SEQUENTIAL_HEADS, decoder.QUERY_CHUNK
+    vision_common.SEQUENTIAL_HEADS = False
+    decoder.QUERY_CHUNK = saved[1] if query_chunk is None else query_chunk
+    try:
+        return _flops(fn.lower(*args).compile())
+    finally:
+        vision_common.SEQUENTIAL_HEADS, decoder.QUERY_CHUNK = saved
+
+
+def _flops(compiled) -> float:
+    cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     return float(cost.get("flops", 0.0))
 
@@ -90,7 +121,17 @@ def main() -> None:
                     help="wall: perf_counter; cpu: process CPU time (all threads)")
     ap.add_argument("--single-thread", action="store_true",
                     help="one compute thread for both frameworks (steadier figures on a shared machine)")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also time the vision tower alone on both sides and split the prefill into vision and the "
+                         "rest (decoder + last logits), with each part's FLOPs and achieved GFLOP/s")
+    ap.add_argument("--rows", default="prefill,forward,decode",
+                    help="comma-separated subset of prefill,forward,decode to measure (decode needs prefill)")
     args = ap.parse_args()
+    rows = set(args.rows.split(","))
+    if not rows or rows - {"prefill", "forward", "decode"}:
+        ap.error(f"--rows: expected a comma-separated subset of prefill,forward,decode, got {args.rows!r}")
+    if "decode" in rows:
+        rows.add("prefill")
     if args.single_thread:  # must precede the first jax / torch import
         os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
     import jax
@@ -129,13 +170,32 @@ def main() -> None:
         return best(lambda: hf.generate(**tkw, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0),
                     args.repeats, clock)
 
-    ours_forward = best(lambda: np.asarray(model(ids, None, pv, grid)), args.repeats, clock)
-    ours_prefill = ours_gen(1)
-    ours_decode = ours_gen(args.new_tokens) - ours_prefill  # same prefill in both: it cancels
+    nan = float("nan")
+    ours_forward = best(lambda: np.asarray(model(ids, None, pv, grid)), args.repeats, clock) if "forward" in rows else nan
+    ours_prefill = ours_gen(1) if "prefill" in rows else nan
+    ours_decode = ours_gen(args.new_tokens) - ours_prefill if "decode" in rows else nan  # same prefill: it cancels
     with torch.no_grad():
-        hf_forward = best(lambda: hf(**tkw), args.repeats, clock)
-        hf_prefill = hf_gen(1)
-        hf_decode = hf_gen(args.new_tokens) - hf_prefill
+        hf_forward = best(lambda: hf(**tkw), args.repeats, clock) if "forward" in rows else nan
+        hf_prefill = hf_gen(1) if "prefill" in rows else nan
+        hf_decode = hf_gen(args.new_tokens) - hf_prefill if "decode" in rows else nan
+
+    breakdown = None
+    if args.breakdown:  # vision tower alone, both sides; the rest of the prefill by difference
+        from jaxdrive.models.vlm import model_jit
+
+        inputs = model.prepare_inputs(ids, None, pv, grid)
+        vision = model_jit(lambda tower, i: tower(i.pixel_values, i.vision_meta))
+        ours_vision = best(lambda: jax.block_until_ready(vision(model.visual, inputs)), args.repeats, clock)
+        with torch.no_grad():
+            hf_vision = best(lambda: hf.model.visual(tkw["pixel_values"], grid_thw=tkw["image_grid_thw"]),
+                             args.repeats, clock)
+        last = jnp.full((ids.shape[0], 1), ids.shape[1] - 1)
+        v_flops = vision_flops(model, inputs)
+        # ours runs the last layer at the last position only and skips causal score blocks; transformers runs the
+        # last layer everywhere and computes the full masked score matrix
+        ours_total = compiled_flops(model, inputs, True, query_index=last)
+        hf_total = compiled_flops(model, inputs, True, query_chunk=0)
+        breakdown = (ours_vision, hf_vision, v_flops, ours_total - v_flops, hf_total - v_flops)
 
     backend = jax.default_backend()
     print(f"{args.family}: text hidden 512 x 8 layers, vision depth 4, one 448x448 image ({int(g1.prod()) // 4} "
@@ -145,16 +205,32 @@ def main() -> None:
     print(f"{'':10s}{'jaxdrive':>14s}{'transformers':>16s}{'ratio':>9s}")
     for name, ours, theirs, n in (("prefill", ours_prefill, hf_prefill, n_prompt),
                                   ("forward", ours_forward, hf_forward, n_prompt)):
+        if name not in rows:
+            continue
         print(f"{name:10s}{n / ours:>10.0f} t/s{n / theirs:>12.0f} t/s{theirs / ours:>8.2f}x")
-    if min(ours_decode, hf_decode) > 0:
+    if "decode" not in rows:
+        pass
+    elif min(ours_decode, hf_decode) > 0:
         print(f"{'decode':10s}{n_new / ours_decode:>10.1f} t/s{n_new / hf_decode:>12.1f} t/s"
               f"{hf_decode / ours_decode:>8.2f}x")
     else:  # N tokens took less than 1 token: the machine's noise exceeds the decode time
         print(f"{'decode':10s} n/a (timing noise larger than {args.new_tokens - 1} decode steps; raise --new-tokens)")
+    if breakdown is not None and "prefill" in rows:
+        ours_vision, hf_vision, v_flops, ours_rest_flops, hf_rest_flops = breakdown
+        print(f"{'prefill part':22s}{'jaxdrive':>22s}{'transformers':>22s}{'ratio':>8s}")
+        for name, ours, theirs, f_ours, f_hf in (
+                ("vision tower", ours_vision, hf_vision, v_flops, v_flops),
+                ("decoder + logits", ours_prefill - ours_vision, hf_prefill - hf_vision, ours_rest_flops, hf_rest_flops)):
+            print(f"{name:22s}{ours * 1e3:8.1f} ms {f_ours / ours / 1e9:6.1f} GF/s"
+                  f"{theirs * 1e3:9.1f} ms {f_hf / theirs / 1e9:6.1f} GF/s{theirs / ours:7.2f}x")
+        print(f"(FLOPs from XLA's cost analysis: vision {v_flops / 1e9:.2f} G, decoder + logits {ours_rest_flops / 1e9:.2f} G "
+              f"ours / {hf_rest_flops / 1e9:.2f} G transformers' all-position last layer and full score matrices)")
     if backend != "cpu":
         inputs = model.prepare_inputs(ids, None, pv, grid)
         peak = peak_flops(jax.devices()[0].device_kind)
         for name, seconds, last_only in (("prefill", ours_prefill, True), ("forward", ours_forward, False)):
+            if name not in rows:
+                continue
             flops = compiled_flops(model, inputs, last_only)
             mfu = f", MFU {100 * flops / seconds / peak:.2f}% of dense bf16 peak" if peak else ""
             print(f"{name}: {flops / 1e9:.1f} GFLOP in {seconds * 1e3:.2f} ms = {flops / seconds / 1e12:.2f} "

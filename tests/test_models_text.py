@@ -4,7 +4,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from jaxdrive.models import from_pretrained, parse_config  # noqa: E402
+from jaxdrive.models import decoder, from_pretrained, parse_config  # noqa: E402
+from jaxdrive.models.generate import SamplingConfig, generate  # noqa: E402
 from jaxdrive.models import testing as T  # noqa: E402
 from jaxdrive.models.rope import get_rope_index, mrope_axis_map  # noqa: E402
 
@@ -36,6 +37,43 @@ def test_text_logits_match_transformers(pair):
     err = np.abs(ours - ref)[mask.astype(bool)].max()
     print(f"worst |dlogit| text-only {hf.config.model_type}: {err:.2e}")
     assert err <= TOL
+
+
+def test_causal_query_chunks_match_transformers(pair, monkeypatch):
+    """Prefill attention in causal query chunks (chunk [a, b) attends to the keys before b only; 4-token chunks here,
+    so a 13-token prompt runs 4 of them): logits equal transformers', and generation through the KV cache equals the
+    unchunked one."""
+    import jax
+
+    hf, model = pair
+    rng = np.random.default_rng(5)
+    ids = rng.integers(1, 990, (2, 13))
+    mask = np.ones_like(ids)
+    mask[0, :3] = 0
+    ids[0, :3] = 0
+    pos = np.maximum(np.cumsum(mask, axis=1) - 1, 0)
+    config = SamplingConfig(max_new_tokens=4, greedy=True)
+    runs, query_lengths = {}, set()
+    attend = decoder.attend
+
+    def spy(q, k, v, m):
+        query_lengths.add((q.shape[1], k.shape[1]))
+        return attend(q, k, v, m)
+
+    monkeypatch.setattr(decoder, "attend", spy)
+    try:
+        for chunk in (4, 0):
+            monkeypatch.setattr(decoder, "QUERY_CHUNK", chunk)
+            jax.clear_caches()  # the module constant is read at trace time
+            runs[chunk] = np.asarray(model(ids, mask)), generate(model, ids, mask, config=config)
+    finally:
+        jax.clear_caches()
+    assert {(4, 4), (4, 8), (4, 12), (1, 13)} <= query_lengths  # chunks see the keys up to their end
+    ref = T.hf_logits(hf, ids, mask, position_ids=pos)
+    err = np.abs(runs[4][0] - ref)[mask.astype(bool)].max()
+    assert err <= TOL, err
+    np.testing.assert_array_equal(np.asarray(runs[4][1].tokens), np.asarray(runs[0][1].tokens))
+    np.testing.assert_allclose(np.asarray(runs[4][1].logprobs), np.asarray(runs[0][1].logprobs), atol=1e-5)
 
 
 def test_layer_parity_helper(tmp_path):

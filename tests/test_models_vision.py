@@ -34,6 +34,8 @@ GRIDS = {
     "one_image": [[1, 6, 10]],
     "two_sizes": [[1, 4, 4], [1, 10, 6]],
     "video_and_uneven_windows": [[2, 4, 6], [1, 10, 14]],
+    # frames of one size whose windows tile them: full attention runs in unmasked per-frame blocks
+    "same_size_frames": [[1, 8, 8], [2, 8, 8]],
 }
 
 
@@ -154,10 +156,23 @@ def test_processor_output_feeds_tower(qwen25):
     assert np.abs(_jit_padded(tower, pv, grid) - ref).max() <= TOL
 
 
+def test_frame_blocks_chosen_for_same_size_frames(qwen25, qwen3):
+    """Same-size frames attend in per-frame blocks (unmasked when the windows tile them); other mixes fall back to
+    the masked full-sequence attention. Parity of both paths: the `*_matches_transformers` tests."""
+    grid = np.array(GRIDS["same_size_frames"])
+    m25, m3 = qwen25[1].prepare(grid, pad_to=256), qwen3[1].prepare(grid, pad_to=256)
+    assert (m25.frame_block, m25.windows_full) == (64, True) and m3.frame_block == 64
+    assert m25.full_segments.shape[0] % m25.frame_block == 0
+    grid = np.array(GRIDS["video_and_uneven_windows"])
+    m25, m3 = qwen25[1].prepare(grid, pad_to=512), qwen3[1].prepare(grid, pad_to=512)
+    assert (m25.frame_block, m25.windows_full, m3.frame_block) == (None, False, None)
+
+
 def test_one_compile_per_bucket(qwen3):
-    """Different image mixes padded to the same bucket reuse one trace."""
+    """Different image mixes padded to the same bucket reuse one trace (mixes whose frames all have one size, when
+    the bucket holds whole frames, get their own per-frame-size trace: `frame_block`)."""
     _, tower = qwen3
-    for k, grid in enumerate(([[1, 4, 4]], [[1, 2, 6], [1, 4, 2], [1, 8, 8]], [[2, 10, 6]])):
+    for k, grid in enumerate(([[1, 4, 4], [1, 2, 2]], [[1, 2, 6], [1, 4, 2], [1, 8, 8]], [[2, 10, 6]])):
         _jit_padded(tower, _pixels(np.array(grid), tower.config.patch_dim, seed=k), np.array(grid))
         if k == 0:
             traces = len(TRACES)
@@ -228,3 +243,19 @@ def test_config_from_plain_dict_uses_hf_defaults():
     cfg = Qwen25VisionConfig.from_hf({"depth": 2, "hidden_size": 64, "num_heads": 4, "out_hidden_size": 128,
                                       "fullatt_block_indexes": [1], "rope_theta": 5000.0})
     assert (cfg.window_size, cfg.patch_size, cfg.fullatt_block_indexes, cfg.rope_theta) == (112, 14, (1,), 5000.0)
+
+
+@pytest.mark.parametrize("block, masked", [(None, True), (None, False), (4, True), (4, False)])
+def test_sequential_heads_equal_vectorised(block, masked, monkeypatch):
+    """segment_attention's CPU path (one head per lax.map step) equals the vectorised one (other backends)."""
+    rng = np.random.default_rng(0)
+    q, k, v = (jnp.asarray(rng.standard_normal((3, 12, 8)), jnp.float32) for _ in range(3))
+    seg = jnp.asarray([0, 0, 0, 1, 1, 1, 1, 2, 2, -1, -1, -1]) if masked else None
+    outs, maps = {}, []
+    lax_map = jax.lax.map
+    monkeypatch.setattr(jax.lax, "map", lambda *a, **kw: maps.append(1) or lax_map(*a, **kw))
+    for sequential in (True, False):
+        monkeypatch.setattr(vc, "SEQUENTIAL_HEADS", sequential)
+        outs[sequential] = np.asarray(jax.jit(lambda *a: vc.segment_attention(*a, block))(q, k, v, seg))  # fresh trace
+        assert len(maps) == 1  # the sequential path loops, the vectorised one does not
+    np.testing.assert_allclose(outs[True], outs[False], atol=1e-6, rtol=1e-6)

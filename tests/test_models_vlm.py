@@ -72,3 +72,49 @@ def test_image_inputs_are_validated(pair):
         model.prepare_inputs(ids, None, pv[:-1], grid)
     with pytest.raises(ValueError, match="together"):
         model.prepare_inputs(ids, None, pv, None)
+
+
+def test_same_size_images_unpadded_per_frame(pair):
+    """Two rows with one same-size image each and frames of >= `bucket` patches: the patches are not padded to the
+    bucket, the tower attends per frame (`frame_block`), and the logits still match transformers."""
+    import jax.numpy as jnp
+
+    from jaxdrive.models.vlm import _jit_logits
+
+    hf, model = pair
+    cfg = hf.config
+    u = _unit(cfg)
+    pv, grid = T.image_inputs(cfg, [(2 * u, 2 * u), (2 * u, 2 * u)], seed=4)
+    rows = [T.prompt_with_images(cfg, grid[i : i + 1], [5 + i], [], [10, 11]) for i in range(2)]
+    ids = np.asarray(rows)
+    inputs = model.prepare_inputs(ids, None, pv, grid, bucket=16)
+    assert inputs.pixel_values.shape[0] == pv.shape[0] and inputs.vision_meta.frame_block is not None
+    ours = np.asarray(_jit_logits(model, inputs))
+    err = np.abs(ours - T.hf_logits(hf, ids, None, pv, grid)).max()
+    print(f"worst |dlogit| same-size images {cfg.model_type}: {err:.2e}")
+    assert err <= TOL and jnp.isfinite(ours).all()
+
+
+def test_query_index_equals_full_pass_rows(pair):
+    """forward_hidden(query_index=...) (the last layer run at those positions only) returns the full pass's hidden
+    states there, with padding, two images and (Qwen3-VL) DeepStack additions into the last layer."""
+    import jax
+    import jax.numpy as jnp
+
+    hf, model = pair
+    cfg = hf.config
+    u = _unit(cfg)
+    pv, grid = T.image_inputs(cfg, [(2 * u, 3 * u), (u, 2 * u)], seed=6)
+    r0 = T.prompt_with_images(cfg, grid[:1], [5, 6], [], [10, 11, 12])
+    r1 = T.prompt_with_images(cfg, grid[1:], [5], [], [13])
+    s = len(r0)
+    ids, mask = np.zeros((2, s), np.int64), np.zeros((2, s), np.int64)
+    ids[0], mask[0] = r0, 1
+    ids[1, s - len(r1):], mask[1, s - len(r1):] = r1, 1
+    inputs = model.prepare_inputs(ids, mask, pv, grid)
+    index = jnp.asarray([[s - 1, 0, 3], [s - 1, s - 2, s - len(r1)]], jnp.int32)
+    full = jax.jit(lambda i: model.forward_hidden(i)[0])(inputs)
+    some = jax.jit(lambda i, q: model.forward_hidden(i, query_index=q)[0])(inputs, index)
+    want = np.take_along_axis(np.asarray(full), np.asarray(index)[..., None], axis=1)
+    assert some.shape == (2, 3, full.shape[-1])
+    np.testing.assert_allclose(np.asarray(some), want, atol=1e-5, rtol=1e-5)

@@ -32,7 +32,8 @@ CRITIC_PROMPT = (
 @nnx.jit
 def _choice_logits(model, inputs, ids: Int[Array, "K"]) -> Float[Array, "B K"]:
     """Logits of the tokens ``ids`` after the last (left-padded, so final) position."""
-    hidden = model.forward_hidden(inputs)[0][:, -1]
+    last = jnp.full((inputs.input_ids.shape[0], 1), inputs.input_ids.shape[1] - 1)
+    hidden = model.forward_hidden(inputs, query_index=last)[0][:, 0]  # the last layer runs at that position only
     w = model.lm_head_weight()[:, ids]
     return jnp.dot(hidden.astype(model.dtype), w.astype(model.dtype), preferred_element_type=jnp.float32)
 

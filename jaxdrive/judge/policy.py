@@ -101,8 +101,7 @@ def encode(encoder: ChatEncoder, convs: list[list[dict]], images: Sequence[np.nd
 def _slot_logits(graphdef, state, inputs, positions, yes_no):
     """[B, R, 2] (yes, no) logits at ``positions`` [B, R] (the positions predicting the answer tokens)."""
     model = nnx.merge(graphdef, state)
-    hidden = model.forward_hidden(inputs)[0]
-    h = jnp.take_along_axis(hidden, positions[..., None], axis=1)  # [B, R, H]
+    h = model.forward_hidden(inputs, query_index=positions)[0]  # [B, R, H]; the last layer runs at R positions
     w = model.lm_head_weight()[:, yes_no]  # [H, 2]
     return jnp.einsum("brh,hc->brc", h.astype(jnp.float32), w.astype(jnp.float32))
 

@@ -1,7 +1,8 @@
 """Batched generation with a static KV cache under one jit: prefill, then a ``lax.while_loop`` of decode steps.
 
 Prompts may be left-, right- or un-padded: the prompt fills cache slots ``[0, S)``, generated token ``t`` goes to slot
-``S + t`` for every row, and a key mask hides padding. Rotary positions continue from the prompt: token ``t`` of row
+``S + t`` for every row, and a key mask hides padding. The last of the ``T`` tokens is chosen without a forward pass of
+its own (nothing reads its logits), so ``T = 1`` costs one prefill, as transformers' ``generate`` does. Rotary positions continue from the prompt: token ``t`` of row
 ``b`` sits at ``num_valid_prompt_tokens[b] + rope_delta[b] + t`` (see :mod:`jaxdrive.models.rope`), which is what a
 teacher-forced pass over ``prompt + completion`` computes too.
 
@@ -102,28 +103,34 @@ def generate_from_inputs(
     ``config.stop_token_ids`` so that changing the stop tokens does not recompile."""
     b, s = inputs.input_ids.shape
     t_max = config.max_new_tokens
-    cache = model.language_model.init_cache(b, s + t_max)
-    kv_mask = jnp.concatenate([inputs.attention_mask, jnp.zeros((b, t_max), bool)], axis=1)
-    hidden, cache, _ = model.forward_hidden(inputs, cache=cache, kv_mask=kv_mask, cache_index=0)
+    cache = model.language_model.init_cache(b, s + t_max - 1)  # the last token is never fed back
+    kv_mask = jnp.concatenate([inputs.attention_mask, jnp.zeros((b, t_max - 1), bool)], axis=1)
     last = s - 1 - jnp.argmax(inputs.attention_mask[:, ::-1], axis=1)
-    logits = model.logits(hidden[jnp.arange(b), last][:, None])[:, 0]
+    hidden, cache, _ = model.forward_hidden(inputs, cache=cache, kv_mask=kv_mask, cache_index=0,
+                                            query_index=last[:, None])
+    logits = model.logits(hidden)[:, 0]
     base_pos = inputs.attention_mask.sum(1).astype(jnp.int32) + inputs.rope_deltas
     stop = jnp.asarray(config.stop_token_ids or (-1,), jnp.int32) if stop_ids is None else stop_ids
     key = jax.random.key(0) if key is None else key
 
-    def cond(carry):
-        t, _, _, _, done, *_ = carry
-        return (t < t_max) & ~jnp.all(done)
-
-    def body(carry):
-        t, logits, cache, kv_mask, done, toks, lps, msk = carry
+    def choose(t, logits, done, toks, lps, msk):
+        """Token ``t`` of every row from ``logits`` (pad after a stop), recorded in the outputs."""
         tok, lp = choose_tokens(logits, jax.random.fold_in(key, t), config)
         active = ~done
         tok = jnp.where(active, tok, config.pad_token_id)
         toks = toks.at[:, t].set(tok)
         lps = lps.at[:, t].set(jnp.where(active, lp, 0.0))
         msk = msk.at[:, t].set(active)
-        done = done | (active & jnp.isin(tok, stop))
+        return tok, active, done | (active & jnp.isin(tok, stop)), toks, lps, msk
+
+    # tokens 0 .. T-2 each feed a forward pass giving the next logits; the last token needs none
+    def cond(carry):
+        t, _, _, _, done, *_ = carry
+        return (t < t_max - 1) & ~jnp.all(done)
+
+    def body(carry):
+        t, logits, cache, kv_mask, done, toks, lps, msk = carry
+        tok, active, done, toks, lps, msk = choose(t, logits, done, toks, lps, msk)
         kv_mask = kv_mask.at[:, s + t].set(active)
         pos = jnp.broadcast_to((base_pos + t)[None, :, None], (3, b, 1))
         step = ModelInputs(tok[:, None], active[:, None], pos, inputs.rope_deltas)
@@ -140,7 +147,9 @@ def generate_from_inputs(
         jnp.zeros((b, t_max), jnp.float32),
         jnp.zeros((b, t_max), bool),
     )
-    *_, toks, lps, msk = jax.lax.while_loop(cond, body, carry)
+    t, logits, _, _, done, toks, lps, msk = jax.lax.while_loop(cond, body, carry)
+    # the final token (rows already stopped record padding, as in the loop)
+    _, _, _, toks, lps, msk = choose(t, logits, done, toks, lps, msk)
     return GenerationOutput(toks, lps, msk, msk.sum(1).astype(jnp.int32))
 
 

@@ -112,37 +112,55 @@ def rotate_half(x: Float[Array, "... d"]) -> Float[Array, "... d"]:
     return jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
 
 
-def apply_rotary(x: Float[Array, "n heads head_dim"], cos: Float[Array, "n head_dim"],
-                 sin: Float[Array, "n head_dim"]) -> Float[Array, "n heads head_dim"]:
-    """Rotary embedding in float32 (rotate-half convention), result cast back to x's dtype."""
+def apply_rotary(x: Float[Array, "heads n head_dim"], cos: Float[Array, "n head_dim"],
+                 sin: Float[Array, "n head_dim"]) -> Float[Array, "heads n head_dim"]:
+    """Rotary embedding in float32 (rotate-half convention) on heads-major ``x``, result cast back to x's dtype."""
     xf = x.astype(jnp.float32)
-    out = xf * cos[:, None, :] + rotate_half(xf) * sin[:, None, :]
+    out = xf * cos + rotate_half(xf) * sin
     return out.astype(x.dtype)
 
 
-def segment_attention(q: Float[Array, "n heads d"], k: Float[Array, "n heads d"], v: Float[Array, "n heads d"],
-                      segment_ids: Int[Array, " n"], block: int | None = None) -> Float[Array, "n heads d"]:
-    """Softmax attention where token i sees token j iff segment_ids[i] == segment_ids[j] (and, with `block`, both lie
-    in the same run of `block` consecutive tokens).
+#: Run the attention heads one per ``lax.map`` step: None (default) on CPU only (see ``segment_attention``).
+#: Read at trace time. XLA's cost analysis counts a loop body once, so FLOP counts trace with False.
+SEQUENTIAL_HEADS: bool | None = None
+
+
+def segment_attention(q: Float[Array, "heads n d"], k: Float[Array, "heads n d"], v: Float[Array, "heads n d"],
+                      segment_ids: Int[Array, " n"] | None, block: int | None = None) -> Float[Array, "heads n d"]:
+    """Softmax attention (heads-major) where token i sees token j iff segment_ids[i] == segment_ids[j] and both lie
+    in the same run of `block` consecutive tokens (`block` None: one run, the whole sequence).
 
     The dense-mask form of transformers' per-`cu_seqlens`-chunk attention (block-diagonal mask). `block` (n must be a
     multiple of it) cuts the work to n * block scores: Qwen2.5-VL's windowed layers pass the padded window length, so
-    each window attends only to itself, as transformers' per-window loop does. Every token sees at least itself, so no
-    row is fully masked (padding tokens share segment id -1 and only see each other). Memory is
-    O(heads * n * block); scores and softmax statistics are float32 (`jaxdrive.models.attention`).
+    each window attends only to itself, as transformers' per-window loop does; full-attention layers pass the padded
+    frame length when every frame has the same size (`frame_block`), so each image attends only to itself instead
+    of computing the cross-image scores a block-diagonal mask would throw away. `segment_ids` None: no mask (the
+    caller knows each block holds a single segment). Every token sees at least itself, so no row is fully masked
+    (padding tokens share segment id -1 and only see each other). Memory is O(heads * n * block); scores and softmax
+    statistics are float32 (`jaxdrive.models.attention`). The heads-major layout makes the block split a free
+    reshape. On CPU the heads run one per `lax.map` step (see the comment in the body).
     """
-    n, heads, d = q.shape
+    heads, n, d = q.shape
     block = n if block is None else block
     if n % block:
         raise ValueError(f"segment_attention: length {n} is not a multiple of the block length {block}")
 
-    def blocks(x):  # [n, heads, d] -> [n / block, heads, block, d]
-        return x.reshape(n // block, block, heads, d).transpose(0, 2, 1, 3)
+    def blocks(x):  # [heads, n, d] -> [heads, n / block, block, d] (no singleton axis: it costs XLA a layout copy)
+        return x if block == n else x.reshape(heads, n // block, block, d)
 
-    seg = segment_ids.reshape(n // block, block)
-    mask = (seg[:, :, None] == seg[:, None, :])[:, None]  # [n / block, 1, block, block]
-    out = masked_attention(blocks(q), blocks(k), blocks(v), mask, d ** -0.5)
-    return out.transpose(0, 2, 1, 3).reshape(n, heads, d)
+    mask = None
+    if segment_ids is not None:
+        seg = segment_ids if block == n else segment_ids.reshape(n // block, block)
+        mask = seg[..., :, None] == seg[..., None, :]  # [(n / block,) block, block], broadcast over heads
+    q, k, v = blocks(q), blocks(k), blocks(v)
+    if SEQUENTIAL_HEADS or (SEQUENTIAL_HEADS is None and jax.default_backend() == "cpu"):
+        # one head per loop step: the loop boundary makes XLA:CPU materialise the rotated q and k once, instead of
+        # fusing the rotation into the attention's matmuls (its YNNPACK fusion), where it is re-evaluated per tile:
+        # 1.7x the time of a whole attention layer at 1,024 patches
+        out = jax.lax.map(lambda qkv: masked_attention(*qkv, mask, d ** -0.5), (q, k, v))
+    else:
+        out = masked_attention(q, k, v, mask, d ** -0.5)
+    return out.reshape(heads, n, d)
 
 
 class VisionAttention(nnx.Module):
@@ -150,6 +168,8 @@ class VisionAttention(nnx.Module):
 
     Parameters: qkv kernel [embed, 3, heads, head_dim] + bias [3, heads, head_dim]; proj kernel [heads, head_dim,
     embed] + bias [embed]. The HF fused `qkv.weight` [3*embed, embed] maps onto it by a transpose and reshape.
+    The projections are token-major matmuls ([n, embed] x [embed, 3 * heads * head_dim], then [n, heads * head_dim]
+    x [heads * head_dim, embed]) with one transpose to and from the heads-major [heads, n, head_dim] attention.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, *, dtype=jnp.float32, param_dtype=jnp.float32,
@@ -166,15 +186,22 @@ class VisionAttention(nnx.Module):
         self.dtype = dtype
 
     def __call__(self, x: Float[Array, "n embed"], cos: Float[Array, "n head_dim"], sin: Float[Array, "n head_dim"],
-                 segment_ids: Int[Array, " n"], block: int | None = None) -> Float[Array, "n embed"]:
-        """`block`: attend inside consecutive runs of `block` tokens only (see `segment_attention`)."""
-        qkv = jnp.einsum("nd,dthk->tnhk", x.astype(self.dtype), self.qkv_kernel[...].astype(self.dtype),
-                         preferred_element_type=jnp.float32)
-        qkv = (qkv + self.qkv_bias[...].astype(jnp.float32)[:, None]).astype(self.dtype)
+                 segment_ids: Int[Array, " n"] | None, block: int | None = None) -> Float[Array, "n embed"]:
+        """`block` / `segment_ids` None: attend inside consecutive runs of `block` tokens / unmasked (see
+        `segment_attention`)."""
+        n, d = x.shape
+        _, three, heads, head_dim = self.qkv_kernel.shape
+        # token-major matmuls (a plain [n, d] x [d, 3 * heads * head_dim] GEMM: asking the matmul for a heads-major
+        # result makes XLA:CPU run it transposed, at half the speed), then one transpose to heads-major
+        qkv = jnp.dot(x.astype(self.dtype), self.qkv_kernel[...].astype(self.dtype).reshape(d, -1),
+                      preferred_element_type=jnp.float32)
+        qkv = (qkv + self.qkv_bias[...].astype(jnp.float32).reshape(-1)).astype(self.dtype)
+        qkv = qkv.reshape(n, three, heads, head_dim).transpose(1, 2, 0, 3)  # [3, heads, n, head_dim]
         q, k = apply_rotary(qkv[0], cos, sin), apply_rotary(qkv[1], cos, sin)
         out = segment_attention(q, k, qkv[2], segment_ids, block)
-        y = jnp.einsum("nhk,hkd->nd", out, self.proj_kernel[...].astype(self.dtype),
-                       preferred_element_type=jnp.float32)
+        out = out.transpose(1, 0, 2).reshape(n, heads * head_dim)
+        y = jnp.dot(out, self.proj_kernel[...].astype(self.dtype).reshape(heads * head_dim, -1),
+                    preferred_element_type=jnp.float32)
         return (y + self.proj_bias[...].astype(jnp.float32)).astype(self.dtype)
 
 
@@ -288,6 +315,12 @@ def pad_pixel_values(pixel_values, length: int) -> np.ndarray:
 def merge_groups(x: Float[Array, "n d"], merge_unit: int) -> Float[Array, "m merge_d"]:
     """Concatenate each run of `merge_unit` consecutive patches (one spatial-merge block): [n, d] -> [n/u, u*d]."""
     return x.reshape(x.shape[0] // merge_unit, merge_unit * x.shape[1])
+
+
+def uniform_frame_patches(grid_thw: np.ndarray) -> int | None:
+    """Patches per frame h * w when every frame of every image has the same (h, w), else None."""
+    sizes = grid_thw[:, 1] * grid_thw[:, 2]
+    return int(sizes[0]) if (grid_thw[:, 1:] == grid_thw[0, 1:]).all() else None
 
 
 def merged_valid_mask(n_valid: int, n_padded: int, merge_unit: int) -> np.ndarray:

@@ -73,6 +73,10 @@ class Qwen25VisionMeta:
     patch_perm: slot row -> original patch index (padding rows: 0). merged_unperm: original merged-token index ->
     slot-order merged index. cos/sin: rotary tables [l, head_dim]. full_segments / window_segments: attention segment
     ids per slot row (-1 = padding). merged_valid: True for merged tokens of real patches.
+    frame_block (static): when all frames have the same size, the slot rows of one frame (its windows; the slot
+    count is then a multiple of the windows per frame), so full-attention layers attend in frame blocks instead of
+    one masked [l, l] score matrix. windows_full (static): every window is full (image sides multiples of
+    `window_size` pixels), so no block mixes real and padding rows and attention needs no mask.
     """
 
     patch_perm: Int[Array, " l"]
@@ -82,6 +86,8 @@ class Qwen25VisionMeta:
     full_segments: Int[Array, " l"]
     window_segments: Int[Array, " l"]
     merged_valid: Bool[Array, " m"]
+    frame_block: int | None = struct.field(pytree_node=False, default=None)
+    windows_full: bool = struct.field(pytree_node=False, default=False)
 
 
 def window_order(grid_thw: np.ndarray, cfg: Qwen25VisionConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -119,6 +125,12 @@ def prepare_qwen25_vision_inputs(grid_thw, cfg: Qwen25VisionConfig, pad_to: int 
     u, window = cfg.merge_unit, cfg.window_patches
     merged_order, window_lengths = window_order(grid, cfg)
     slots = max(-(-n_pad // window), len(window_lengths))
+    frame_block = None
+    if vc.uniform_frame_patches(grid) is not None:  # frames of one size: a whole number of frames' windows
+        gh, gw = grid[0, 1] // cfg.spatial_merge_size, grid[0, 2] // cfg.spatial_merge_size
+        frame_windows = int(-(-gh // cfg.window_units) * -(-gw // cfg.window_units))
+        slots = -(-slots // frame_windows) * frame_windows
+        frame_block = frame_windows * window
     # slot row of every patch in window order, and the original patch it holds
     rows = np.concatenate([w * window + np.arange(length) for w, length in enumerate(window_lengths)])
     source = (merged_order[:, None] * u + np.arange(u)).reshape(-1)
@@ -143,6 +155,8 @@ def prepare_qwen25_vision_inputs(grid_thw, cfg: Qwen25VisionConfig, pad_to: int 
         full_segments=to_slots(vc.frame_segment_ids(grid), -1),
         window_segments=window_segments,
         merged_valid=vc.merged_valid_mask(n, n_pad, u),
+        frame_block=frame_block,
+        windows_full=bool((window_lengths == window).all()),
     )
 
 
@@ -183,7 +197,7 @@ class Qwen25VisionBlock(nnx.Module):
         self.mlp = SwiGLU(d, cfg.intermediate_size, cfg.hidden_act, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
     def __call__(self, x: Float[Array, "n d"], cos: Float[Array, "n hd"], sin: Float[Array, "n hd"],
-                 segments: Int[Array, " n"], block: int | None = None) -> Float[Array, "n d"]:
+                 segments: Int[Array, " n"] | None, block: int | None = None) -> Float[Array, "n d"]:
         x = x + self.attn(self.norm1(x), cos, sin, segments, block)
         return x + self.mlp(self.norm2(x))
 
@@ -243,11 +257,13 @@ class Qwen25VisionTower(vc.HFTensorsMixin, nnx.Module):
         x = self.patch_embed(pixel_values)[meta.patch_perm]
         cos, sin = jnp.asarray(meta.cos), jnp.asarray(meta.sin)
         full_set = set(cfg.fullatt_block_indexes)
+        window_segments = None if meta.windows_full else meta.window_segments
+        full_segments = None if meta.windows_full and meta.frame_block else meta.full_segments
         for i, block in enumerate(self.blocks):
             if i in full_set:
-                x = block(x, cos, sin, meta.full_segments)
+                x = block(x, cos, sin, full_segments, meta.frame_block)
             else:
-                x = block(x, cos, sin, meta.window_segments, cfg.window_patches)
+                x = block(x, cos, sin, window_segments, cfg.window_patches)
         return self.merger(x)[meta.merged_unperm]
 
     def _meta(self, pixel_values, grid_or_meta) -> Qwen25VisionMeta:

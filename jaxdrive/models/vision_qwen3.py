@@ -63,6 +63,9 @@ class Qwen3VisionMeta:
     cos/sin: rotary tables [n, head_dim]. segments: full-attention segment id per patch (-1 = padding).
     pos_index / pos_weight: the 4 bilinear taps into the flattened position table and their weights (padding rows
     have weight 0). merged_valid: True for merged tokens of real patches.
+    frame_block (static): the patch count of one frame when all frames have the same size and n is a multiple of
+    it; the blocks then attend in [n / frame_block, frame_block] blocks, unmasked (each block is one frame or all
+    padding), instead of one masked [n, n] score matrix per head. None: masked full attention.
     """
 
     cos: Float[Array, "n head_dim"]
@@ -71,6 +74,7 @@ class Qwen3VisionMeta:
     pos_index: Int[Array, "n 4"]
     pos_weight: Float[Array, "n 4"]
     merged_valid: Bool[Array, " m"]
+    frame_block: int | None = struct.field(pytree_node=False, default=None)
 
 
 def _axis_taps(index: np.ndarray, size: np.ndarray, side: int) -> tuple[np.ndarray, np.ndarray]:
@@ -111,6 +115,7 @@ def prepare_qwen3_vision_inputs(grid_thw, cfg: Qwen3VisionConfig, pad_to: int | 
     n_pad = vc.resolve_pad_to(n, pad_to, cfg.merge_unit)
     cos, sin = vc.rotary_tables(vc.patch_positions(grid, cfg.spatial_merge_size), cfg.head_dim, cfg.rope_theta)
     index, weight = position_embedding_taps(grid, cfg)
+    frame = vc.uniform_frame_patches(grid)
     return Qwen3VisionMeta(
         cos=vc.pad_rows(cos, n_pad, 0.0),
         sin=vc.pad_rows(sin, n_pad, 0.0),
@@ -118,6 +123,7 @@ def prepare_qwen3_vision_inputs(grid_thw, cfg: Qwen3VisionConfig, pad_to: int | 
         pos_index=vc.pad_rows(index.astype(np.int32), n_pad, 0),
         pos_weight=vc.pad_rows(weight, n_pad, 0.0),
         merged_valid=vc.merged_valid_mask(n, n_pad, cfg.merge_unit),
+        frame_block=frame if frame is not None and n_pad % frame == 0 else None,
     )
 
 
@@ -159,8 +165,8 @@ class Qwen3VisionBlock(nnx.Module):
                                   rngs=rngs)
 
     def __call__(self, x: Float[Array, "n d"], cos: Float[Array, "n hd"], sin: Float[Array, "n hd"],
-                 segments: Int[Array, " n"]) -> Float[Array, "n d"]:
-        x = x + self.attn(self.norm1(x), cos, sin, segments)
+                 segments: Int[Array, " n"] | None, block: int | None = None) -> Float[Array, "n d"]:
+        x = x + self.attn(self.norm1(x), cos, sin, segments, block)
         return x + self.mlp(self.norm2(x))
 
 
@@ -228,8 +234,9 @@ class Qwen3VisionTower(vc.HFTensorsMixin, nnx.Module):
         x = (x.astype(jnp.float32) + pos).astype(self.dtype)
         cos, sin = jnp.asarray(meta.cos), jnp.asarray(meta.sin)
         deepstack = []
+        segments = meta.segments if meta.frame_block is None else None
         for i, block in enumerate(self.blocks):
-            x = block(x, cos, sin, meta.segments)
+            x = block(x, cos, sin, segments, meta.frame_block)
             if i in self.config.deepstack_visual_indexes:
                 merger = self.deepstack_merger_list[self.config.deepstack_visual_indexes.index(i)]
                 deepstack.append(merger(x))

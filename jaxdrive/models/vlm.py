@@ -26,7 +26,8 @@ from flax import nnx
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.models.config import ModelConfig
-from jaxdrive.models.decoder import LayerCache, Rotary, TextModel, attention_mask, linear
+from jaxdrive.models.decoder import LayerCache, Rotary, TextModel, attention_mask, linear, take_rows
+from jaxdrive.models.vision_common import uniform_frame_patches
 from jaxdrive.models.rope import get_rope_index, inv_frequencies, mrope_axis_map, rope_cos_sin
 from jaxdrive.parallel import constrain
 
@@ -114,7 +115,9 @@ class QwenModel(nnx.Module):
         pixel_values: [N, C*T*P*P] as transformers' processor gives; image_grid_thw: int [num_images, 3].
         image_mask: bool [B, S], the image slots (default: valid tokens equal to the image-pad id; pass it to keep
         a sampled completion that happens to contain that id from counting as image slots).
-        Patches are padded to a multiple of ``bucket`` so prompts with similar image sizes share one compile.
+        Patches are padded to a multiple of ``bucket`` so prompts with similar image sizes share one compile, except
+        when every frame has the same size of at least ``bucket`` patches: then they are not padded (the shape is a
+        function of the frame count and size anyway), and the vision tower attends per frame, with no padded rows.
         """
         ids = np.asarray(input_ids)
         if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
@@ -148,7 +151,8 @@ class QwenModel(nnx.Module):
             n = int(grid.prod(-1).sum())
             if pv.ndim != 2 or pv.shape[0] != n:
                 raise ValueError(f"pixel_values: expected [{n}, C*T*P*P] for image_grid_thw {grid.tolist()}, got {pv.shape}")
-            n_pad = -(-n // bucket) * bucket
+            frame = uniform_frame_patches(grid)
+            n_pad = n if frame is not None and frame >= bucket else -(-n // bucket) * bucket
             meta = self.visual.prepare(grid, pad_to=n_pad)
             pv = np.concatenate([pv, np.zeros((n_pad - n, pv.shape[1]), pv.dtype)])
             pv = jnp.asarray(pv, self.dtype)
@@ -221,6 +225,7 @@ class QwenModel(nnx.Module):
         kv_mask: Bool[Array, "B L"] | None = None,
         cache_index: Int[Array, ""] | int = 0,
         return_layers: bool = False,
+        query_index: Int[Array, "B Q"] | None = None,
     ):
         """Decoder pass; returns ``(hidden [B, S, H] after the final norm, cache, layers)``.
 
@@ -229,7 +234,14 @@ class QwenModel(nnx.Module):
         the slots ``kv_mask [B, L]`` marks valid (which must include their own). ``layers`` is the list
         ``[embeddings, layer 0 output, ..., layer N-1 output]`` (before any DeepStack addition, as transformers records
         them) when ``return_layers`` (debugging parity), else None.
+
+        ``query_index [B, Q]``: return the hidden states of these positions only, ``[B, Q, H]`` (e.g. each row's last
+        prompt token for the first generated token, or the judge's answer slots). The last layer then computes its
+        queries, attention output and MLP at those positions alone (every position's keys and values still enter the
+        cache): the same values, one layer's worth of work less on the other positions.
         """
+        if query_index is not None and return_layers:
+            raise ValueError("forward_hidden: query_index and return_layers cannot be combined")
         x, deep = self.embed(inputs)
         x = constrain(x, ("batch", "seq", "act_embed"))
         s = x.shape[1]
@@ -238,14 +250,18 @@ class QwenModel(nnx.Module):
         rot = self.rotary(inputs.positions)
         layers = [x] if return_layers else None
         new_cache = [] if cache is not None else None
+        last = len(self.language_model.layers) - 1
         for i, layer in enumerate(self.language_model.layers):
-            x, c = layer(x, rot, mask, cache[i] if cache is not None else None, cache_index)
+            rows = query_index if i == last else None
+            x, c = layer(x, rot, mask, cache[i] if cache is not None else None, cache_index, rows)
             if cache is not None:
                 new_cache.append(c)
             if return_layers:
                 layers.append(x)
             if i < len(deep):
-                x = x + deep[i]
+                x = x + (deep[i] if rows is None else take_rows(deep[i], rows))
+        if query_index is not None and last < 0:  # no layers: nothing was narrowed
+            x = take_rows(x, query_index)
         return self.language_model.norm(x), new_cache, layers
 
 
