@@ -15,7 +15,8 @@ import ml_collections
 def _mix(seed: int, planning_scenes: int, knowledge_scenes: int, per_source: int = 0) -> ml_collections.ConfigDict:
     src = dict(describe_scene=True, system_prompt="", max_examples=per_source)
     return ml_collections.ConfigDict(dict(kind="openread_mix", seed=seed, sources=dict(
-        planning=dict(kind="openread_synthetic", num_scenes=planning_scenes, seed=seed, tasks=["planning"], **src),
+        planning=dict(kind="openread_synthetic", num_scenes=planning_scenes, seed=seed, tasks=["planning"],
+                      planning="constant_speed", **src),
         knowledge=dict(kind="openread_synthetic", num_scenes=knowledge_scenes, seed=seed + 1, tasks=["knowledge"],
                        **src))))
 
@@ -36,7 +37,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.eval_data = _mix(seed=1000, planning_scenes=8, knowledge_scenes=4, per_source=8)
     c.rewards = ml_collections.ConfigDict({
         "openread_knowledge": dict(weight=1.0, w_critic=0.9, w_semantic=0.1, threshold=0.5, semantic_model="",
-                                   critic=dict(kind="tiny", seed=0, batch_size=16, length_bucket=64, max_len=512)),
+                                   critic=dict(kind="pretrained", path="", dtype="float32", seed=0, batch_size=16,
+                                               length_bucket=64, max_len=512)),
         "openread_trajectory": dict(weight=1.0, bases=[5.0, 2.718281828459045, 2.718281828459045],
                                     temperatures=[0.7, 0.7, 0.3], averaging="second"),
         "openread_format": dict(weight=1.0),
