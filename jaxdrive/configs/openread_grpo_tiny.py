@@ -38,7 +38,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.rewards = ml_collections.ConfigDict({
         "openread_knowledge": dict(weight=1.0, w_critic=0.9, w_semantic=0.1, threshold=0.5, semantic_model="",
                                    critic=dict(kind="pretrained", path="", dtype="float32", seed=0, batch_size=16,
-                                               length_bucket=64, max_len=512)),
+                                               length_bucket=32, max_len=96)),
         "openread_trajectory": dict(weight=1.0, bases=[5.0, 2.718281828459045, 2.718281828459045],
                                     temperatures=[0.7, 0.7, 0.3], averaging="second"),
         "openread_format": dict(weight=1.0),
