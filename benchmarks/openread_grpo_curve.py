@@ -77,6 +77,13 @@ def main(argv: list[str] | None = None) -> int:
             rises.append(b - a)
         extra = f"   {rises[0] - rises[1]:+.3f}" if args.control else ""
         print(f"{part:8s} " + " ".join(cells) + extra)
+    if args.control:
+        n = min(len(runs["grpo"][0]["total"]), len(runs["control"][0]["total"]))
+        d = runs["grpo"][0]["total"][:n] - runs["control"][0]["total"][:n]
+        print(f"paired per-step difference run - control of R (same prompts and keys per step), {n} steps:")
+        for label, seg in (("first", d[:w]), ("last", d[-w:]), ("all", d)):
+            print(f"  {label:5s} {len(seg):3d} steps: mean {seg.mean():+.3f}, SE {seg.std(ddof=1) / np.sqrt(len(seg)):.3f} "
+                  f"({seg.mean() / (seg.std(ddof=1) / np.sqrt(len(seg))):+.1f} SE)")
     for name, (_, es, ev) in runs.items():
         if len(es):
             print(f"greedy eval reward ({name}): " + ", ".join(f"step {s}: {v:.3f}" for s, v in zip(es, ev)))

@@ -25,7 +25,8 @@ def test_cold_start_then_joint_grpo_through_the_cli(tmp_path):
                  "data.sources.planning.num_scenes=3", "data.sources.knowledge.num_scenes=2",
                  "eval_data.sources.planning.num_scenes=2", "eval_data.sources.knowledge.num_scenes=1",
                  "eval_data.sources.planning.max_examples=2", "eval_data.sources.knowledge.max_examples=2",
-                 "rewards.openread_knowledge.w_semantic=0.0", "rewards.openread_knowledge.critic.batch_size=4"]
+                 "rewards.openread_knowledge.w_semantic=0.0", "rewards.openread_knowledge.critic.batch_size=4",
+                 "rewards.openread_knowledge.critic.kind=tiny"]
     assert main(["train", "grpo", "--config", str(CONFIGS / "openread_grpo_tiny.py"), *overrides]) == 0
     rows = [json.loads(line) for line in (work / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in rows if "train/reward_mean" in r]
