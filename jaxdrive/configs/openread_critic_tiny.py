@@ -1,12 +1,12 @@
-"""Tiny CPU preset of the OpenREAD LLM critic: a tiny Qwen3 (``python -m jaxdrive.train.openread_tiny DIR --seed 1``,
-the policy's tokenizer) taught by SFT to answer the critic prompt of ``jaxdrive.eval.critic`` with "yes" / "no" on
+"""Tiny CPU preset of the OpenREAD LLM critic: a tiny Qwen3 (``python -m jaxdrive.train.openread_tiny DIR --seed 1``:
+its own BPE, trained on the scenes of seed 1) taught by SFT to answer the critic prompt of ``jaxdrive.eval.critic`` with "yes" / "no" on
 synthetic (question, reference, prediction) pairs of the knowledge questions (``data.kind = "openread_critic_pairs"``:
 each record's own answer vs an answer to the same kind of question from another scene). The critic reads the last
 ``critic_max_len`` = 96 tokens of its prompt (from the reference answer on: the long instruction and scene
 description of the full prompt left a random tiny model at chance after 300 steps); the GRPO preset's
 ``critic.max_len`` is the same 96. Exported, it is the
 ``critic.kind = "pretrained"`` critic of the tiny GRPO preset, standing in for the paper's Qwen3-8B: its yes
-probability separates matching from non-matching answers (tests/test_openread_critic.py measures it on held-out
+probability separates matching from non-matching answers (benchmarks/openread_critic_check.py measures it on held-out
 pairs), so R_know carries signal. Measured: docs/openread.md.
 
     python -m jaxdrive.train.openread_tiny /tmp/openread/critic_base --seed 1
