@@ -180,3 +180,26 @@ def test_critic_pairs_and_their_sft_examples(tmp_path):
     for e in exs:
         assert list(e["prompt"]) == render_prompt(tok, e["question"], e["reference"], e["prediction"], max_len=96)
         assert tok.decode(e["answer"][:-1]) == ("yes" if e["match"] else "no") and e["answer"][-1] == EOS_ID
+
+
+def test_pair_separation_known_answers():
+    """pair_separation's class means, accuracy at the threshold and AUC (ties half) on a stub critic with fixed
+    probabilities; all-one-class pairs are refused."""
+    from jaxdrive.eval.critic import pair_separation
+
+    class Stub:
+        def __init__(self, p):
+            self.p = np.asarray(p, np.float64)
+
+        def probabilities(self, questions, references, predictions):
+            assert len(questions) == len(references) == len(predictions) == len(self.p)
+            return self.p
+
+    pairs = [dict(question="q", reference="r", prediction="x", match=m) for m in (True, True, True, False, False)]
+    out = pair_separation(Stub([0.9, 0.6, 0.3, 0.3, 0.1]), pairs)
+    assert out["pairs"] == 5
+    assert out["p_yes_match"] == pytest.approx(0.6) and out["p_yes_mismatch"] == pytest.approx(0.2)
+    assert out["accuracy"] == pytest.approx(4 / 5)  # 0.3 (match) falls below 0.5
+    assert out["auc"] == pytest.approx((5 + 0.5) / 6)  # 6 (pos, neg) pairs: 5 ordered right, 1 tie
+    with pytest.raises(ValueError, match="both"):
+        pair_separation(Stub([0.9, 0.8]), pairs[:2])

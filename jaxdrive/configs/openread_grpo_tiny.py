@@ -1,13 +1,14 @@
 """Tiny CPU preset of the OpenREAD joint GRPO: the cold-started tiny Qwen3 policy (configs/openread_sft_tiny.py
 ``export_dir``) on a synthetic knowledge + planning set (about half planning, as the paper balances 6K planning with
-5K mixed samples) with the composite reward R = R_know (0.9 tiny random critic + 0.1 MiniLM) + R_traj (Eq. 7 as
-printed) + R_format; group 4, LoRA, 16 completions per step. ``eval_data`` is a fixed set of 8 planning + 8 knowledge
-prompts answered greedily every ``eval_every`` steps (``eval/greedy/reward_mean``: the curve to watch). The tiny critic
-is random (its part of R_know is noise, nearly constant). Measured curves against an lr = 0 control:
-docs/openread.md and benchmarks/openread_grpo_curve.sh.
+5K mixed samples; planning is the rule-determined ``constant_speed`` variant) with the composite reward
+R = R_know (0.9 trained tiny critic + 0.1 MiniLM) + R_traj (Eq. 7 as printed) + R_format; group 4, 16 completions
+per step. The critic is the export of configs/openread_critic_tiny.py (``rewards.openread_knowledge.critic.path``;
+``critic.kind=tiny`` gives a random one, for plumbing tests only). ``eval_data`` is a fixed set of 8 planning + 8
+knowledge prompts answered greedily every ``eval_every`` steps (``eval/greedy/reward_mean``). Measured curve against
+an lr = 0 control (full fine-tuning, lr 1e-4, beta 0): docs/openread.md and benchmarks/openread_grpo_curve.sh.
 
     jaxdrive train grpo --config configs/openread_grpo_tiny.py model.path=/tmp/openread/cold_start \\
-        workdir=/tmp/openread/grpo
+        rewards.openread_knowledge.critic.path=/tmp/openread/critic workdir=/tmp/openread/grpo
 """
 import ml_collections
 
@@ -26,6 +27,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.seed = 0
     c.steps = 60
     c.workdir = ""
+    c.export_dir = ""  # optional: the trained policy as a pretrained directory (benchmarks/openread_grpo_parts.py reads it)
     c.log_every = 5
     c.progress = True
     c.stop_after = ml_collections.FieldReference(None, field_type=int)
