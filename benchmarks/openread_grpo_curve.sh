@@ -10,7 +10,7 @@
 #      difference between the two curves is what GRPO learnt, not which prompts a step happened to draw).
 # Usage: benchmarks/openread_grpo_curve.sh OUT [CRITIC_STEPS SFT_STEPS GRPO_STEPS WINDOW LR MODE]   (MODE: lora | full)
 set -euo pipefail
-OUT=${1:?output directory}; CRITIC_STEPS=${2:-600}; SFT_STEPS=${3:-200}; GRPO_STEPS=${4:-100}; WINDOW=${5:-25}
+OUT=${1:?output directory}; CRITIC_STEPS=${2:-600}; SFT_STEPS=${3:-200}; GRPO_STEPS=${4:-400}; WINDOW=${5:-40}
 LR=${6:-1e-4}; MODE=${7:-full}
 [ -f "$OUT/policy/config.json" ] || python -m jaxdrive.train.openread_tiny "$OUT/policy"
 [ -f "$OUT/critic_base/config.json" ] || python -m jaxdrive.train.openread_tiny "$OUT/critic_base" --seed 1
@@ -27,9 +27,11 @@ pids=()
 for run in grpo:$LR control:0.0; do  # the two runs side by side (each is mostly single-threaded on CPU)
   rm -rf "$OUT/${run%%:*}"
   jaxdrive train grpo --config configs/openread_grpo_tiny.py $GRPO optim.lr=${run#*:} workdir="$OUT/${run%%:*}" \
-    > "$OUT/${run%%:*}.log" 2>&1 &
+    export_dir="$OUT/${run%%:*}_export" > "$OUT/${run%%:*}.log" 2>&1 &
   pids+=($!)
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
 python benchmarks/openread_grpo_curve.py "$OUT/grpo" --control "$OUT/control" --window "$WINDOW" \
   --plot "$OUT/reward_curve.png"
+# greedy and sampled reward by task and part, cold start vs the trained policy (the eval prompts and 32 training ones)
+python benchmarks/openread_grpo_parts.py "$OUT/cold_start" "$OUT/grpo_export" --critic "$OUT/critic" --show 2
