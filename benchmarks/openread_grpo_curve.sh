@@ -8,10 +8,11 @@
 #   4. joint GRPO with R = R_know (0.9 trained critic + 0.1 MiniLM) + R_traj + R_format (configs/openread_grpo_tiny.py),
 #      and the same run with lr = 0 as the control (same seed: same prompts per step and same sampling keys, so the
 #      difference between the two curves is what GRPO learnt, not which prompts a step happened to draw).
-# Usage: benchmarks/openread_grpo_curve.sh OUT [CRITIC_STEPS SFT_STEPS GRPO_STEPS WINDOW LR MODE]   (MODE: lora | full)
+# Usage: benchmarks/openread_grpo_curve.sh OUT [CRITIC_STEPS SFT_STEPS GRPO_STEPS WINDOW LR MODE TEMPERATURE]
+#   (MODE: lora | full; TEMPERATURE: the GRPO sampling temperature, 1.0 by default; docs/openread.md also measures 0.7)
 set -euo pipefail
 OUT=${1:?output directory}; CRITIC_STEPS=${2:-600}; SFT_STEPS=${3:-200}; GRPO_STEPS=${4:-400}; WINDOW=${5:-40}
-LR=${6:-1e-4}; MODE=${7:-full}
+LR=${6:-1e-4}; MODE=${7:-full}; TEMPERATURE=${8:-1.0}
 [ -f "$OUT/policy/config.json" ] || python -m jaxdrive.train.openread_tiny "$OUT/policy"
 [ -f "$OUT/critic_base/config.json" ] || python -m jaxdrive.train.openread_tiny "$OUT/critic_base" --seed 1
 [ -f "$OUT/critic/model.safetensors" ] || jaxdrive train sft --config configs/openread_critic_tiny.py \
@@ -22,7 +23,7 @@ python benchmarks/openread_critic_check.py "$OUT/critic"
   model.path="$OUT/policy" "data.tasks=['knowledge','planning']" data.max_len=240 steps=$SFT_STEPS \
   optim.warmup_steps=5 log_every=25 progress=False workdir="$OUT/sft" export_dir="$OUT/cold_start"
 GRPO="model.path=$OUT/cold_start steps=$GRPO_STEPS log_every=1 eval_every=20 progress=False grpo.beta=0.0
-  finetune.mode=$MODE rewards.openread_knowledge.critic.path=$OUT/critic"
+  grpo.temperature=$TEMPERATURE finetune.mode=$MODE rewards.openread_knowledge.critic.path=$OUT/critic"
 pids=()
 for run in grpo:$LR control:0.0; do  # the two runs side by side (each is mostly single-threaded on CPU)
   rm -rf "$OUT/${run%%:*}"
