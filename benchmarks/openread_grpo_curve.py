@@ -55,6 +55,28 @@ def rolling(curve: np.ndarray, window: int) -> np.ndarray:
     return (c - np.concatenate([[0.0], c])[lo]) / (n - lo)
 
 
+def trend(d: np.ndarray) -> tuple[float, float]:
+    """Least-squares slope of ``d`` against the step index and its standard error (independent residuals)."""
+    x = np.arange(len(d), dtype=np.float64)
+    a = np.stack([np.ones_like(x), x], 1)
+    coef, *_ = np.linalg.lstsq(a, d, rcond=None)
+    resid = d - a @ coef
+    cov = resid @ resid / (len(d) - 2) * np.linalg.inv(a.T @ a)
+    return float(coef[1]), float(np.sqrt(cov[1, 1]))
+
+
+def window_table(run: np.ndarray, control: np.ndarray, window: int) -> list[tuple[int, float, float, float, float]]:
+    """Per consecutive ``window``-step block (a last partial block is dropped): (first step index, mean of the run,
+    mean of the control, mean of the paired per-step difference run - control, its standard error)."""
+    n = min(len(run), len(control))
+    rows = []
+    for lo in range(0, n - window + 1, window):
+        d = run[lo:lo + window] - control[lo:lo + window]
+        rows.append((lo, float(np.mean(run[lo:lo + window])), float(np.mean(control[lo:lo + window])),
+                     float(d.mean()), float(d.std(ddof=1) / np.sqrt(window))))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("run", help="workdir of the GRPO run (holds metrics.jsonl)")
@@ -65,6 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     runs = {"grpo": read_metrics(args.run)}
     if args.control:
         runs["control"] = read_metrics(args.control)
+    if args.control:  # compare the same steps: both runs cut to the steps they have in common
+        n = min(len(train["total"]) for train, _, _ in runs.values())
+        last = min(train["step"][n - 1] for train, _, _ in runs.values())
+        runs = {name: ({k: v[:n] for k, v in train.items()}, es[es <= last], ev[es <= last])
+                for name, (train, es, ev) in runs.items()}
     w = args.window
     print(f"mean train reward over the first / last {w} steps ({len(runs['grpo'][0]['step'])} steps)")
     print(f"{'part':8s} " + " ".join(f"{name + ' first':>14s} {name + ' last':>13s} {'rise':>7s}" for name in runs)
@@ -77,6 +104,21 @@ def main(argv: list[str] | None = None) -> int:
             rises.append(b - a)
         extra = f"   {rises[0] - rises[1]:+.3f}" if args.control else ""
         print(f"{part:8s} " + " ".join(cells) + extra)
+    if args.control:
+        n = min(len(runs["grpo"][0]["total"]), len(runs["control"][0]["total"]))
+        d = runs["grpo"][0]["total"][:n] - runs["control"][0]["total"][:n]
+        print(f"paired per-step difference run - control of R (same prompts and keys per step), {n} steps:")
+        for label, seg in (("first", d[:w]), ("last", d[-w:]), ("all", d)):
+            print(f"  {label:5s} {len(seg):3d} steps: mean {seg.mean():+.3f}, SE {seg.std(ddof=1) / np.sqrt(len(seg)):.3f} "
+                  f"({seg.mean() / (seg.std(ddof=1) / np.sqrt(len(seg))):+.1f} SE)")
+        slope, se = trend(d)
+        print(f"  linear trend of the difference: {100 * slope:+.3f} per 100 steps, SE {100 * se:.3f} "
+              f"({slope / se:+.1f} SE)")
+    if args.control:
+        print(f"per-window means of R ({w} steps each) and the paired difference run - control with its SE:")
+        print(f"{'steps':>9s} {'grpo':>7s} {'control':>8s} {'diff':>7s} {'SE':>6s} {'diff/SE':>8s}")
+        for lo, g, c, dm, se in window_table(runs["grpo"][0]["total"], runs["control"][0]["total"], w):
+            print(f"{lo + 1:4d}-{lo + w:<4d} {g:7.3f} {c:8.3f} {dm:+7.3f} {se:6.3f} {dm / se:+8.1f}")
     for name, (_, es, ev) in runs.items():
         if len(es):
             print(f"greedy eval reward ({name}): " + ", ".join(f"step {s}: {v:.3f}" for s, v in zip(es, ev)))
@@ -86,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+        fig, axes = plt.subplots(1, 4 if args.control else 3, figsize=(20 if args.control else 15, 4))
         styles = {"grpo": "-", "control": ":"}
         for name, (train, es, ev) in runs.items():
             axes[0].plot(train["step"], rolling(train["total"], w), styles[name], color="k",
@@ -96,6 +138,13 @@ def main(argv: list[str] | None = None) -> int:
                 axes[1].plot(train["step"], rolling(train[part], w), styles[name], color=colour, label=f"{part} ({name})")
             if len(es):
                 axes[2].plot(es, ev, styles[name], marker="o", color="k", label=name)
+        if args.control:
+            tab = window_table(runs["grpo"][0]["total"], runs["control"][0]["total"], w)
+            steps0 = runs["grpo"][0]["step"]
+            axes[3].errorbar([steps0[lo] + (w - 1) / 2 for lo, *_ in tab], [r[3] for r in tab],
+                             yerr=[r[4] for r in tab], marker="o", color="k", capsize=3, label="run - control (±1 SE)")
+            axes[3].axhline(0.0, color="grey", lw=0.8)
+            axes[3].set_title(f"paired difference of R per {w}-step window")
         axes[0].set_title("train reward R = R_know + R_traj + R_format")
         axes[1].set_title(f"reward parts (rolling mean {w})")
         axes[2].set_title("greedy reward on the fixed eval prompts")

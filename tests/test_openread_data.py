@@ -134,3 +134,72 @@ def test_tiny_tokenizer_gives_each_digit_its_own_token():
     pieces = [tok.decode([i]) for i in ids]
     assert [p for p in pieces if any(c.isdigit() for c in p)] == list("1337" "005" "2642" "000")
     assert tok.decode(ids) == text
+
+
+def test_constant_speed_planning_variant_follows_from_the_prompt():
+    """planning="constant_speed": the target is (v t, 0) at t = 0.5 .. 3 s for the velocity stated in the prompt, one of
+    RULE_SPEEDS, all of which occur; command Go Straight; knowledge records are unchanged; unknown variants fail."""
+    import re
+
+    recs = cot.synthetic_records(16, seed=4, tasks=(cot.PLANNING, cot.KNOWLEDGE), planning="constant_speed")
+    plan = [r for r in recs if r["task"] == cot.PLANNING]
+    assert len(plan) == 16
+    speeds = set()
+    for r in plan:
+        v = float(re.search(r"current velocity is ([0-9.]+) m/s", r["question"]).group(1))
+        speeds.add(v)
+        assert "navigation command is Go Straight" in r["question"] and "acceleration speed is 0.00" in r["question"]
+        expect = np.stack([v * 0.5 * np.arange(1, 7), np.zeros(6)], -1)
+        np.testing.assert_allclose(r["trajectory"], expect, atol=1e-9)
+        np.testing.assert_allclose(parse_trajectory(r["target"]), expect, atol=1e-9)
+        assert is_well_formed(r["target"])
+    assert speeds == set(cot.RULE_SPEEDS)
+    logged = cot.synthetic_records(16, seed=4, tasks=(cot.KNOWLEDGE,))
+    assert [r["target"] for r in recs if r["task"] == cot.KNOWLEDGE] == [r["target"] for r in logged]
+    with pytest.raises(ValueError, match="planning"):
+        cot.synthetic_records(2, seed=4, planning="straight")
+
+
+def test_critic_pairs_and_their_sft_examples(tmp_path):
+    """Each knowledge record gives a matching pair (its own answer) and a non-matching one (another scene's different
+    answer to the same kind of question); the SFT examples are the critic prompt as QwenCritic renders it + yes/no."""
+    from jaxdrive.eval.critic import render_prompt
+    from jaxdrive.train.openread_recipe import critic_pairs_dataset
+    from jaxdrive.train.openread_tiny import EOS_ID, train_tokenizer
+
+    recs = cot.synthetic_records(10, seed=5, tasks=(cot.KNOWLEDGE,))
+    pairs = cot.critic_pairs(recs, seed=5)
+    assert sum(p["match"] for p in pairs) == len(recs) and len(pairs) > len(recs)
+    kinds = {r["answer"]: r["id"].rsplit("/", 1)[-1] for r in recs}
+    for p in pairs:
+        assert (p["prediction"] == p["reference"]) == p["match"]
+        assert kinds[p["prediction"]] == kinds[p["reference"]]
+    tok = train_tokenizer([r["question"] + "\n" + r["target"] for r in recs], vocab_size=400)
+    exs = critic_pairs_dataset(ml_collections.ConfigDict(dict(num_scenes=10, seed=5, critic_max_len=96)), tok)
+    assert [e["match"] for e in exs] == [p["match"] for p in pairs]
+    for e in exs:
+        assert list(e["prompt"]) == render_prompt(tok, e["question"], e["reference"], e["prediction"], max_len=96)
+        assert tok.decode(e["answer"][:-1]) == ("yes" if e["match"] else "no") and e["answer"][-1] == EOS_ID
+
+
+def test_pair_separation_known_answers():
+    """pair_separation's class means, accuracy at the threshold and AUC (ties half) on a stub critic with fixed
+    probabilities; all-one-class pairs are refused."""
+    from jaxdrive.eval.critic import pair_separation
+
+    class Stub:
+        def __init__(self, p):
+            self.p = np.asarray(p, np.float64)
+
+        def probabilities(self, questions, references, predictions):
+            assert len(questions) == len(references) == len(predictions) == len(self.p)
+            return self.p
+
+    pairs = [dict(question="q", reference="r", prediction="x", match=m) for m in (True, True, True, False, False)]
+    out = pair_separation(Stub([0.9, 0.6, 0.3, 0.3, 0.1]), pairs)
+    assert out["pairs"] == 5
+    assert out["p_yes_match"] == pytest.approx(0.6) and out["p_yes_mismatch"] == pytest.approx(0.2)
+    assert out["accuracy"] == pytest.approx(4 / 5)  # 0.3 (match) falls below 0.5
+    assert out["auc"] == pytest.approx((5 + 0.5) / 6)  # 6 (pos, neg) pairs: 5 ordered right, 1 tie
+    with pytest.raises(ValueError, match="both"):
+        pair_separation(Stub([0.9, 0.8]), pairs[:2])

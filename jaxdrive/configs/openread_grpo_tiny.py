@@ -1,13 +1,14 @@
 """Tiny CPU preset of the OpenREAD joint GRPO: the cold-started tiny Qwen3 policy (configs/openread_sft_tiny.py
 ``export_dir``) on a synthetic knowledge + planning set (about half planning, as the paper balances 6K planning with
-5K mixed samples) with the composite reward R = R_know (0.9 tiny random critic + 0.1 MiniLM) + R_traj (Eq. 7 as
-printed) + R_format; group 4, LoRA, 16 completions per step. ``eval_data`` is a fixed set of 8 planning + 8 knowledge
-prompts answered greedily every ``eval_every`` steps (``eval/greedy/reward_mean``: the curve to watch). The tiny critic
-is random (its part of R_know is noise, nearly constant). Measured curves against an lr = 0 control:
-docs/openread.md and benchmarks/openread_grpo_curve.sh.
+5K mixed samples; planning is the rule-determined ``constant_speed`` variant) with the composite reward
+R = R_know (0.9 trained tiny critic + 0.1 MiniLM) + R_traj (Eq. 7 as printed) + R_format; group 4, 16 completions
+per step. The critic is the export of configs/openread_critic_tiny.py (``rewards.openread_knowledge.critic.path``;
+``critic.kind=tiny`` gives a random one, for plumbing tests only). ``eval_data`` is a fixed set of 8 planning + 8
+knowledge prompts answered greedily every ``eval_every`` steps (``eval/greedy/reward_mean``). Measured curve against
+an lr = 0 control (full fine-tuning, lr 1e-4, beta 0): docs/openread.md and benchmarks/openread_grpo_curve.sh.
 
     jaxdrive train grpo --config configs/openread_grpo_tiny.py model.path=/tmp/openread/cold_start \\
-        workdir=/tmp/openread/grpo
+        rewards.openread_knowledge.critic.path=/tmp/openread/critic workdir=/tmp/openread/grpo
 """
 import ml_collections
 
@@ -15,7 +16,8 @@ import ml_collections
 def _mix(seed: int, planning_scenes: int, knowledge_scenes: int, per_source: int = 0) -> ml_collections.ConfigDict:
     src = dict(describe_scene=True, system_prompt="", max_examples=per_source)
     return ml_collections.ConfigDict(dict(kind="openread_mix", seed=seed, sources=dict(
-        planning=dict(kind="openread_synthetic", num_scenes=planning_scenes, seed=seed, tasks=["planning"], **src),
+        planning=dict(kind="openread_synthetic", num_scenes=planning_scenes, seed=seed, tasks=["planning"],
+                      planning="constant_speed", **src),
         knowledge=dict(kind="openread_synthetic", num_scenes=knowledge_scenes, seed=seed + 1, tasks=["knowledge"],
                        **src))))
 
@@ -25,6 +27,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.seed = 0
     c.steps = 60
     c.workdir = ""
+    c.export_dir = ""  # optional: the trained policy as a pretrained directory (benchmarks/openread_grpo_parts.py reads it)
     c.log_every = 5
     c.progress = True
     c.stop_after = ml_collections.FieldReference(None, field_type=int)
@@ -36,7 +39,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.eval_data = _mix(seed=1000, planning_scenes=8, knowledge_scenes=4, per_source=8)
     c.rewards = ml_collections.ConfigDict({
         "openread_knowledge": dict(weight=1.0, w_critic=0.9, w_semantic=0.1, threshold=0.5, semantic_model="",
-                                   critic=dict(kind="tiny", seed=0, batch_size=16, length_bucket=64, max_len=512)),
+                                   critic=dict(kind="pretrained", path="", dtype="float32", seed=0, batch_size=16,
+                                               length_bucket=32, max_len=96)),
         "openread_trajectory": dict(weight=1.0, bases=[5.0, 2.718281828459045, 2.718281828459045],
                                     temperatures=[0.7, 0.7, 0.3], averaging="second"),
         "openread_format": dict(weight=1.0),

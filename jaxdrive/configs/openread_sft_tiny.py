@@ -1,6 +1,7 @@
 """Tiny CPU preset of the OpenREAD cold-start SFT: the tiny Qwen3 policy (``python -m jaxdrive.train.openread_tiny
 DIR``) learns the ``<think>/<answer>`` format and trajectories on the synthetic knowledge + planning + counterfactual
-set, then is exported for the tiny GRPO preset.
+set (planning: the rule-determined ``constant_speed`` variant, ``data.planning=logged`` for the human future), then is
+exported for the tiny GRPO preset.
 
     python -m jaxdrive.train.openread_tiny /tmp/openread/policy
     jaxdrive train sft --config configs/openread_sft_tiny.py model.path=/tmp/openread/policy \\
@@ -24,7 +25,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.finetune = ml_collections.ConfigDict(dict(mode="full", freeze_vision=False, lora_rank=8, lora_alpha=16.0,
                                                 lora_targets=r"language_model\..*_proj", seed=0))
     c.data = ml_collections.ConfigDict(dict(kind="openread_synthetic", num_scenes=120, seed=0, describe_scene=True,
-                                            tasks=["knowledge", "planning", "counterfactual"], system_prompt="",
+                                            tasks=["knowledge", "planning", "counterfactual"], planning="constant_speed",
+                                            system_prompt="",
                                             max_len=256, pad_id=0))
     c.optim = ml_collections.ConfigDict(dict(lr=3e-3, warmup_steps=15, end_lr_ratio=0.1, b1=0.9, b2=0.999, eps=1e-8,
                                              weight_decay=0.0, clip_norm=1.0))

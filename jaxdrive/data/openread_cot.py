@@ -8,7 +8,10 @@ A record is a dict:
 
 Sources:
   * ``synthetic_records``: from ``jaxdrive.data.synthetic`` scenes (text-only; a one-line scene description stands in
-    for the camera images). Planning answers are the logged human future; counterfactual trajectories are the
+    for the camera images). Planning answers are the logged human future (``planning="logged"``) or, with
+    ``planning="constant_speed"``, a future that follows from the prompt by a rule a tiny model can learn: a speed
+    drawn from ``RULE_SPEEDS`` (stated as the current velocity), "Go Straight", and the ego driving straight on at that speed (x = v t, y = 0),
+    for GRPO demonstrations where the trajectory reward must have room to climb; counterfactual trajectories are the
     scene's other proposals, judged from their generator family (leaves the road, wrong way, harsh manoeuvre) and a
     clearance check against every agent at 0.1 s.
   * ``load_lingoqa``: LingoQA's public parquet layout (``<root>/{action,scenery}/train.parquet``,
@@ -49,6 +52,8 @@ _BAD_FAMILIES = {
 }
 EGO_CENTRE_OFFSET = 1.46  # m, rear axle -> box centre (NAVSIM Pacifica)
 CONTACT_MARGIN = 0.5  # m added to the half widths in the clearance check (circle approximation of the boxes)
+PLANNING_VARIANTS = ("logged", "constant_speed")
+RULE_SPEEDS = (2.0, 4.0, 6.0, 8.0)  # m/s, the speeds of the constant-speed planning variant
 
 
 def record(task: str, question: str, think: str, answer: str, rid: str, **extra) -> dict:
@@ -143,6 +148,19 @@ def planning_record(scene: HostScene, f: dict, describe_scene: bool = True) -> d
                   f"{scene.id}/planning", trajectory=traj)
 
 
+def constant_speed_planning_record(scene: HostScene, f: dict, describe_scene: bool = True, v: float = 4.0) -> dict:
+    """The rule-determined planning variant: speed ``v`` (one of ``RULE_SPEEDS``, drawn uniformly per scene by
+    ``synthetic_records``), stated in the prompt with command "Go Straight" and zero acceleration; the answer is the straight constant-speed
+    future (v t, 0) at t = 0.5 .. 3 s in the text frame."""
+    g = dict(f, v=v, a=0.0, command="Go Straight", speed_action="keep its speed")
+    g["future"] = np.stack([v * 0.1 * WAYPOINT_INDICES, np.zeros(len(WAYPOINT_INDICES))], -1)
+    q = PLANNING_QUESTION.format(command=g["command"], v=v, a=0.0)
+    think = f"The ego vehicle should go straight and keep its speed of {v:.0f} m/s."
+    traj = np.round(g["future"], 2) + 0.0
+    return record(PLANNING, (describe(g) + " " if describe_scene else "") + q, think, format_trajectory(traj),
+                  f"{scene.id}/planning", trajectory=traj)
+
+
 def knowledge_records(scene: HostScene, f: dict, describe_scene: bool = True) -> list[dict]:
     ctx = describe(f) + " " if describe_scene else ""
     out = []
@@ -202,22 +220,47 @@ def counterfactual_record(scene: HostScene, f: dict, k: int, describe_scene: boo
 
 
 def synthetic_records(num_scenes: int, seed: int = 0, tasks=(KNOWLEDGE, PLANNING, COUNTERFACTUAL),
-                      describe_scene: bool = True, num_proposals: int = 8) -> list[dict]:
-    """CoT records from ``num_scenes`` synthetic scenes (per scene: 1 planning, 2-4 knowledge, 1 counterfactual)."""
+                      describe_scene: bool = True, num_proposals: int = 8, planning: str = "logged") -> list[dict]:
+    """CoT records from ``num_scenes`` synthetic scenes (per scene: 1 planning, 2-4 knowledge, 1 counterfactual);
+    ``planning``: "logged" (the human future) or "constant_speed" (the rule variant, see the module docstring)."""
     from jaxdrive.data.synthetic import iter_scenes
+
+    if planning not in PLANNING_VARIANTS:
+        raise ValueError(f"planning: expected one of {PLANNING_VARIANTS}, got {planning!r}")
+    speeds = np.random.default_rng([seed, 1]).choice(RULE_SPEEDS, num_scenes)
 
     rng = np.random.default_rng(seed)
     out = []
-    for scene in iter_scenes(num_scenes, seed, num_proposals=num_proposals, validate=False):
+    for i, scene in enumerate(iter_scenes(num_scenes, seed, num_proposals=num_proposals, validate=False)):
         f = scene_facts(scene)
         if f["future"] is None:
             continue
         if PLANNING in tasks:
-            out.append(planning_record(scene, f, describe_scene))
+            out.append(planning_record(scene, f, describe_scene) if planning == "logged" else
+                       constant_speed_planning_record(scene, f, describe_scene, float(speeds[i])))
         if KNOWLEDGE in tasks:
             out += knowledge_records(scene, f, describe_scene)
         if COUNTERFACTUAL in tasks and scene.num_proposals > 1:
             out.append(counterfactual_record(scene, f, int(rng.integers(1, scene.num_proposals)), describe_scene))
+    return out
+
+
+def critic_pairs(records: list[dict], seed: int = 0, negatives: int = 1) -> list[dict]:
+    """(question, reference, prediction, match) pairs that teach a small critic to judge knowledge answers: for each
+    knowledge record, its own answer (match) and ``negatives`` answers of other records to the same kind of question
+    (the id's last part: lead, count, action, light) whose text differs (no match). Records of other tasks are
+    skipped."""
+    rng = np.random.default_rng(seed)
+    by_kind: dict[str, list[str]] = {}
+    know = [r for r in records if r["task"] == KNOWLEDGE]
+    for r in know:
+        by_kind.setdefault(r["id"].rsplit("/", 1)[-1], []).append(r["answer"])
+    out = []
+    for r in know:
+        out.append(dict(question=r["question"], reference=r["answer"], prediction=r["answer"], match=True))
+        others = sorted({a for a in by_kind[r["id"].rsplit("/", 1)[-1]] if a != r["answer"]})
+        for j in rng.permutation(len(others))[:negatives]:
+            out.append(dict(question=r["question"], reference=r["answer"], prediction=others[j], match=False))
     return out
 
 

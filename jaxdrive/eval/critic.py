@@ -54,6 +54,19 @@ def first_token_ids(tokenizer, words: Sequence[str]) -> list[int]:
     return out
 
 
+def render_prompt(tokenizer, question: str, reference: str, prediction: str, *, prompt: str = CRITIC_PROMPT,
+                  max_len: int = 1024, max_prediction_chars: int = 2000) -> list[int]:
+    """Token ids of one critic prompt: ``prompt`` filled in, in the tokenizer's chat template with the generation
+    prompt (thinking off), cut to its last ``max_len`` tokens. Shared by ``QwenCritic`` and the critic's SFT data
+    (``train.openread_recipe.critic_pairs_dataset``), so a trained critic is read exactly as it was taught."""
+    text = prompt.format(question=question or "", reference=reference or "",
+                         prediction=(prediction or "")[:max_prediction_chars])
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                             add_generation_prompt=True, enable_thinking=False)
+    return tokenizer.encode(text, add_special_tokens=False)[-max_len:]
+
+
 class QwenCritic:
     """A Qwen3 (or any jaxdrive ``QwenModel``) critic with its tokenizer.
 
@@ -97,13 +110,8 @@ class QwenCritic:
 
     def render(self, question: str, reference: str, prediction: str) -> list[int]:
         """Token ids of one critic prompt (chat template with the generation prompt, thinking off)."""
-        text = self.prompt.format(question=question or "", reference=reference or "",
-                                  prediction=(prediction or "")[: self.max_prediction_chars])
-        if getattr(self.tokenizer, "chat_template", None):
-            text = self.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                                      add_generation_prompt=True, enable_thinking=False)
-        ids = self.tokenizer.encode(text, add_special_tokens=False)
-        return ids[-self.max_len:]
+        return render_prompt(self.tokenizer, question, reference, prediction, prompt=self.prompt, max_len=self.max_len,
+                             max_prediction_chars=self.max_prediction_chars)
 
     def probabilities(self, questions: Sequence[str], references: Sequence[str],
                       predictions: Sequence[str]) -> np.ndarray:
@@ -131,3 +139,19 @@ class QwenCritic:
             inputs = shard_batch(inputs, self.mesh)
         p = yes_probability(_choice_logits(self.model, inputs, self.ids), self.is_yes)
         return np.asarray(p, np.float64)[: len(prompts)]
+
+
+def pair_separation(critic: "QwenCritic", pairs: Sequence[dict], threshold: float = 0.5) -> dict:
+    """How well a critic separates matching from non-matching answers on labelled pairs (dicts with ``question``,
+    ``reference``, ``prediction``, ``match``; e.g. ``data.openread_cot.critic_pairs`` of held-out scenes): mean
+    p(yes) of each class, accuracy of ``p > threshold``, and the AUC (probability that a random matching pair scores
+    above a random non-matching one, ties counting half)."""
+    p = critic.probabilities([x["question"] for x in pairs], [x["reference"] for x in pairs],
+                             [x["prediction"] for x in pairs])
+    y = np.asarray([bool(x["match"]) for x in pairs])
+    if y.all() or not y.any():
+        raise ValueError("pairs: need both matching and non-matching pairs")
+    pos, neg = p[y], p[~y]
+    auc = float(((pos[:, None] > neg[None]).mean() + 0.5 * (pos[:, None] == neg[None]).mean()))
+    return {"p_yes_match": float(pos.mean()), "p_yes_mismatch": float(neg.mean()),
+            "accuracy": float(((p > threshold) == y).mean()), "auc": auc, "pairs": int(len(y))}

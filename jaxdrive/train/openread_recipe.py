@@ -51,11 +51,33 @@ def _encode_all(records: list[dict], cfg, tokenizer, kind: str) -> list[dict]:
 
 def synthetic_dataset(cfg, tokenizer) -> list[dict]:
     """``data.kind = "openread_synthetic"``: ``num_scenes``, ``seed``, ``tasks`` (default all three),
-    ``describe_scene`` (True), ``system_prompt`` ("openread" | "" | text), ``max_examples``."""
+    ``describe_scene`` (True), ``planning`` ("logged" | "constant_speed": the rule-determined planning variant),
+    ``system_prompt`` ("openread" | "" | text), ``max_examples``."""
     records = cot.synthetic_records(cfg.num_scenes, cfg.get("seed", 0),
                                     tuple(cfg.get("tasks", (cot.KNOWLEDGE, cot.PLANNING, cot.COUNTERFACTUAL))),
-                                    cfg.get("describe_scene", True))
+                                    cfg.get("describe_scene", True), planning=cfg.get("planning", "logged"))
     return _encode_all(records, cfg, tokenizer, "openread_synthetic")
+
+
+def critic_pairs_dataset(cfg, tokenizer) -> list[dict]:
+    """``data.kind = "openread_critic_pairs"``: SFT examples that teach a small Qwen3 the OpenREAD critic's job on the
+    synthetic knowledge questions (``cot.critic_pairs``: ``num_scenes``, ``seed``, ``negatives`` per record,
+    ``describe_scene``). The prompt is the critic prompt exactly as ``eval.critic.QwenCritic`` renders it with
+    ``max_len = critic_max_len`` (give the critic the same value), the answer "yes" or "no" then the end-of-turn token, so the trained model's yes/no logits after the
+    prompt are the critic's reading. ``max_examples`` caps the count."""
+    from jaxdrive.eval.critic import render_prompt
+
+    _need_tokenizer(tokenizer, "openread_critic_pairs")
+    records = cot.synthetic_records(cfg.num_scenes, cfg.get("seed", 0), (cot.KNOWLEDGE,), cfg.get("describe_scene", True))
+    out = []
+    for i, pair in enumerate(cot.critic_pairs(records, cfg.get("seed", 0), cfg.get("negatives", 1))):
+        prompt = render_prompt(tokenizer, pair["question"], pair["reference"], pair["prediction"],
+                               max_len=cfg.get("critic_max_len", 1024))
+        answer = tokenizer.encode(("yes" if pair["match"] else "no") + IM_END, add_special_tokens=False)
+        out.append({"prompt": np.asarray(prompt, np.int32), "answer": np.asarray(answer, np.int32), "id": f"pair/{i}",
+                    **pair})
+    limit = cfg.get("max_examples")
+    return out[:limit] if limit else out
 
 
 def lingoqa_dataset(cfg, tokenizer) -> list[dict]:

@@ -65,6 +65,7 @@ DATASETS = Registry("dataset", {
     "openread_omnidrive": "jaxdrive.train.openread_recipe:omnidrive_dataset",
     "openread_mix": "jaxdrive.train.openread_recipe:mixture_dataset",
     "openread_tfds": "jaxdrive.train.openread_recipe:tfds_dataset",
+    "openread_critic_pairs": "jaxdrive.train.openread_recipe:critic_pairs_dataset",
     "chat_qa": "jaxdrive.train.chat_qa:chat_qa_dataset",
     "judge_gates": "jaxdrive.judge.recipes:gate_examples",
     "judge_pairs": "jaxdrive.judge.recipes:pair_examples",
