@@ -13,8 +13,8 @@ from jaxdrive.cli import main
 from jaxdrive.data.scene_json import read_scene
 from jaxdrive.judge import prompt as P
 from jaxdrive.judge import recipes
-from jaxdrive.judge.dataset import read_records
-from jaxdrive.judge.gates import expected_score, rule_gated_score
+from jaxdrive.judge.dataset import Record, read_records
+from jaxdrive.judge.gates import RULE_LABELS, expected_score, rule_gated_score
 from jaxdrive.judge.policy import ALL_YES, DriveJudge, encode, gate_probabilities
 from jaxdrive.judge.tiny import save_tiny_judge
 
@@ -39,6 +39,17 @@ def test_preference_reward_known_answer():
     sub[2, 1, 5] = 0.0  # B breaks TTC (on): B = 11/16 < A = 1 -> A wins
     r = recipes.preference_reward(gates, None, {"subscores": sub, "preferred": np.array([1, 0, 0])})
     np.testing.assert_array_equal(np.asarray(r), [1.0, 0.0, 1.0])
+
+
+def test_balance_records():
+    """``data.balance``: records with a rule gated off are repeated round(n_all_yes / n_off) times, order kept."""
+    def rec(i, off):
+        return Record(id=str(i), scene="s", proposal=0, proposal_name="n", label=int(off), split="train",
+                      gates={g: int(not (off and g == "LK")) for g in RULE_LABELS})
+
+    records = [rec(i, i in (1, 4)) for i in range(9)]  # 2 with LK off, 7 all-yes -> each off record 4 times
+    assert [r.id for r in recipes.balance_records(records)] == list("011112344445678")
+    assert [r.id for r in recipes.balance_records(records[5:])] == list("5678")  # nothing off: unchanged
 
 
 @pytest.fixture(scope="module")
