@@ -143,7 +143,7 @@ def describe_scene(scene: HostScene, proposal: int, broken: Sequence[str] | None
     plan = scene.proposal_states[proposal]
     lat = route_frame(scene, plan[:, :2])[1]
     text = "Objects: " + ("; ".join(parts) if parts else "none") + f". Route light: {route_light(scene)}. "
-    text += (f"Plan: up to {max(lat.max(), 0.0):.1f} m left and {max(-lat.min(), 0.0):.1f} m right of its lane "
+    text += (f"Plan: up to {max(0.0, lat.max()):.1f} m left and {max(0.0, -lat.min()):.1f} m right of its lane "
              f"centre, ends {_side(lat[-1]) if abs(lat[-1]) >= 0.05 else 'on it'}, strongest braking "
              f"{min(0.0, plan[:, StateIndex.ACCELERATION_X].min()):.1f} m/s2, "
              f"distance {np.linalg.norm(np.diff(plan[:, :2], axis=0), axis=-1).sum():.0f} m.")
