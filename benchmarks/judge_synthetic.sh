@@ -8,7 +8,7 @@
 # sampler (data.balance). DIRECT_STEPS=0 (the default) skips the direct-score baseline; steps already done are kept.
 set -euo pipefail
 OUT=${1:?output directory}; TRAIN=${2:-160}; TEST=${3:-100}; SFT_STEPS=${4:-150}; MORE_SFT_STEPS=${5:-150}
-GRPO_STEPS=${6:-30}; DIRECT_STEPS=${7:-0}
+GRPO_STEPS=${6:-60}; DIRECT_STEPS=${7:-0}
 COMMON="data.describe=True progress=False"
 SFT="jaxdrive train sft --config configs/judge_sft_tiny.py data.path=$OUT/data data.balance=True batch_size=16 $COMMON"
 [ -f "$OUT/data/records.jsonl" ] || jaxdrive judge data --out "$OUT/data" --train "$TRAIN" --test "$TEST" --seed 1 --no-progress
