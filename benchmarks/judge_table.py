@@ -4,7 +4,9 @@
 
 Rows: the majority gate vector of the training split (for every record), EPDMS (every gate on), the oracle gates of
 Eq. 10-11 (the ceiling), the non-VLM classifiers (logistic regression on image embeddings: direct label and per-rule
-gates), the VLM direct-score baseline, DriveJudge zero-shot / SFT / SFT+GRPO. Perfect match: all seven gates equal
+gates), the VLM direct-score baseline, DriveJudge zero-shot / SFT short / SFT / SFT with more steps from the SFT
+model / GRPO from SFT short / GRPO from SFT (``benchmarks/judge_synthetic.sh``; directories that are absent are
+skipped). Perfect match: all seven gates equal
 the Eq. 10-11 labels (paper D.2; methods without gates show "-"). Metrics from ``jaxdrive.eval.dqc`` (percent).
 """
 from __future__ import annotations
@@ -53,7 +55,9 @@ def main(out: Path) -> None:
     direct = data / "baselines/test_dqc_direct.parquet"
     if direct.exists():
         rows.append(_row("VLM direct score (SFT)", test, pairs, read(direct)["score"]))
-    for name, d in (("DriveJudge zero-shot", "zero_shot"), ("DriveJudge SFT", "sft"), ("DriveJudge SFT+GRPO", "grpo")):
+    for name, d in (("DriveJudge zero-shot", "zero_shot"), ("DriveJudge SFT, short", "sft_short"),
+                    ("DriveJudge SFT", "sft"), ("DriveJudge SFT, more steps (sft_long)", "sft_long"),
+                    ("DriveJudge SFT short + GRPO", "grpo"), ("DriveJudge SFT + GRPO", "grpo_sft")):
         path = out / d / "dqc.parquet"
         if path.exists():
             cols = read(path)

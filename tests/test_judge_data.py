@@ -2,6 +2,7 @@
 sub-scores, test scenes are unseen, images and pairs are consistent; end to end through ``jaxdrive judge data``,
 ``jaxdrive judge baselines`` and ``jaxdrive eval dqc|tps``."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from PIL import Image
 from jaxdrive.cli import main
 from jaxdrive.data.scene_json import read_scene
 from jaxdrive.judge import dataset, synthetic
+from jaxdrive.judge import prompt as P
 from jaxdrive.judge.gates import RULE_LABELS
 from jaxdrive.judge.labels import PAPER_THRESHOLDS, gate_labels
 
@@ -49,6 +51,47 @@ def test_records_follow_planted_rules(data_dir):
             assert all(r.gates.values())
         img = np.asarray(Image.open(data_dir / r.image))
         assert img.shape == (32, 32, 3)
+
+
+def test_context_is_stated_by_the_description(data_dir):
+    """Every planted context flag a label depends on is read back from the judge's text description alone (so a
+    record's label is determinable from what the judge is shown), and the description is in the route frame: the
+    nominal plan, which follows the lane centre, is described as on it on every road, curved ones included (in the
+    ego's Cartesian frame a curve alone read as metres of lateral offset)."""
+    records = dataset.read_records(data_dir)
+    flags = {"blocker": r"(?!pedestrian)[a-z ]+ \d+ m ahead in lane stopped",
+             "pedestrian": r"pedestrian \d+ m ahead .* crossing",
+             "lead": r"(?!pedestrian)[a-z ]+ \d+ m ahead in lane moving"}
+    seen = set()
+    for r in records:
+        scene = read_scene(data_dir / r.scene, validate=False)
+        text = P.describe_scene(scene, r.proposal)
+        objects = text.split("Objects: ")[1].split(". Route light")[0].split("; ")
+        stated = {k: any(re.fullmatch(rx, o) for o in objects) for k, rx in flags.items()}
+        stated["red"] = "Route light: red." in text
+        assert stated == {k: r.context[k] for k in stated}, (r.id, text)
+        seen |= {k for k, v in stated.items() if v}
+        nominal = P.describe_scene(scene, scene.proposal_names.index("follow_nominal"))
+        assert "Plan: up to 0.0 m left and 0.0 m right of its lane centre, ends on it" in nominal, nominal
+    assert seen >= {"blocker", "pedestrian"}  # the check saw both contexts that excuse a broken rule
+
+
+def test_route_frame_on_a_circle():
+    """``route_frame`` on a circular route of radius 40 m: arc length and signed offset (left positive)."""
+    theta = np.linspace(-0.5, 2.0, 400)
+    centre = np.stack([40 * np.sin(theta), 40 - 40 * np.cos(theta), theta], -1)  # counter-clockwise, starts heading +x
+
+    class Route:
+        centerline = centre
+        origin = np.zeros(2)
+
+    angle = 1.0
+    for r, expect_lat in ((38.0, 2.0), (43.0, -3.0)):  # inside of the curve = left of the travel direction
+        p = np.array([[r * np.sin(angle), 40 - r * np.cos(angle)]])
+        s, lat, heading = P.route_frame(Route, p)
+        assert s[0] == pytest.approx(40 * angle, abs=0.05)
+        assert lat[0] == pytest.approx(expect_lat, abs=0.01)
+        assert heading[0] == pytest.approx(angle, abs=0.01)
 
 
 def test_planted_rules_known_answers():

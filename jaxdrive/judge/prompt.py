@@ -16,6 +16,7 @@ are errors naming the rule).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from typing import Sequence
@@ -55,12 +56,68 @@ def ego_status(scene: HostScene) -> str:
             f"acceleration {now[StateIndex.ACCELERATION_X]:.1f} m/s2.")
 
 
-def _ego_frame(scene: HostScene, xy: np.ndarray) -> np.ndarray:
-    now = scene.history_states[-1]
-    h = float(now[StateIndex.HEADING])
-    d = np.asarray(xy, np.float64) - now[:2]
-    return np.stack([d[..., 0] * math.cos(h) + d[..., 1] * math.sin(h),
-                     -d[..., 0] * math.sin(h) + d[..., 1] * math.cos(h)], -1)
+@dataclasses.dataclass(frozen=True)
+class SceneObject:
+    """An agent or static object near the route at t = 0, in the route frame: ``ahead`` (m along the route centre
+    line from the ego), ``lateral`` (m, + left of the centre line), ``in_lane`` (its footprint overlaps the ego lane),
+    ``motion`` ("crossing": a pedestrian walking across the route; "moving"; "stopped")."""
+
+    kind: str
+    ahead: float
+    lateral: float
+    in_lane: bool
+    motion: str
+
+
+def route_frame(scene: HostScene, xy: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Points ``xy`` [n, 2] (global) -> (arc length from the ego's own projection [n] (m), signed offset from the
+    route centre line [n] (m, + left of the travel direction), route heading at the nearest point [n] (rad)).
+    Numpy (host-side descriptions; the scene's centre line has any length)."""
+    pts = np.asarray(scene.centerline[:, :2], np.float64)
+    a, d = pts[:-1], np.diff(pts, axis=0)
+    seg2 = np.maximum((d * d).sum(-1), 1e-12)
+    arc = np.concatenate([[0.0], np.cumsum(np.sqrt(seg2))])
+
+    def project(p):  # [n, 2] -> arc [n], lateral [n], heading [n]
+        t = np.clip(((p[:, None] - a) * d).sum(-1) / seg2, 0.0, 1.0)  # [n, S]
+        foot = a + t[..., None] * d
+        i = np.argmin(((p[:, None] - foot) ** 2).sum(-1), axis=-1)
+        rel = p - foot[np.arange(len(p)), i]
+        cross = d[i, 0] * rel[:, 1] - d[i, 1] * rel[:, 0]
+        return (arc[i] + t[np.arange(len(p)), i] * np.sqrt(seg2[i]), np.sign(cross) * np.hypot(*rel.T),
+                np.arctan2(d[i, 1], d[i, 0]))
+
+    s, lat, heading = project(np.asarray(xy, np.float64).reshape(-1, 2))
+    s0 = project(scene.origin[None])[0][0]
+    return s - s0, lat, heading
+
+
+def scene_objects(scene: HostScene, ahead: float = 45.0, side: float = 8.0, lane_half_width: float = 1.8,
+                  pedestrian_side: float = 15.0) -> list[SceneObject]:
+    """Objects present at t = 0 between 0 and ``ahead`` m along the route and within ``side`` m of its centre line
+    (pedestrians: ``pedestrian_side``, they cross from the kerb of wide roads), in the scene's agent order.
+    ``in_lane``: the footprint (half the object's width to each side) overlaps the ego lane by 0.2 m or more."""
+    out = []
+    for a in scene.agents:
+        if np.isnan(a.track[0, 0]):
+            continue
+        s, lat, heading = (v[0] for v in route_frame(scene, a.track[0, :2][None]))
+        kind = AgentType(a.type).name.lower().replace("_", " ")
+        if not (0.0 < s < ahead and abs(lat) < (pedestrian_side if kind == "pedestrian" else side)):
+            continue
+        vx, vy = a.track[0, 3:5]
+        lateral_v = -vx * math.sin(heading) + vy * math.cos(heading)
+        motion = ("crossing" if kind == "pedestrian" and abs(lateral_v) > 0.3 else
+                  "moving" if math.hypot(vx, vy) > 0.3 else "stopped")
+        out.append(SceneObject(kind, float(s), float(lat), abs(lat) - 0.5 * a.width < lane_half_width - 0.2, motion))
+    return out
+
+
+def route_light(scene: HostScene) -> str:
+    """The light of the route's lane connectors at t = 0: "red", "yellow", "green" or "none"."""
+    route_lc = {l.id for l in scene.lanes if l.on_route and l.kind == LaneKind.LANE_CONNECTOR}
+    lights = {s[0] for lid, s in scene.traffic_lights.items() if lid in route_lc}
+    return {"R": "red", "Y": "yellow", "G": "green"}.get(next(iter(sorted(lights))), "none") if lights else "none"
 
 
 def broken_rules(values: np.ndarray, thresholds: np.ndarray) -> list[str]:
@@ -68,33 +125,26 @@ def broken_rules(values: np.ndarray, thresholds: np.ndarray) -> list[str]:
     return [r for r, v, t in zip(RULE_LABELS, np.asarray(values), np.asarray(thresholds)) if v < t]
 
 
-def describe_scene(scene: HostScene, proposal: int, ahead: float = 45.0, side: float = 8.0, lane_half_width: float = 1.8,
-                   broken: Sequence[str] | None = None) -> str:
-    """Compact text: objects near the route ahead (type, metres ahead, "in lane" or metres left/right, crossing /
-    moving / stopped), the route light now, a summary of the plan (largest lateral offset, strongest braking,
-    distance) and, when ``broken`` is given, the status of every rule ("Rule checks: LK broken, NC ok, ..." in the
-    answer's rule order; ``broken_rules``), last, so each rule's status is at the same token distance from its answer
-    slot in every conversation."""
-    parts = []
-    for a in scene.agents:
-        if np.isnan(a.track[0, 0]):
-            continue
-        fwd, left = _ego_frame(scene, a.track[0, :2])
-        if not (0.0 < fwd < ahead and abs(left) < side):
-            continue
-        kind = AgentType(a.type).name.lower().replace("_", " ")
-        moving = np.hypot(*a.track[0, 3:5]) > 0.3
-        lateral_v = _ego_frame(scene, a.track[0, :2] + a.track[0, 3:5])[1] - left
-        what = "crossing" if kind == "pedestrian" and abs(lateral_v) > 0.3 else ("moving" if moving else "stopped")
-        where = "in lane" if abs(left) < lane_half_width else f"{abs(left):.0f} m {'left' if left > 0 else 'right'}"
-        parts.append(f"{kind} {fwd:.0f} m ahead {where} {what}")
-    route_lc = {l.id for l in scene.lanes if l.on_route and l.kind == LaneKind.LANE_CONNECTOR}
-    lights = {s[0] for lid, s in scene.traffic_lights.items() if lid in route_lc}
-    light = {"R": "red", "Y": "yellow", "G": "green"}.get(next(iter(sorted(lights))), "none") if lights else "none"
+def _side(x: float) -> str:
+    return f"{abs(x):.1f} m {'left' if x > 0 else 'right'}"
+
+
+def describe_scene(scene: HostScene, proposal: int, broken: Sequence[str] | None = None, **objects) -> str:
+    """Compact text in the route frame (distances along the route centre line, offsets from it, so a curved road
+    reads like a straight one): the objects of ``scene_objects`` (type, metres ahead, "in lane" when they occupy part
+    of the ego lane or metres left / right, crossing / moving / stopped; ``objects``: its keyword arguments), the
+    route light now, a summary of the plan (its farthest offsets left and right of the lane centre, where it ends,
+    strongest braking, distance) and, when ``broken`` is given, the status of every rule ("Rule checks: LK broken,
+    NC ok, ..." in the answer's rule order; ``broken_rules``), last, so each rule's status is at the same token
+    distance from its answer slot in every conversation."""
+    parts = [f"{o.kind} {o.ahead:.0f} m ahead "
+             f"{'in lane' if o.in_lane else f'{abs(o.lateral):.0f} m ' + ('left' if o.lateral > 0 else 'right')} "
+             f"{o.motion}" for o in scene_objects(scene, **objects)]
     plan = scene.proposal_states[proposal]
-    lateral = _ego_frame(scene, plan[:, :2])[:, 1]
-    text = "Objects: " + ("; ".join(parts) if parts else "none") + f". Route light: {light}. "
-    text += (f"Plan: lateral offset up to {np.abs(lateral).max():.1f} m, strongest braking "
+    lat = route_frame(scene, plan[:, :2])[1]
+    text = "Objects: " + ("; ".join(parts) if parts else "none") + f". Route light: {route_light(scene)}. "
+    text += (f"Plan: up to {max(0.0, lat.max()):.1f} m left and {max(0.0, -lat.min()):.1f} m right of its lane "
+             f"centre, ends {_side(lat[-1]) if abs(lat[-1]) >= 0.05 else 'on it'}, strongest braking "
              f"{min(0.0, plan[:, StateIndex.ACCELERATION_X].min()):.1f} m/s2, "
              f"distance {np.linalg.norm(np.diff(plan[:, :2], axis=0), axis=-1).sum():.0f} m.")
     if broken is not None:  # every rule in answer order: each status sits at a fixed distance from its answer slot

@@ -13,7 +13,8 @@
 Data config fields: ``path`` (dataset directory), ``split``, ``model_path`` (the pretrained model directory: chat
 template, merge size and image processor), ``describe`` (text scene description ablation), ``reason`` (prepend the
 record's justification as ``Reason:`` in SFT targets), ``target`` (SFT: ``answer`` or ``slots``, see
-``gate_examples``), ``limit`` (first N, 0 = all).
+``gate_examples``), ``limit`` (first N, 0 = all), ``balance`` (SFT: oversample the records with a rule gated off,
+``balance_records``).
 """
 from __future__ import annotations
 
@@ -50,6 +51,15 @@ def _limit(items: list, cfg) -> list:
     return items[:n] if n else items
 
 
+def balance_records(records: list) -> list:
+    """``data.balance``: the records whose gate vector has a rule off (reasonable driving that breaks a rule, the
+    records a judge must tell from the all-yes majority) repeated round(n_all_yes / n_off) times (at least once),
+    so both kinds weigh about the same in an epoch; order kept (the trainer's sampler shuffles)."""
+    off = [not all(r.gates[g] for g in RULE_LABELS) for r in records]
+    k = max(1, round((len(records) - sum(off)) / sum(off))) if any(off) else 1
+    return [x for r, o in zip(records, off) for x in [r] * (k if o else 1)]
+
+
 def _scenes(root: Path):
     cache = {}
     return lambda rel: cache.setdefault(rel, read_scene(root / rel, validate=False))
@@ -69,6 +79,7 @@ def _broken(cfg, root: Path, records) -> list:
 
 def gate_examples(cfg, tokenizer=None) -> list[dict]:
     """``data.kind = "judge_gates"``: SFT examples (module docstring); ``gates`` [7] and ``label`` ride along.
+    ``data.balance``: oversample the records with a rule off (``balance_records``).
 
     ``data.target``: ``"answer"`` (default) trains the whole answer block with the record's gates (and its
     justification as ``Reason:`` with ``data.reason``); ``"slots"`` trains exactly what the policy reads: the input
@@ -78,6 +89,8 @@ def gate_examples(cfg, tokenizer=None) -> list[dict]:
     records = _limit(read_records(root, cfg.get("split", "train")), cfg)
     if not records:
         raise ValueError(f"data.path {root}: no records in split {cfg.get('split', 'train')!r}")
+    if cfg.get("balance", False):
+        records = balance_records(records)
     target = cfg.get("target", "answer")
     if target not in ("answer", "slots"):
         raise ValueError(f"data.target: expected 'answer' or 'slots', got {target!r}")

@@ -5,13 +5,16 @@ that sees the BEV image can learn them (``planted_label``):
 
   * leaving the lane to pass a parked car / cones / barrier blocking it (``nudge`` with a blocker): reasonable;
     the same manoeuvre on an empty road, or a ``drift`` out of the lane: not reasonable;
-  * braking hard (``brake_hard``) with a pedestrian crossing ahead: reasonable; with nothing ahead: not;
+  * braking hard (``brake_hard``) with a pedestrian crossing ahead: reasonable; with nothing ahead (no pedestrian,
+    nothing in the ego lane): not;
   * entering the junction against a red light (``proceed_through_junction`` with TLC = 0): not reasonable; the same
     trajectory on green, the nominal lane following and stopping at a red line: reasonable;
   * leaving the road, driving the wrong way, speeding into the lead, swerving: not reasonable; a lane change to a
     same-direction lane: reasonable.
 
-Other proposals (ambiguous by these rules) are not labelled. Train and test scenes come from disjoint generator seeds
+The context is read from what the text description states (``prompt.scene_objects``: objects at t = 0 in the route
+frame, the route light; ``scene_context``), so every label is determined by the description, the plan summary and
+the rule checks a judge is shown. Other proposals (ambiguous by these rules) are not labelled. Train and test scenes come from disjoint generator seeds
 (``TEST_SEED_OFFSET``), so the held-out split's scenes were never seen in training. ``build_dataset`` writes the
 directory of ``judge.dataset`` (records, DriveCritic-style pairs of one reasonable and one unreasonable trajectory
 of a scene, scenes, BEV images, meta).
@@ -28,24 +31,25 @@ from tqdm import tqdm
 
 from jaxdrive.data.scene_json import write_scene
 from jaxdrive.data.synthetic import PROFILES, generate_scene, pad_spec
+from jaxdrive.judge import prompt as P
 from jaxdrive.judge.bev import BevConfig, render_bev_batch, save_png
 from jaxdrive.judge.dataset import SUBSCORE_KEYS, Pair, Record, write_jsonl
 from jaxdrive.judge.gates import RULE_LABELS
 from jaxdrive.judge.labels import PAPER_THRESHOLDS, gate_labels, rule_values
 from jaxdrive.rules import epdms
-from jaxdrive.scene import HostScene, LaneKind, batch_scenes
+from jaxdrive.scene import HostScene, batch_scenes
 
 NUM_PROPOSALS = 32  # enough that most special manoeuvres of a scene are generated
 TEST_SEED_OFFSET = 1_000_000
-BLOCKER_ROLES = ("parked_in_lane", "cone", "barrier")
 PROFILE = dataclasses.replace(PROFILES["default"], p_blocker=0.75, p_lead=0.4, p_pedestrian=0.5, p_intersection=0.35)
 PRIORITY = ("nudge", "brake_hard", "proceed_through_junction", "drift", "follow_nominal")
 
 
 @dataclasses.dataclass(frozen=True)
 class Context:
-    """What the planted rules read from a scene: a blocker in the ego lane, a pedestrian crossing ahead, a lead
-    vehicle, and a red light on the route at t = 0."""
+    """What the planted rules read from a scene, all observable at t = 0 and stated by the text description
+    (``prompt.scene_objects``, ``prompt.route_light``): a stopped object occupying part of the ego lane ahead
+    (blocker), a pedestrian crossing ahead, a moving vehicle in the ego lane ahead (lead), a red light on the route."""
 
     blocker: bool
     pedestrian: bool
@@ -54,11 +58,14 @@ class Context:
 
 
 def scene_context(scene: HostScene) -> Context:
-    roles = [a.role.split("+")[0] for a in scene.agents]
-    route_connectors = {l.id for l in scene.lanes if l.on_route and l.kind == LaneKind.LANE_CONNECTOR}
-    red = any(status[0] == "R" for lid, status in scene.traffic_lights.items() if lid in route_connectors)
-    return Context(blocker=any(r in BLOCKER_ROLES for r in roles), pedestrian="pedestrian_crossing" in roles,
-                   lead=any(r.startswith("lead") for r in roles), red=red)
+    """The ``Context`` of a scene from exactly the objects its description lists (not from the generator's roles:
+    a pedestrian that appears only later, or a parked car beyond the described range, is no context the judge can
+    see)."""
+    objs = P.scene_objects(scene)
+    return Context(blocker=any(o.in_lane and o.motion == "stopped" and o.kind != "pedestrian" for o in objs),
+                   pedestrian=any(o.kind == "pedestrian" and o.motion == "crossing" for o in objs),
+                   lead=any(o.in_lane and o.motion == "moving" and o.kind != "pedestrian" for o in objs),
+                   red=P.route_light(scene) == "red")
 
 
 def planted_label(name: str, family: str, ctx: Context, tlc: float) -> tuple[int, str, str] | None:
@@ -71,7 +78,7 @@ def planted_label(name: str, family: str, ctx: Context, tlc: float) -> tuple[int
     if family == "brake_hard":
         if ctx.pedestrian:
             return 1, "brake_for_pedestrian", "Brakes hard for a pedestrian crossing ahead."
-        if not ctx.lead:
+        if not (ctx.lead or ctx.blocker):
             return 0, "brake_for_nothing", "Brakes hard with nothing ahead."
         return None
     if name == "proceed_through_junction":
