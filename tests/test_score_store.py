@@ -1,12 +1,14 @@
 """Binary scene store and parallel host input of ``jaxdrive score``.
 
 * all 61 fixtures written to a store score exactly like their JSON files (same rows, bit for bit) and like NAVSIM;
+* a store's padded copy (``STORE/padded``) is what the runner reads (no scene decoded), and its rows equal those of a
+  store without one (scenes decoded and padded per batch); a stale copy is refused;
 * two reader processes (``--workers 2``) give the same rows as one;
 * a file with a malformed value is reported in errors.jsonl by name and the rest of the run completes;
 * ``jaxdrive scenes convert`` and ``jaxdrive scenes generate --store`` write stores that read back losslessly (ego-
   centred); the store's metadata gives a ``PadSpec`` holding every scene.
 
-The three scoring runs share one padded shape and one set of capacities (one compile, then the persistent cache).
+The four scoring runs share one padded shape and one set of capacities (one compile, then the persistent cache).
 """
 
 from __future__ import annotations
@@ -34,12 +36,21 @@ COLUMNS = ["nc", "dac", "ddc", "tlc", "ep", "ttc", "lk", "hc", "ec", "pdm_score"
            "ttc_step", "lk_step"]
 
 
+class _PaddedOnly(SceneStoreSource):
+    """A store source that fails if a scene is decoded: the run must read the padded copy."""
+
+    def iter_range(self, start, stop):
+        raise AssertionError("a scene was decoded although the store has a padded copy")
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("store")
     scenes = [read_scene(f) for f in FILES]
     store = tmp / "store"
     write_store(scenes, store)
+    decoded = tmp / "decoded"  # a store without the padded copy (as written before it existed)
+    write_store(scenes, decoded, padded=False)
     json_dir = tmp / "json"
     json_dir.mkdir()
     for f in FILES:
@@ -51,15 +62,15 @@ def runs(tmp_path_factory):
     options = lambda workers: ScoreOptions(batch_size=16, shard_size=32, workers=workers,
                                            pad=SceneStoreSource(store).pad_spec())
     out = {}
-    for name, source, workers in (("store", SceneStoreSource(store), 1), ("store2", SceneStoreSource(store), 2),
-                                  ("json", SceneDirSource(json_dir), 1)):
+    for name, source, workers in (("store", _PaddedOnly(store), 1), ("decoded", SceneStoreSource(decoded), 1),
+                                  ("store2", SceneStoreSource(decoded), 2), ("json", SceneDirSource(json_dir), 1)):
         stats = score_source(source, tmp / name, options(workers), progress=False)
         out[name] = (tmp / name, stats, read_results(tmp / name).sort_values(["scene_id", "proposal"])
                      .reset_index(drop=True))
     return out
 
 
-@pytest.mark.slow  # three scoring runs (one compile)
+@pytest.mark.slow  # four scoring runs (one compile)
 def test_store_rows_equal_json_rows_and_navsim(runs):
     _, _, store = runs["store"]
     _, stats, js = runs["json"]
@@ -75,15 +86,64 @@ def test_store_rows_equal_json_rows_and_navsim(runs):
             np.testing.assert_allclose(rows.epdms.to_numpy(), want, atol=1e-4, err_msg=sc["id"])
 
 
-@pytest.mark.slow  # three scoring runs (one compile)
+@pytest.mark.slow  # four scoring runs (one compile)
+def test_padded_copy_rows_equal_decoded_store_rows(runs):
+    padded, decoded = runs["store"][2], runs["decoded"][2]
+    assert len(padded) == len(decoded) == 507
+    for col in ["scene_id", "proposal", "proposal_name"] + COLUMNS:
+        np.testing.assert_array_equal(padded[col].to_numpy(), decoded[col].to_numpy(), err_msg=col)
+    assert runs["store"][1].compiles == 1
+
+
+def test_padded_copy_batches_equal_batch_scenes_and_a_stale_copy_is_refused(tmp_path):
+    from jaxdrive.data.store import PADDED_DIR, PADDED_INDEX
+    from jaxdrive.scene import Proposals
+    from jaxdrive.scene.device import _build
+
+    scenes = [read_scene(f) for f in FILES[:5]]
+    write_store(scenes, tmp_path / "store")
+    store = SceneStore(tmp_path / "store")
+    copy = store.padded()
+    assert copy is not None and copy.ids == [s.id for s in scenes]
+    assert copy.counts == [s.num_proposals for s in scenes]
+    assert copy.names == [list(s.proposal_names) for s in scenes]
+    pad = store.pad_spec()
+    got_scene, got_props = copy.batch(1, 4, 5)  # 3 scenes + 2 filler rows (copies of the first)
+    back = [store[i] for i in (1, 2, 3, 1, 1)]
+    want_scene, want_props, _ = batch_scenes(back, pad, validate=False)
+    for x, y in zip(jax.tree.leaves((want_scene, want_props)), jax.tree.leaves((_build(got_scene),
+                                                                                Proposals(**got_props)))):
+        assert x.dtype == y.dtype
+        np.testing.assert_array_equal(x, y)
+    source = SceneStoreSource(tmp_path / "store")
+    assert source.padded(pad) is not None
+    assert source.padded(PadSpec(**{**vars(pad), "agents": pad.agents + 8})) is None  # another PadSpec: decode
+
+    length = np.load(tmp_path / "store" / PADDED_DIR / "scene.agents.length.npy", mmap_mode="r+")
+    length[0, 0] += 1.0  # no longer what pad_scene makes of scene 0
+    length.flush()
+    del length
+    assert SceneStore(tmp_path / "store").padded() is None
+    assert write_store(scenes[:1], tmp_path / "old", padded=False) and SceneStore(tmp_path / "old").padded() is None
+    index = json.loads((tmp_path / "store" / PADDED_DIR / PADDED_INDEX).read_text())
+    from jaxdrive.data.store import write_padded
+
+    write_padded(tmp_path / "store")  # rewritten: valid again
+    assert SceneStore(tmp_path / "store").padded() is not None
+    index["sha256"] = "0" * 64  # written for other scenes
+    (tmp_path / "store" / PADDED_DIR / PADDED_INDEX).write_text(json.dumps(index))
+    assert SceneStore(tmp_path / "store").padded() is None
+
+
+@pytest.mark.slow  # four scoring runs (one compile)
 def test_two_reader_processes_give_the_rows_of_one(runs):
-    one, two = runs["store"][2], runs["store2"][2]
+    one, two = runs["decoded"][2], runs["store2"][2]
     assert len(one) == len(two)
     for col in ["scene_id", "proposal", "proposal_name"] + COLUMNS:
         np.testing.assert_array_equal(one[col].to_numpy(), two[col].to_numpy(), err_msg=col)
 
 
-@pytest.mark.slow  # three scoring runs (one compile)
+@pytest.mark.slow  # four scoring runs (one compile)
 def test_malformed_value_is_named_in_errors_and_the_rest_completes(runs):
     path, stats, js = runs["json"]
     assert js.scene_id.nunique() == 61

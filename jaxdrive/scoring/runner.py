@@ -264,6 +264,8 @@ class _Producer(threading.Thread):
         self.source, self.rundir, self.options, self.mesh, self.out = source, run, options, mesh, out
         self.pad = options.pad
         self.capacity: PackSpec | None = None  # fixed by _prescan before the first batch is queued
+        # a store's padded copy at this run's PadSpec: batches are slices of it (no scene decoded or padded)
+        self.padded = source.padded(self.pad) if hasattr(source, "padded") else None
         self.failure: BaseException | None = None
         self.stop = threading.Event()
 
@@ -275,35 +277,52 @@ class _Producer(threading.Thread):
                            for f in dataclasses.fields(PadSpec)})
         self.pad = grown
 
+    def _rows(self, n: int) -> int:
+        """Scenes of a batch of ``n``: at least ``batch_size``, a multiple of the device count (filler scenes)."""
+        ndev = self.mesh.devices.size
+        return -(-max(self.options.batch_size, n) // ndev) * ndev
+
     def _host_batch(self, scenes: list[HostScene]):
         """Padded numpy batch (scene, proposals, gates, reference); filler scenes have no valid proposal."""
-        ndev = self.mesh.devices.size
-        b = self.options.batch_size
-        b = -(-max(b, len(scenes)) // ndev) * ndev
+        b = self._rows(len(scenes))
         padded = scenes + [scenes[0]] * (b - len(scenes))
         self._fit(scenes)
         scene, props, _ = batch_scenes(padded, self.pad, validate=False)
-        props = props.replace(valid=props.valid & (np.arange(b) < len(scenes))[:, None])
+        return self._complete(scene, props, [s.id for s in scenes], [s.num_proposals for s in scenes])
+
+    def _padded_batch(self, start: int, stop: int):
+        """``_host_batch`` of items ``start:stop`` from the store's padded copy (a slice of memory maps)."""
+        from jaxdrive.scene import Proposals
+        from jaxdrive.scene.device import _build
+
+        scene, props = self.padded.batch(start, stop, self._rows(stop - start))
+        return self._complete(_build(scene), Proposals(**props), self.padded.ids[start:stop],
+                              self.padded.counts[start:stop])
+
+    def _complete(self, scene, props, ids: list[str], counts: list[int]):
+        """(scene, proposals, gates, reference) of a padded batch whose first ``len(ids)`` scenes are real."""
+        b = props.valid.shape[0]
+        props = props.replace(valid=props.valid & (np.arange(b) < len(ids))[:, None])
         if self.options.simulate:
             props = props.replace(states=np.asarray(_resimulate_jit(props.states)))
         gates = np.ones((b, self.pad.proposals, len(METRICS)), bool)
         if isinstance(self.options.gates, dict):
-            for i, s in enumerate(scenes):
-                if s.id not in self.options.gates:
-                    raise ValueError(f"--gates: no entry for scene {s.id!r}")
-                rows = _gate_rows(self.options.gates[s.id], f"--gates: scene {s.id!r}")
-                if rows.ndim == 2 and rows.shape[0] != s.num_proposals:
-                    raise ValueError(f"--gates: scene {s.id!r}: expected {s.num_proposals} rows (one per proposal), "
+            for i, (sid, k) in enumerate(zip(ids, counts)):
+                if sid not in self.options.gates:
+                    raise ValueError(f"--gates: no entry for scene {sid!r}")
+                rows = _gate_rows(self.options.gates[sid], f"--gates: scene {sid!r}")
+                if rows.ndim == 2 and rows.shape[0] != k:
+                    raise ValueError(f"--gates: scene {sid!r}: expected {k} rows (one per proposal), "
                                      f"got {rows.shape[0]}")
-                gates[i, :s.num_proposals] = rows
+                gates[i, :k] = rows
         elif self.options.gates is not None:
             gates[:] = _gate_rows(self.options.gates, "--gates")
         ref = np.zeros((b,), np.float32)
         if self.options.reference_progress:
-            for i, s in enumerate(scenes):
-                if s.id not in self.options.reference_progress:
-                    raise ValueError(f"--reference-progress: no entry for scene {s.id!r}")
-                ref[i] = self.options.reference_progress[s.id]
+            for i, sid in enumerate(ids):
+                if sid not in self.options.reference_progress:
+                    raise ValueError(f"--reference-progress: no entry for scene {sid!r}")
+                ref[i] = self.options.reference_progress[sid]
         return scene, props, gates, ref
 
     def _prescan(self, ranges: list[tuple[int, int]]) -> None:
@@ -313,6 +332,9 @@ class _Producer(threading.Thread):
         picks = np.unique(np.linspace(0, len(ranges) - 1, min(len(ranges), PRESCAN_BATCHES)).round().astype(int))
         scanned = []
         for i in picks:
+            if self.padded is not None:
+                scanned.append(needs(*self._padded_batch(*ranges[i])[:2], ndev))
+                continue
             scenes = [s for s in self.source.iter_range(*ranges[i]) if isinstance(s, HostScene)]
             if scenes:
                 scanned.append(needs(*self._host_batch(scenes)[:2], ndev))
@@ -345,14 +367,21 @@ class _Producer(threading.Thread):
             ranges = [(entry[2], entry[3]) for entry in plan if entry[0] == "batch"]
             if ranges:
                 self._prescan(ranges)
-            items_of = read_batches(self.source, ranges, self.options.workers, self.stop)
+            if self.padded is None:
+                items_of = read_batches(self.source, ranges, self.options.workers, self.stop)
             for entry in plan:
                 if entry[0] == "skip":
                     self.out.put(entry)
                     continue
                 if self.stop.is_set():
                     return
-                _, shard, _, _, last = entry
+                _, shard, start, stop, last = entry
+                if self.padded is not None:
+                    arrays = self._padded_batch(start, stop)
+                    batch = _Batch(shard, last, None, self.padded.ids[start:stop], self.padded.names[start:stop],
+                                   self.padded.counts[start:stop], [])
+                    self._emit(batch, arrays)
+                    continue
                 items = next(items_of)
                 scenes = [s for s in items if isinstance(s, HostScene)]
                 errors = [{"name": e.name, "error": e.message} for e in items if isinstance(e, SourceError)]

@@ -135,6 +135,11 @@ class SceneStoreSource(SceneSource):
         """A ``PadSpec`` holding every scene (from the store's metadata)."""
         return self.store.pad_spec()
 
+    def padded(self, pad):
+        """The store's padded copy (``jaxdrive.data.store.PaddedStore``) when it is padded at ``pad``, else None."""
+        copy = self.store.padded()
+        return copy if copy is not None and copy.pad == pad else None
+
     def describe(self) -> dict:
         return {"kind": "scene_store", "path": str(self.path.resolve()), "scenes": len(self),
                 "sha256": self.store.meta["sha256"]}
