@@ -135,7 +135,9 @@ def no_at_fault_collisions(scene: Scene, states: Float[Array, "K T 11"],
 
 def _packed_nc(agents: Agents, pairs: ContactPairs, states: Float[Array, "K T 11"],
                lateral: Bool[Array, "K T"]) -> tuple[Float[Array, "K"], Int[Array, "K"]]:
-    """NC of one group's K proposals (over its scenes' ``agents``) from its contact triples."""
+    """NC of one group's K proposals (over its scenes' ``agents``) from its contact triples. The box rows and the
+    triples' windows are materialised first (``jax.lax.optimization_barrier``; see ``ttc._packed_ttc``)."""
+    barrier = jax.lax.optimization_barrier
     k, nt = states.shape[:2]
     nb, n = agents.valid.shape
     steps = -(-nt // CONTACT_STEPS) * CONTACT_STEPS
@@ -143,8 +145,8 @@ def _packed_nc(agents: Agents, pairs: ContactPairs, states: Float[Array, "K T 11
     start = pairs.chunk * CONTACT_STEPS
     obj = jax.vmap(object_boxes)(agents).reshape((nb * n, nt, 4, 2))
     live = (agents.present & agents.valid[..., None]).reshape(nb * n, nt)
-    ego_w = windows(box_rows(ego_boxes(states)), owner, start, CONTACT_STEPS, steps)  # [P, L, 8] ego step t ...
-    obj_w = windows(box_rows(obj, live), scene * n + agent, start, CONTACT_STEPS, steps)  # [P, L, 9] ... frame t
+    ego_w = barrier(windows(barrier(box_rows(ego_boxes(states))), owner, start, CONTACT_STEPS, steps))  # [P, L, 8]
+    obj_w = barrier(windows(barrier(box_rows(obj, live)), scene * n + agent, start, CONTACT_STEPS, steps))  # [P, L, 9]
     t = start[:, None] + jnp.arange(CONTACT_STEPS)  # [P, L]
     touch = boxes_intersect_xy(*corners(ego_w), *corners(obj_w)) & (obj_w[..., 8] > 0) & pairs.valid[:, None]
     t_local = jnp.min(jnp.where(touch & (t < nt), t, nt), axis=-1)  # [P]
