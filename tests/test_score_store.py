@@ -202,3 +202,45 @@ def test_a_batch_beyond_the_prescanned_capacities_is_rescored_with_identical_row
             np.testing.assert_allclose(got[col].to_numpy(), want[col].to_numpy(), rtol=3e-7, atol=0, err_msg=col)
         else:
             np.testing.assert_array_equal(got[col].to_numpy(), want[col].to_numpy(), err_msg=col)
+
+
+def test_a_failed_shard_write_is_raised_and_earlier_shards_stay_committed(runs, tmp_path, monkeypatch):
+    """Shards are committed by a background writer: its failure surfaces from ``score_source``; the shards committed
+    before it are in the manifest, none after it."""
+    from jaxdrive.scoring.outputs import MANIFEST, RunDir
+
+    real = RunDir.write_shard
+
+    def failing(self, shard, columns, errors):
+        if shard == 1:
+            raise OSError(28, "No space left on device")
+        real(self, shard, columns, errors)
+
+    monkeypatch.setattr(RunDir, "write_shard", failing)
+    source = SceneStoreSource(runs["store"][0].parent / "store")
+    with pytest.raises(OSError, match="No space left"):
+        score_source(source, tmp_path / "out", ScoreOptions(batch_size=16, shard_size=16, pad=source.pad_spec()),
+                     progress=False)
+    assert list(json.loads((tmp_path / "out" / MANIFEST).read_text())["completed"]) == ["0"]
+
+
+def test_columns_keep_real_proposals_in_scene_order():
+    from jaxdrive.metrics import AGGREGATES, GATES, STEPS
+    from jaxdrive.rules.epdms import SubScores
+    from jaxdrive.scoring.runner import _columns
+
+    import dataclasses
+
+    b, k = 3, 4
+    value = np.arange(b * k, dtype=np.float32).reshape(b, k)
+    sub = SubScores(**{f.name: (value.astype(np.int32) if f.name.endswith("_step") else
+                                np.zeros((b, k, 6), bool) if f.name == "hc_checks" else value)
+                       for f in dataclasses.fields(SubScores)})
+    cols = _columns(sub, ["a", "b"], [["a0", "a1", "a2"], ["b0"]], [3, 1])  # scene 3: filler
+    assert cols["scene_id"].tolist() == ["a", "a", "a", "b"]
+    assert cols["proposal"].tolist() == [0, 1, 2, 0] and cols["proposal"].dtype == np.int32
+    assert cols["proposal_name"].tolist() == ["a0", "a1", "a2", "b0"]
+    for f in GATES + AGGREGATES + ("raw_progress",):
+        assert cols[f].tolist() == [0.0, 1.0, 2.0, 4.0] and cols[f].dtype == np.float64
+    for f in STEPS:
+        assert cols[f].tolist() == [0, 1, 2, 4] and cols[f].dtype == np.int32

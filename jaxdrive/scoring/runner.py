@@ -215,17 +215,17 @@ _resimulate_jit = jax.jit(resimulate)
 
 def _columns(sub: SubScores, ids: Sequence[str], names: Sequence[Sequence[str]], counts: Sequence[int]) -> dict:
     """Host rows (one per real proposal) from a [B, K] result; padded scenes/proposals are dropped."""
-    arrays = {f: np.asarray(getattr(sub, f)) for f in METRICS + AGGREGATES + STEPS + ("raw_progress",)}
-    sel_b, sel_k = [], []
-    for b, k in enumerate(counts):
-        sel_b.extend([b] * k)
-        sel_k.extend(range(k))
-    sel_b, sel_k = np.asarray(sel_b, np.int64), np.asarray(sel_k, np.int64)
-    cols = {"scene_id": np.asarray([ids[b] for b in sel_b], dtype=object),
-            "proposal": sel_k.astype(np.int32),
-            "proposal_name": np.asarray([names[b][k] for b, k in zip(sel_b, sel_k)], dtype=object)}
-    for f, a in arrays.items():
-        v = a[sel_b, sel_k]
+    counts = np.asarray(counts, np.int64)
+    k = int(np.asarray(sub.epdms).shape[1])
+    keep = (np.arange(k)[None, :] < counts[:, None]).ravel()  # row-major (scene, proposal) order
+    sel_k = np.broadcast_to(np.arange(k, dtype=np.int32), (len(counts), k)).ravel()[keep]
+    cols = {"scene_id": np.repeat(np.asarray(list(ids), dtype=object), counts),
+            "proposal": sel_k,
+            "proposal_name": np.fromiter(itertools.chain.from_iterable(n[:c] for n, c in zip(names, counts)),
+                                         dtype=object, count=int(counts.sum()))}
+    for f in METRICS + AGGREGATES + STEPS + ("raw_progress",):
+        a = np.asarray(getattr(sub, f))
+        v = a[:len(counts)].reshape(len(counts) * k, *a.shape[2:])[keep]
         cols[f] = v.astype(np.int32) if f.endswith("_step") else v.astype(np.float64)
     return cols
 
@@ -395,6 +395,45 @@ class _Producer(threading.Thread):
             self.out.put(("end", None))
 
 
+class _ShardWriter(threading.Thread):
+    """Commits shards (``RunDir.write_shard``: parquet file, then manifest) in submission order, off the scoring loop,
+    then calls ``on_shard``. After a failure (or an exception from ``on_shard``) it commits nothing more; ``submit``
+    and ``close`` re-raise it in the caller's thread."""
+
+    def __init__(self, rundir: RunDir, on_shard: Callable[[int], None] | None):
+        super().__init__(daemon=True)
+        self.rundir, self.on_shard = rundir, on_shard
+        self.queue: queue.Queue = queue.Queue(maxsize=2)  # bounded: at most ~3 shards' rows held
+        self.failure: BaseException | None = None
+
+    def run(self) -> None:
+        while (item := self.queue.get()) is not None:
+            if self.failure is not None:
+                continue
+            try:
+                self.rundir.write_shard(*item)
+                if self.on_shard is not None:
+                    self.on_shard(item[0])
+            except BaseException as e:  # surfaced in the scoring thread
+                self.failure = e
+
+    def submit(self, shard: int, columns: dict, errors: list) -> None:
+        self._check()
+        self.queue.put((shard, columns, errors))
+
+    def close(self) -> None:
+        """Waits until every submitted shard is committed (or the writer failed); re-raises its failure."""
+        if self.is_alive():
+            self.queue.put(None)
+            self.join()
+        self._check()
+
+    def _check(self) -> None:
+        if self.failure is not None:
+            failure, self.failure = self.failure, None
+            raise failure
+
+
 def _drain(q: queue.Queue, producer: threading.Thread) -> None:
     """Unblocks a stopped producer (it may wait on the full queue) and waits for it to end: a thread still inside
     JAX when the interpreter exits (after Ctrl-C) aborts the process instead of letting it exit cleanly."""
@@ -466,6 +505,8 @@ def score_source(source: SceneSource, out_dir, options: ScoreOptions, *, resume:
                desc="scoring")
     shard_parts: list[dict] = []
     shard_errors: list[dict] = []
+    writer = _ShardWriter(run, on_shard)
+    writer.start()
     pending: tuple | None = None  # (batch, device result) awaiting transfer to host
     t_first_done = None
 
@@ -504,11 +545,10 @@ def score_source(source: SceneSource, out_dir, options: ScoreOptions, *, resume:
         bar.update(len(batch.ids) + len(batch.errors))
         bar.set_postfix(prop_per_s=f"{stats.proposals_per_s:,.0f}" if stats.score_s else "compiling")
         if batch.last_in_shard:
-            run.write_shard(batch.shard, _concat(shard_parts), shard_errors)
+            writer.submit(batch.shard, _concat(shard_parts), shard_errors)
             shard_parts, shard_errors = [], []
-            if on_shard is not None:
-                on_shard(batch.shard)
 
+    clean = False
     try:
         while True:
             kind, payload, *rest = q.get()
@@ -534,10 +574,18 @@ def score_source(source: SceneSource, out_dir, options: ScoreOptions, *, resume:
             pending = (batch, result)
         if pending is not None:
             finish(*pending)
+        clean = True
     finally:
         producer.stop.set()
         _drain(q, producer)
         bar.close()
+        if clean:
+            writer.close()  # every shard committed (or its failure raised) before the run is finished
+        else:  # the shards already handed over still commit; the exception in flight is the one reported
+            try:
+                writer.close()
+            except BaseException:
+                pass
     if producer.failure is not None:
         raise producer.failure
     run.finish()
