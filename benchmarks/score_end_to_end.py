@@ -85,8 +85,9 @@ def reference_per_proposal_s(scenes) -> float:
 
 
 def end_to_end(source, out, options) -> tuple[float, object]:
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     stats = score_source(source, out, options, progress=False)
+    stats.cpu_s = time.process_time() - c0  # every thread of this process (reader workers not included)
     return time.perf_counter() - t0, stats
 
 
@@ -153,7 +154,7 @@ def main() -> None:
     print(f"reference (shapely/numpy per proposal): {1 / ref_s:,.1f} proposals/s ({ref_s * 1e3:.1f} ms/proposal)\n")
     tmp = tempfile.mkdtemp(prefix="jaxdrive-e2e-")
     header = (f"{'K':>5} {'path':<12} {'scenes':>6} {'proposals':>9} {'wall s':>7} {'compile s':>9} {'prop/s':>10} "
-              f"{'after compile':>13} {'x ref':>8} {'compiles':>8} {'overflows':>9}")
+              f"{'after compile':>13} {'x ref':>8} {'compiles':>8} {'overflows':>9} {'cpu s':>6}")
     rows = []
     print(header, flush=True)
     try:
@@ -178,7 +179,7 @@ def main() -> None:
                 n = stats.proposals
                 rows.append(f"{k:>5} {name + ' e2e':<12} {count:>6} {n:>9} {wall:>7.1f} {stats.compile_s:>9.1f} "
                             f"{n / wall:>10,.0f} {stats.proposals_per_s:>13,.0f} {n / wall * ref_s:>8,.0f} "
-                            f"{stats.compiles:>8} {stats.overflow_batches:>9}")
+                            f"{stats.compiles:>8} {stats.overflow_batches:>9} {stats.cpu_s:>6.1f}")
                 print(rows[-1], flush=True)
             best, first, overflow = step_only(scenes, options.pad, batch, args.reps)
             n = min(batch, count) * k
@@ -211,7 +212,8 @@ def main() -> None:
     print("\n" + header + "\n" + "\n".join(rows))
     print("\nprop/s: whole run incl. compile; after compile: from the end of the first batch; x ref: prop/s over the "
           "reference's; compiles: traces of the scoring program (1 = no recompile); overflows: batches that "
-          "overflowed the prescanned capacities (re-scored at grown capacities: one more compile each). step: best batch time, device-resident "
+          "overflowed the prescanned capacities (re-scored at grown capacities: one more compile each); cpu s: CPU time of "
+          "the whole run, all threads of this process. step: best batch time, device-resident "
           f"batch; host-packed: numpy broad phase + two-program step per batch. load average at the end "
           f"{os.getloadavg()[0]:.1f}")
 
