@@ -91,22 +91,23 @@ def end_to_end(source, out, options) -> tuple[float, object]:
     return time.perf_counter() - t0, stats
 
 
-def step_only(scenes, pad, batch: int, reps: int):
-    """Seconds per batch of the jitted scorer on a device-resident batch (best of ``reps``), and its compile."""
+def step_only(scenes, pad, batch: int, reps: int, capacity=None):
+    """Seconds per batch of the jitted scorer on a device-resident batch (best of ``reps``), and its compile; at the
+    batch's own capacities, or at ``capacity`` (e.g. those the end-to-end run fixed from all its batches)."""
     sc, pr, _ = batch_scenes(scenes[:batch], pad, validate=False)
-    capacity = capacity_for(needs(sc, pr, jax.device_count()))
+    capacity = capacity or capacity_for(needs(sc, pr, jax.device_count()))
     fn = jax.jit(lambda s, p: score_with_overflow(s, p, capacity=capacity, groups=jax.device_count(), fallback=False))
     args = jax.device_put((sc, pr))
     t0 = time.perf_counter()
     out, overflow = fn(*args)
     jax.block_until_ready(out)
     first = time.perf_counter() - t0
-    best = float("inf")
+    best = best_cpu = float("inf")
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         jax.block_until_ready(fn(*args))
-        best = min(best, time.perf_counter() - t0)
-    return best, first, bool(overflow)
+        best, best_cpu = min(best, time.perf_counter() - t0), min(best_cpu, time.process_time() - c0)
+    return best, first, bool(overflow), best_cpu
 
 
 def host_packed(scenes, pad, batch: int, reps: int):
@@ -154,7 +155,7 @@ def main() -> None:
     print(f"reference (shapely/numpy per proposal): {1 / ref_s:,.1f} proposals/s ({ref_s * 1e3:.1f} ms/proposal)\n")
     tmp = tempfile.mkdtemp(prefix="jaxdrive-e2e-")
     header = (f"{'K':>5} {'path':<12} {'scenes':>6} {'proposals':>9} {'wall s':>7} {'compile s':>9} {'prop/s':>10} "
-              f"{'after compile':>13} {'x ref':>8} {'compiles':>8} {'overflows':>9} {'cpu s':>6}")
+              f"{'after compile':>13} {'x ref':>8} {'compiles':>8} {'overflows':>9} {'cpu s':>6} {'prop/cpu-s':>10}")
     rows = []
     print(header, flush=True)
     try:
@@ -174,18 +175,29 @@ def main() -> None:
                 for s in scenes:
                     write_scene(s, os.path.join(json_dir, f"{s.id}.json"))
                 paths.append(("json", SceneDirSource(json_dir)))
+            run_capacity = None
             for name, src in paths:
                 wall, stats = end_to_end(src, os.path.join(tmp, f"out-{name}-{k}"), options)
+                run_capacity = run_capacity or stats.capacity
                 n = stats.proposals
                 rows.append(f"{k:>5} {name + ' e2e':<12} {count:>6} {n:>9} {wall:>7.1f} {stats.compile_s:>9.1f} "
                             f"{n / wall:>10,.0f} {stats.proposals_per_s:>13,.0f} {n / wall * ref_s:>8,.0f} "
-                            f"{stats.compiles:>8} {stats.overflow_batches:>9} {stats.cpu_s:>6.1f}")
+                            f"{stats.compiles:>8} {stats.overflow_batches:>9} {stats.cpu_s:>6.1f} "
+                            f"{stats.scored_after_compile / stats.score_cpu_s if stats.score_cpu_s else float('nan'):>10,.0f}")
                 print(rows[-1], flush=True)
-            best, first, overflow = step_only(scenes, options.pad, batch, args.reps)
+            best, first, overflow, best_cpu = step_only(scenes, options.pad, batch, args.reps)
             n = min(batch, count) * k
             rows.append(f"{k:>5} {'step':<12} {min(batch, count):>6} {n:>9} {best:>7.3f} {first:>9.1f} "
-                        f"{n / best:>10,.0f} {'':>13} {n / best * ref_s:>8,.0f} {'':>8} {int(overflow):>9}")
+                        f"{n / best:>10,.0f} {'':>13} {n / best * ref_s:>8,.0f} {'':>8} {int(overflow):>9} {'':>6} "
+                        f"{n / best_cpu:>10,.0f}")
             print(rows[-1], flush=True)
+            if run_capacity is not None and run_capacity != capacity_for(needs(*batch_scenes(
+                    scenes[:batch], options.pad, validate=False)[:2], jax.device_count())):
+                best, first, overflow, best_cpu = step_only(scenes, options.pad, batch, args.reps, run_capacity)
+                rows.append(f"{k:>5} {'step@run':<12} {min(batch, count):>6} {n:>9} {best:>7.3f} {first:>9.1f} "
+                            f"{n / best:>10,.0f} {'':>13} {n / best * ref_s:>8,.0f} {'':>8} {int(overflow):>9} "
+                            f"{'':>6} {n / best_cpu:>10,.0f}")
+                print(rows[-1], flush=True)
             if k <= 256:
                 host = host_packed(scenes, options.pad, batch, args.reps)
                 rows.append(f"{k:>5} {'host-packed':<12} {min(batch, count):>6} {n:>9} {host:>7.3f} {'':>9} "
@@ -213,8 +225,10 @@ def main() -> None:
     print("\nprop/s: whole run incl. compile; after compile: from the end of the first batch; x ref: prop/s over the "
           "reference's; compiles: traces of the scoring program (1 = no recompile); overflows: batches that "
           "overflowed the prescanned capacities (re-scored at grown capacities: one more compile each); cpu s: CPU time of "
-          "the whole run, all threads of this process. step: best batch time, device-resident "
-          f"batch; host-packed: numpy broad phase + two-program step per batch. load average at the end "
+          "the whole run, all threads of this process; prop/cpu-s: proposals per CPU second (all threads) after the "
+          "first batch (e2e) or of the best batch (step), less sensitive to load than wall rates. step: best batch time, device-resident "
+          f"batch, at its own capacities; step@run: the same at the capacities the end-to-end run fixed from all its "
+          f"batches (what it executes; shown when they differ); host-packed: numpy broad phase + two-program step per batch. load average at the end "
           f"{os.getloadavg()[0]:.1f}")
 
 

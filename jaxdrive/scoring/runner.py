@@ -127,6 +127,7 @@ class RunStats:
     hists: dict = dataclasses.field(default_factory=lambda: {m: np.zeros(40, np.int64) for m in AGGREGATES + ("ep",)})
     compile_s: float = 0.0
     score_s: float = 0.0  # wall time of the streaming loop after the first (compiling) batch
+    score_cpu_s: float = 0.0  # CPU time of this process (all threads) over the same span
     scored_after_compile: int = 0
     skipped_shards: int = 0
     compiles: int = 0  # traces of the scoring program (1 for a run at one PadSpec and capacity)
@@ -508,7 +509,7 @@ def score_source(source: SceneSource, out_dir, options: ScoreOptions, *, resume:
     writer = _ShardWriter(run, on_shard)
     writer.start()
     pending: tuple | None = None  # (batch, device result) awaiting transfer to host
-    t_first_done = None
+    t_first_done = c_first_done = None
 
     def rescore_grown(arrays):
         """Grow the capacities to cover this batch (``CAPACITY_HEADROOM`` above its needs) and re-score it."""
@@ -525,7 +526,7 @@ def score_source(source: SceneSource, out_dir, options: ScoreOptions, *, resume:
         return result
 
     def finish(batch: _Batch, result) -> None:
-        nonlocal shard_parts, shard_errors, t_first_done
+        nonlocal shard_parts, shard_errors, t_first_done, c_first_done
         if result is not None:
             result, overflow = result
             if bool(overflow):
@@ -535,10 +536,11 @@ def score_source(source: SceneSource, out_dir, options: ScoreOptions, *, resume:
             shard_parts.append(cols)
             stats.add(cols)
             if t_first_done is None:
-                t_first_done = time.perf_counter()
+                t_first_done, c_first_done = time.perf_counter(), time.process_time()
             else:
                 stats.scored_after_compile += len(cols["epdms"])
                 stats.score_s = time.perf_counter() - t_first_done
+                stats.score_cpu_s = time.process_time() - c_first_done
         shard_errors.extend(batch.errors)
         stats.errors.extend(batch.errors)
         stats.scenes += len(batch.ids)
