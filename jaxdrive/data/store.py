@@ -208,8 +208,10 @@ def _padded_leaves(scene: HostScene, pad: PadSpec) -> dict[str, np.ndarray]:
     return {**_flatten(scene_leaves, "scene."), **_flatten(prop_leaves, "proposals.")}
 
 
-def write_padded(path: str | os.PathLike) -> None:
-    """Write ``STORE/padded``: every scene of the store padded at its ``pad_spec()`` (replaces an existing copy)."""
+def write_padded(path: str | os.PathLike) -> bool:
+    """Write ``STORE/padded``: every scene of the store padded at its ``pad_spec()`` (replaces an existing copy).
+    Returns False, writing none, when a scene has no proposal (e.g. converted NAVSIM caches, scored with proposals
+    given from elsewhere: those runs decode the scenes)."""
     import shutil
 
     store = SceneStore(path)
@@ -221,6 +223,11 @@ def write_padded(path: str | os.PathLike) -> None:
     ids, names, counts = [], [], []
     for i in range(n):
         scene = store[i]
+        if scene.num_proposals < 1:
+            del files
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(final, ignore_errors=True)
+            return False
         leaves = _padded_leaves(scene, pad)
         if not files:
             files = {k: np.lib.format.open_memmap(tmp / f"{k}.npy", mode="w+", dtype=v.dtype, shape=(n,) + v.shape)
@@ -238,6 +245,7 @@ def write_padded(path: str | os.PathLike) -> None:
     (tmp / PADDED_INDEX).write_text(json.dumps(index))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
+    return True
 
 
 class PaddedStore:
@@ -264,7 +272,10 @@ class PaddedStore:
             return None
         if len(store) == 0:
             return None
-        want = _padded_leaves(store[0], store.pad_spec())
+        try:
+            want = _padded_leaves(store[0], store.pad_spec())
+        except ValueError:  # e.g. a scene without proposals: no copy can hold it
+            return None
         leaves = {}
         for key, v in want.items():
             try:
