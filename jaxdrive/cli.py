@@ -244,6 +244,10 @@ def _force_cpu_devices(n: int | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None and sys.argv[1:2] == ["score"]:  # the command line, not a caller's argv: XLA's CPU buffers on
+        from jaxdrive.hugepages import reexec_with_huge_pages  # huge pages (~25% less CPU time per step)
+
+        reexec_with_huge_pages()
     from jaxdrive import distributed
 
     parser = build_parser()

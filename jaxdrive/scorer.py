@@ -27,6 +27,9 @@ are traced arrays), ``apply_human_filter``, ``comfort_precision``, ``capacity``,
 
 Rows of invalid proposals (``proposals.valid`` False: padded proposals, filler scenes) are NaN (steps -1, HC checks
 False); they use no culling capacity and never enter the EP normaliser.
+
+On CPU, start Python with ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1`` (``jaxdrive.hugepages``; ``jaxdrive score`` sets
+it itself): the step's fresh temporary buffers then cost ~100x fewer page faults, ~25% of its CPU time.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import pytest
 
 import jaxdrive
 from jaxdrive.broadphase import PackSpec
-from jaxdrive.broadphase.device import compact, needs, pack_on_device, prefix_count
+from jaxdrive.broadphase.device import bit_words, compact, needs, nth_set_bit, pack_on_device, prefix_count
 from jaxdrive.data.scene_json import read_scene
 from jaxdrive.rules.epdms import SubScores
 from jaxdrive.scene import PadSpec, batch_scenes
@@ -136,6 +136,19 @@ def test_capacities_and_shape_errors():
 def test_import_jaxdrive_is_light():
     code = "import sys, jaxdrive; assert 'jax' not in sys.modules, 'jax imported'; print(jaxdrive.__version__)"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 40, 64, 129])
+def test_nth_set_bit_finds_every_flag_in_order(n):
+    """The broad phase's n-th kept edge (``bit_words`` + ``nth_set_bit``) is the position of the n-th True of each row,
+    across word boundaries, for sparse, dense, empty and full rows."""
+    rng = np.random.default_rng(n)
+    mask = rng.random((300, n)) < np.concatenate([rng.random((296, 1)), [[0.0], [1.0], [0.5], [0.02]]])
+    rank = np.tile(np.arange(n, dtype=np.int32), (300, 1))
+    got = np.asarray(jax.jit(lambda m, r: nth_set_bit(bit_words(m), r))(mask, rank))
+    for row, flags in zip(got, mask):
+        want = np.flatnonzero(flags)
+        np.testing.assert_array_equal(row[:len(want)], want)
 
 
 @pytest.mark.parametrize("shape", [(1,), (7,), (256,), (257,), (3, 40), (2, 5000), (70_001,)])

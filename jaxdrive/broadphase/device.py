@@ -73,6 +73,43 @@ def compact(mask: Bool[Array, "n"], size: int, fill: int) -> tuple[Int[Array, "s
     return jnp.where(q <= cum[-1], found, fill), cum[-1]
 
 
+WORD_BITS = 16  # bit words small enough that a float32 product with powers of two builds them exactly
+
+
+def bit_words(mask: Bool[Array, "*b n"]) -> Int[Array, "*b W"]:
+    """``mask`` as little-endian ``WORD_BITS``-bit words (entry i is bit i % 16 of word i // 16), int32 [*b, W].
+
+    A float32 product with a block-diagonal matrix of powers of two: exact (every word is an integer below 2**16)
+    and, on CPU, far cheaper than shifting and OR-ing the bits one by one.
+    """
+    n = mask.shape[-1]
+    w = -(-n // WORD_BITS)
+    i = jnp.arange(n)
+    powers = jnp.where(i[:, None] // WORD_BITS == jnp.arange(w), 2.0 ** (i % WORD_BITS)[:, None], 0.0)  # [n, W]
+    return jnp.matmul(mask.astype(jnp.float32), powers.astype(jnp.float32),
+                      precision=jax.lax.Precision.HIGHEST).astype(jnp.int32)
+
+
+def nth_set_bit(words: Int[Array, "*b W"], rank: Int[Array, "*b R"]) -> Int[Array, "*b R"]:
+    """Position of the ``rank``-th (0-based) set bit of each row's ``bit_words``, for R ranks per row (int32;
+    meaningless where the row has at most ``rank`` set bits).
+
+    Replaces a prefix sum over the row and a binary search in it: per rank, the word holding it (word popcounts,
+    W is small) and a 4-step binary search on popcounts of that word's low bits, all elementwise.
+    """
+    counts = jax.lax.population_count(words)  # [*b, W]
+    before = jnp.cumsum(counts, axis=-1) - counts  # set bits in the earlier words
+    q = rank.astype(jnp.int32)[..., None]  # [*b, R, 1]
+    in_word = (before[..., None, :] <= q) & (q < (before + counts)[..., None, :])  # [*b, R, W]: one-hot
+    pick = lambda x: jnp.sum(jnp.where(in_word, x, 0), axis=-1)
+    word, q = pick(words[..., None, :]), q[..., 0] - pick(before[..., None, :])  # the word, the rank within it
+    pos = jnp.zeros(q.shape, jnp.int32)
+    for step in (8, 4, 2, 1):  # largest pos with popcount(word & (2^pos - 1)) <= q
+        low = word & ((1 << (pos + step)) - 1)
+        pos = jnp.where(jax.lax.population_count(low) <= q, pos + step, pos)
+    return pick(jnp.arange(words.shape[-1], dtype=jnp.int32)) * WORD_BITS + pos
+
+
 def _chunks(x: Float[Array, "... T"], size: int, reduce, fill: float) -> Float[Array, "... C"]:
     n = -(-x.shape[-1] // size)
     x = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, n * size - x.shape[-1])], constant_values=fill)
@@ -136,7 +173,8 @@ def _tiles(verts: Float[Array, "Bg P V 2"], vertex_valid: Bool[Array, "Bg P V"],
     xmax = jnp.maximum(a[..., 0], e[..., 0])[b, p]
     edge = ((jnp.arange(nv) < n_edges[b, p][:, None]) & (ymin <= bx[:, 3:4]) & (ymax >= bx[:, 1:2])
             & (xmax >= bx[:, 0:1]) & real[:, None])
-    n = edge.sum(-1, dtype=jnp.int32)
+    words = bit_words(edge)  # [npair, W]
+    n = jax.lax.population_count(words).sum(-1)
     tiles = -(-n // TILE_EDGES)
     ends = prefix_count(tiles)
     total = ends[-1]
@@ -144,11 +182,9 @@ def _tiles(verts: Float[Array, "Bg P V 2"], vertex_valid: Bool[Array, "Bg P V"],
     used = j < total
     tile_pair = jnp.where(used, jnp.searchsorted(ends, j, side="right"), npair - 1).astype(jnp.int32)
     tp = jnp.minimum(tile_pair, npair - 1)
-    kept = prefix_count(edge)  # [npair, V] kept edges up to each ring position
     rank = (j - (ends - tiles)[tp])[:, None] * TILE_EDGES + jnp.arange(TILE_EDGES)  # [ntile, 8]
     ok = used[:, None] & (rank < n[tp][:, None])
-    nth = jax.vmap(lambda pair, r: jnp.searchsorted(kept[pair], r + 1, side="left"))(tp, rank)  # r-th kept edge
-    ee = jnp.minimum(nth, nv - 1)
+    ee = jnp.minimum(nth_set_bit(words[tp], rank), nv - 1)  # the rank-th kept edge of the tile's pair
     vb, vp = b[tp][:, None], p[tp][:, None]
     start = jnp.where(ok[..., None], verts[vb, vp, ee], FAR)
     end = jnp.where(ok[..., None], verts[vb, vp, (ee + 1) % nv], FAR)
