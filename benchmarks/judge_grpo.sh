@@ -26,7 +26,7 @@ RUNS=(
   "grpo_short_t2k4:sft_short:grpo.temperature=2.0 grpo.oversample=4"   # from the less trained SFT (150 steps)
   "grpo_short_plain:sft_short:"                                         # its plain-GRPO control
 )
-FULL_EVAL=${FULL_EVAL:-"sft grpo_t2k4"}
+FULL_EVAL=${FULL_EVAL:-}  # e.g. "sft grpo_t2k4": ~15+ min each on the shared CPU (not in the measured run)
 
 [ -f "$OUT/data/records.jsonl" ] || jaxdrive judge data --out "$OUT/data" --train 160 --test "$HELD" --seed 1 --no-progress
 [ -f "$OUT/grpo_data/records.jsonl" ] || jaxdrive judge data --out "$OUT/grpo_data" --train "$GRPO_SCENES" \

@@ -12,6 +12,7 @@ and a 10,000-resample paired bootstrap 95% interval of the TPS difference. A tie
 """
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -92,6 +93,23 @@ def main(out: Path) -> None:
         m, bs = mcnemar_exact(a, b), paired_bootstrap(a, b)
         print(f"| {d} | {start} | {100 * a.mean():.2f} | {100 * b.mean():.2f} | {m['b']} | {m['c']} | "
               f"{m['diff_pp']:+.2f} | {m['p_value']:.3g} | [{bs['ci_low']:+.2f}, {bs['ci_high']:+.2f}] |")
+
+    print("\nTraining signal (OUT/<run>_run/metrics.jsonl, logged steps): share of rollout groups with zero reward "
+          "variance in the rolled-out pool and in the trained batch, KL to the SFT policy at the end, validation TPS "
+          "(52 pairs of unseen seed-3 scenes) at the start and the end:\n")
+    print("| GRPO run | zero-variance groups, pool | zero-variance groups, trained batch | final KL | validation TPS % "
+          "start -> end |\n|---|---|---|---|---|")
+    for _, d in runs:
+        path = out / f"{d}_run" / "metrics.jsonl"
+        if not d.startswith("grpo") or not path.exists():
+            continue
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        train = [r for r in rows if "train/zero_std_frac" in r]
+        val = [r["eval/tps/tps_accuracy"] for r in rows if "eval/tps/tps_accuracy" in r]
+        pool = np.mean([r["train/zero_std_frac"] for r in train])
+        batch = np.mean([r.get("train/batch_zero_std_frac", r["train/zero_std_frac"]) for r in train])
+        print(f"| {d} | {pool:.2f} | {batch:.2f} | {train[-1]['train/kl']:.3f} | "
+              f"{val[0]:.2f} -> {val[-1]:.2f} |" if val else f"| {d} | {pool:.2f} | {batch:.2f} | - | - |")
 
 
 if __name__ == "__main__":
