@@ -1,6 +1,7 @@
 """DriveJudge GRPO with the preference reward (paper Eq. 12; Sec. 5: 340 iterations, batch 32 pairs, rollout 8,
 lr 1e-6, KL 1e-2), warm-started from the SFT model directory. Rollouts sample gate combinations (2^7 per
-trajectory) from the gate probabilities at the rule slots (``grpo.rollout = "gates"``, ``jaxdrive.judge.grpo``).
+trajectory) from the gate probabilities at the rule slots (``grpo.rollout = "gates"``, ``jaxdrive.judge.grpo``;
+``grpo.temperature`` and ``grpo.oversample`` are documented there).
 
     jaxdrive train grpo --config configs/judge_grpo.py model.path=runs/judge_sft/model data.path=runs/jd \
         workdir=runs/judge_grpo export_dir=runs/judge_grpo/model
@@ -33,7 +34,11 @@ def get_config() -> ml_collections.ConfigDict:
     c.grpo = ml_collections.ConfigDict(dict(
         rollout="gates", seed=0, group_size=8, prompts_per_step=32, advantage="verl",
         scale=ml_collections.FieldReference(None, field_type=str), eps=ml_collections.FieldReference(None, field_type=float),
-        eps_low=0.2, eps_high=0.2, beta=0.01, kl="k3", agg="seq-mean-token-mean", policy_epochs=1))
+        eps_low=0.2, eps_high=0.2, beta=0.01, kl="k3", agg="seq-mean-token-mean", policy_epochs=1,
+        # Rollout temperature on the slot logits (rollouts, loss and KL reference at sigmoid(margin / T); the
+        # judge's own scores stay at T = 1) and dynamic sampling (oversample K: roll out K x prompts_per_step
+        # pairs, train on prompts_per_step, groups with reward variance first). 1 / 1 = the paper's plain GRPO.
+        temperature=1.0, oversample=1))
     c.optim = ml_collections.ConfigDict(dict(lr=1e-6, warmup_steps=10, end_lr_ratio=1.0, b1=0.9, b2=0.999, eps=1e-8,
                                              weight_decay=0.0, clip_norm=1.0))
     c.checkpoint = ml_collections.ConfigDict(dict(enabled=True, every=50, keep=2, best_metric="tps_accuracy",

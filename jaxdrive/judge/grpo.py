@@ -27,13 +27,15 @@ from jaxdrive.train.rewards import combine_rewards
 NUM_SLOTS = 14  # 7 rules x (A, B)
 
 
-def _slot_probs(model, inputs, positions, yes_no):
-    """[R, 7] gate probabilities of R conversations (positions [R, 7] predict the answer tokens)."""
+def _slot_probs(model, inputs, positions, yes_no, temperature=1.0):
+    """[R, 7] gate probabilities of R conversations (positions [R, 7] predict the answer tokens):
+    sigmoid((logit_yes - logit_no) / temperature), i.e. the two-way softmax of the slot's yes/no logits divided by
+    ``temperature`` (1 = the judge's own probabilities)."""
     hidden = model.forward_hidden(inputs)[0]
     h = jnp.take_along_axis(hidden, positions[..., None], axis=1)
     w = model.lm_head_weight()[:, yes_no].astype(jnp.float32)
     logits = jnp.einsum("brh,hc->brc", h.astype(jnp.float32), w)
-    return jax.nn.sigmoid(logits[..., 0] - logits[..., 1])
+    return jax.nn.sigmoid((logits[..., 0] - logits[..., 1]) / temperature)
 
 
 def rollout_logp(probs, samples, group_size: int):
@@ -44,8 +46,28 @@ def rollout_logp(probs, samples, group_size: int):
 
 
 @functools.partial(jax.jit, static_argnums=(0,))
-def _probs_jit(graphdef, params, rest, inputs, positions, yes_no):
-    return _slot_probs(nnx.merge(graphdef, params, rest), inputs, positions, yes_no)
+def _probs_jit(graphdef, params, rest, inputs, positions, yes_no, temperature=1.0):
+    return _slot_probs(nnx.merge(graphdef, params, rest), inputs, positions, yes_no, temperature)
+
+
+def tempered(probs, temperature: float):
+    """Gate probabilities at ``temperature``: sigmoid(logit(p) / temperature) (``_slot_probs``'s tempering applied
+    to probabilities; 1 returns ``probs``)."""
+    p = jnp.clip(jnp.asarray(probs, jnp.float32), 1e-7, 1.0 - 1e-7)
+    return jax.nn.sigmoid((jnp.log(p) - jnp.log1p(-p)) / temperature)
+
+
+def select_groups(rewards, group_size: int, num_groups: int, atol: float = 1e-6) -> np.ndarray:
+    """Dynamic sampling (DAPO) over candidate groups: indices of ``num_groups`` of the groups of ``rewards``
+    [C * group_size] (C >= num_groups candidates, each group's rows contiguous), those whose rewards are not all
+    equal first (candidate order kept), then zero-variance groups to fill the batch when too few have variance
+    (their advantages are 0: they add only the KL term)."""
+    rg = np.asarray(rewards, np.float32).reshape(-1, group_size)
+    if rg.shape[0] < num_groups:
+        raise ValueError(f"select_groups: {rg.shape[0]} candidate groups < {num_groups}")
+    varied = (rg.max(-1) - rg.min(-1)) > atol
+    order = np.concatenate([np.flatnonzero(varied), np.flatnonzero(~varied)])
+    return order[:num_groups]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,10 +82,12 @@ class GateGRPOLoss:
     beta: float = 0.0
     kl: str = "k3"
     agg: str = "seq-mean-token-mean"
+    temperature: float = 1.0
 
     def __call__(self, model, batch, key):
         del key
-        probs = _slot_probs(model, batch["inputs"], batch["positions"], jnp.asarray([self.yes_id, self.no_id]))
+        probs = _slot_probs(model, batch["inputs"], batch["positions"], jnp.asarray([self.yes_id, self.no_id]),
+                            self.temperature)
         logp = rollout_logp(probs, batch["samples"], self.group_size)
         total, denom, sums = grpo.policy_loss_terms(
             logp, batch["old_logp"], batch["advantages"], jnp.ones_like(logp), ref_logp=batch.get("ref_logp"),
@@ -73,7 +97,7 @@ class GateGRPOLoss:
 
 def gate_loss_fn(cfg: ml_collections.ConfigDict, yes_no: tuple[int, int]) -> GateGRPOLoss:
     return GateGRPOLoss(cfg.group_size, int(yes_no[0]), int(yes_no[1]), cfg.eps_low, cfg.eps_high, cfg.beta, cfg.kl,
-                        cfg.agg)
+                        cfg.agg, float(cfg.get("temperature", 1.0)))
 
 
 class GateRollouts:
@@ -82,14 +106,29 @@ class GateRollouts:
     Args:
       examples: pair examples; rewards: ``Reward``s (kind "jnp": ``fn(gates [N, 14], None, batch)`` with batch
         ``subscores`` [N, 2, 9] and ``preferred`` [N]); yes_no: the (yes, no) token ids; cfg: the ``grpo`` block
-        (group_size, prompts_per_step, advantage, beta, seed, ...); reference: (graphdef, params, rest) of the KL
-        reference policy (None when beta = 0).
+        (group_size, prompts_per_step, advantage, beta, seed, temperature, oversample, ...); reference:
+        (graphdef, params, rest) of the KL reference policy (None when beta = 0).
+
+    ``cfg.temperature`` (default 1): rollouts sample gates from sigmoid((logit_yes - logit_no) / T), and the loss's
+    log-probs, old log-probs and KL reference are taken at the same T (the tempered policy is the one optimised, as
+    verl / TRL divide the logits by the rollout temperature); T > 1 flattens confident slots so that a group of
+    rollouts of a pair the judge already orders right still varies. Evaluation (``evaluate``, ``jaxdrive judge
+    run``) always reads the untempered probabilities.
+    ``cfg.oversample`` K (default 1): dynamic sampling (DAPO): each step draws K x prompts_per_step candidate pairs,
+    rolls all of them out (one forward pass) and trains on prompts_per_step of them, the groups whose rewards vary
+    first (``select_groups``); K = 1 trains on every drawn pair.
     """
 
     def __init__(self, examples, rewards, yes_no, cfg, reference=None):
         self.examples, self.rewards, self.cfg, self.reference = examples, list(rewards), cfg, reference
         self.yes_no = jnp.asarray(yes_no, jnp.int32)
-        self.sampler = EpochSampler(len(examples), cfg.prompts_per_step, seed=cfg.seed)
+        self.temperature = float(cfg.get("temperature", 1.0))
+        if not self.temperature > 0.0:
+            raise ValueError(f"grpo.temperature: expected > 0, got {self.temperature}")
+        self.oversample = int(cfg.get("oversample", 1))
+        if self.oversample < 1:
+            raise ValueError(f"grpo.oversample: expected >= 1, got {self.oversample}")
+        self.sampler = EpochSampler(len(examples), cfg.prompts_per_step * self.oversample, seed=cfg.seed)
         adv = grpo.resolve_advantage_convention(cfg.advantage) if cfg.get("advantage") else {}
         self.adv_kwargs = dict(adv, **{k: cfg[k] for k in ("scale", "eps") if cfg.get(k) is not None})
 
@@ -102,18 +141,15 @@ class GateRollouts:
         inputs = model.prepare_inputs(ids, mask, pv, grid, bucket=pv.shape[0])
         return inputs, jnp.asarray(np.concatenate([r["positions"] for r in rows]))
 
-    def probs(self, trainer, rows: list[dict], params=None) -> jnp.ndarray:
+    def probs(self, trainer, rows: list[dict], params=None, temperature: float = 1.0) -> jnp.ndarray:
         """[2R, 7] gate probabilities under the trainer's policy (or ``params``: (graphdef, params, rest))."""
         inputs, positions = self.inputs(trainer.model(), rows)
         graphdef, p, rest = params if params is not None else (trainer.graphdef, trainer.params, trainer.rest)
-        return _probs_jit(graphdef, p, rest, trainer.shard_batch(inputs), positions, self.yes_no)
+        return _probs_jit(graphdef, p, rest, trainer.shard_batch(inputs), positions, self.yes_no, temperature)
 
-    def __call__(self, trainer, step: int, key: jax.Array):
-        cfg, G = self.cfg, self.cfg.group_size
-        rows = [self.examples[i] for i in self.sampler.indices(step - 1)]
-        inputs, positions = self.inputs(trainer.model(), rows)
-        inputs = trainer.shard_batch(inputs)
-        probs = _probs_jit(trainer.graphdef, trainer.params, trainer.rest, inputs, positions, self.yes_no)
+    def rollout(self, probs, rows: list[dict], key: jax.Array):
+        """G gate samples per pair from ``probs`` [2R, 7] -> (samples [R G, 14], rewards [R G], valid, parts)."""
+        G = self.cfg.group_size
         p = jnp.repeat(probs.reshape(-1, NUM_SLOTS), G, axis=0)  # [N, 14]
         samples = jax.random.bernoulli(key, p).astype(jnp.float32)
         n = samples.shape[0]
@@ -121,18 +157,36 @@ class GateRollouts:
                       "preferred": np.repeat(np.array([r["preferred"] for r in rows]), G)}
         total, valid, parts = combine_rewards(self.rewards, [""] * n, [{}] * n, tokens=samples, mask=None,
                                               batch=batch_rows)
+        return samples, np.asarray(total), np.asarray(valid), parts
+
+    def __call__(self, trainer, step: int, key: jax.Array):
+        cfg, G, B, T = self.cfg, self.cfg.group_size, self.cfg.prompts_per_step, self.temperature
+        rows = [self.examples[i] for i in self.sampler.indices(step - 1)]
+        probs = self.probs(trainer, rows, temperature=T)
+        samples, total, valid, parts = self.rollout(probs, rows, key)
+        pool_zero = float(grpo.zero_std_fraction(jnp.asarray(total), G))
+        pool_reward = total[valid]
+        if len(rows) > B:  # dynamic sampling: keep B groups, those with reward variance first
+            keep = select_groups(total, G, B)
+            rows_k = [rows[i] for i in keep]
+            probs = probs.reshape(-1, 2, 7)[keep].reshape(-1, 7)
+            sel = (keep[:, None] * G + np.arange(G)).reshape(-1)
+            samples, total, valid = samples[sel], total[sel], valid[sel]
+            rows = rows_k
+        inputs, positions = self.inputs(trainer.model(), rows)
+        inputs = trainer.shard_batch(inputs)
         adv = grpo.group_advantages(jnp.asarray(total), G, valid=jnp.asarray(valid), **self.adv_kwargs)
         batch = {"inputs": inputs, "positions": positions, "samples": samples,
                  "advantages": adv, "old_logp": rollout_logp(probs, samples, G)}
         if cfg.beta != 0.0:
             if self.reference is None:
                 raise ValueError("grpo.beta != 0 needs the reference policy (GateRollouts(reference=...))")
-            ref = _probs_jit(*self.reference, inputs, positions, self.yes_no)
+            ref = _probs_jit(*self.reference, inputs, positions, self.yes_no, T)
             batch["ref_logp"] = rollout_logp(ref, samples, G)
-        r = total[valid]
-        metrics = {"reward_mean": float(r.mean()) if r.size else float("nan"),
-                   "reward_std": float(r.std()) if r.size else float("nan"),
-                   "zero_std_frac": float(grpo.zero_std_fraction(jnp.asarray(total), G)),
+        metrics = {"reward_mean": float(pool_reward.mean()) if pool_reward.size else float("nan"),
+                   "reward_std": float(pool_reward.std()) if pool_reward.size else float("nan"),
+                   "zero_std_frac": pool_zero,
+                   "batch_zero_std_frac": float(grpo.zero_std_fraction(jnp.asarray(total), G)),
                    "gate_p_mean": float(jnp.mean(probs))}
         metrics.update({f"reward/{k}": float(np.nanmean(v)) for k, v in parts.items()})
         return batch, metrics
@@ -151,6 +205,30 @@ class GateRollouts:
             pref = np.array([r["preferred"] for r in rows])
             correct += list(np.where(pref == 0, s[:, 0] > s[:, 1], s[:, 1] > s[:, 0]))
         return {"tps_accuracy": 100.0 * float(np.mean(correct))}
+
+
+def pair_scores(model, examples: list[dict], yes_no, batch_size: int = 16) -> np.ndarray:
+    """[R, 2] expected gated scores (Eq. 14 over the judge's untempered gate probabilities, as ``evaluate`` and
+    ``jaxdrive judge run``) of the A and B trajectories of R pair examples (``judge.recipes.pair_examples``)."""
+    from jaxdrive.judge.gates import expected_score
+    from jaxdrive.judge.recipes import _subscores_from_array
+
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    yes_no = jnp.asarray(yes_no, jnp.int32)
+    out = []
+    for i in range(0, len(examples), batch_size):
+        rows = examples[i:i + batch_size]
+        rows = rows + rows[:1] * (batch_size - len(rows))  # one shape, one compile
+        ids = np.concatenate([r["input_ids"] for r in rows])
+        inputs = model.prepare_inputs(ids, np.concatenate([r["attention_mask"] for r in rows]),
+                                      np.concatenate([r["pixel_values"] for r in rows]),
+                                      np.concatenate([r["image_grid_thw"] for r in rows]),
+                                      bucket=sum(r["pixel_values"].shape[0] for r in rows))
+        positions = jnp.asarray(np.concatenate([r["positions"] for r in rows]))
+        probs = np.asarray(_probs_jit(graphdef, params, rest, inputs, positions, yes_no)).reshape(-1, 2, 7)
+        sub = _subscores_from_array(jnp.asarray(np.stack([r["subscores"] for r in rows]), jnp.float32))
+        out.append(np.asarray(expected_score(sub, probs)))
+    return np.concatenate(out)[:len(examples)]
 
 
 def run_gate_grpo(cfg: ml_collections.ConfigDict, model=None):

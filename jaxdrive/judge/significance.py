@@ -1,0 +1,42 @@
+"""Paired significance of two judges on the same preference pairs (TPS): McNemar's exact test and a paired
+bootstrap of the accuracy difference.
+
+Both take per-pair correctness of judge A and judge B on the *same* pairs (a tie counts as wrong, as in
+``jaxdrive.eval.dqc.tps_accuracy``). Only the discordant pairs (right under one judge, wrong under the other) carry
+information about the difference: with b = #(A right, B wrong) and c = #(A wrong, B right), McNemar's exact test
+is the two-sided binomial test of c ~ Bin(b + c, 1/2), p = min(1, 2 P(X <= min(b, c))).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def mcnemar_exact(correct_a, correct_b) -> dict:
+    """McNemar's exact (binomial) test. Returns n, b (A right / B wrong), c (A wrong / B right), the accuracy
+    difference B - A in percent points and the two-sided p-value (1 when there is no discordant pair)."""
+    a, b_ = np.asarray(correct_a, bool), np.asarray(correct_b, bool)
+    if a.shape != b_.shape or a.ndim != 1:
+        raise ValueError(f"correct_a, correct_b: expected two 1-d arrays of one length, got {a.shape}, {b_.shape}")
+    b, c = int(np.sum(a & ~b_)), int(np.sum(~a & b_))
+    m, k = b + c, min(b, c)
+    tail = sum(math.comb(m, i) for i in range(k + 1)) / 2.0 ** m if m else 1.0
+    return {"n": int(a.size), "b": b, "c": c, "diff_pp": 100.0 * (c - b) / max(a.size, 1),
+            "p_value": min(1.0, 2.0 * tail)}
+
+
+def paired_bootstrap(correct_a, correct_b, *, num: int = 10_000, seed: int = 0, level: float = 0.95) -> dict:
+    """Paired bootstrap (resampling pairs with replacement) of the accuracy difference B - A in percent points:
+    the difference, its percentile confidence interval at ``level`` and the fraction of resamples with a
+    difference <= 0 (a one-sided bootstrap p-value for "B is better")."""
+    a, b = np.asarray(correct_a, float), np.asarray(correct_b, float)
+    if a.shape != b.shape or a.ndim != 1 or a.size == 0:
+        raise ValueError(f"correct_a, correct_b: expected two non-empty 1-d arrays of one length, got {a.shape}, "
+                         f"{b.shape}")
+    d = b - a
+    idx = np.random.default_rng(seed).integers(0, d.size, (num, d.size))
+    diffs = 100.0 * d[idx].mean(-1)
+    lo, hi = np.quantile(diffs, [(1 - level) / 2, (1 + level) / 2])
+    return {"diff_pp": 100.0 * float(d.mean()), "ci_low": float(lo), "ci_high": float(hi), "level": level,
+            "frac_le_0": float(np.mean(diffs <= 0.0))}
