@@ -18,14 +18,21 @@ def _sigmoid(x):
     return 1.0 / (1.0 + np.exp(-x))
 
 
+def tempered(probs, temperature: float):
+    """Gate probabilities at ``temperature``: sigmoid(logit(p) / temperature), the tempering ``grpo._slot_probs``
+    applies to the slot logits, applied to probabilities (1 returns ``probs``)."""
+    p = jnp.clip(jnp.asarray(probs, jnp.float32), 1e-7, 1.0 - 1e-7)
+    return jax.nn.sigmoid((jnp.log(p) - jnp.log1p(-p)) / temperature)
+
+
 def test_tempered_sampling_statistics():
     """Bernoulli samples at temperature T have mean sigmoid(logit(p) / T): T = 2 moves a 0.97 slot to ~0.85 (far
     outside the sampling error of 40,000 draws), T = 1 leaves p unchanged."""
     p = np.array([0.97, 0.6, 0.1, 0.5, 0.999], np.float32)
-    np.testing.assert_allclose(np.asarray(G.tempered(p, 1.0)), p, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(tempered(p, 1.0)), p, atol=1e-6)
     want = _sigmoid(np.log(p / (1 - p)) / 2.0)
     n = 40_000
-    draws = np.asarray(jax.random.bernoulli(jax.random.key(0), G.tempered(p, 2.0), (n, p.size)))
+    draws = np.asarray(jax.random.bernoulli(jax.random.key(0), tempered(p, 2.0), (n, p.size)))
     mean, se = draws.mean(0), np.sqrt(want * (1 - want) / n)
     assert np.all(np.abs(mean - want) < 4 * se), (mean, want)
     assert abs(mean[0] - p[0]) > 20 * se[0] and abs(mean[2] - p[2]) > 20 * se[2]
@@ -58,7 +65,7 @@ def test_slot_probs_temperature_divides_the_yes_no_margin():
     for t in (1.0, 0.5, 3.0):
         got = np.asarray(G._slot_probs(model, None, pos, yes_no, t))
         np.testing.assert_allclose(got, _sigmoid(margin / t), rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(got, np.asarray(G.tempered(G._slot_probs(model, None, pos, yes_no), t)),
+        np.testing.assert_allclose(got, np.asarray(tempered(G._slot_probs(model, None, pos, yes_no), t)),
                                    atol=1e-5)
 
 
@@ -78,7 +85,7 @@ def test_temperature_gives_groups_reward_variance():
     sub, probs = _confident_pairs(n)
     fracs = {}
     for t in (1.0, 3.0):
-        p = jnp.repeat(G.tempered(probs.reshape(n, 14), t), g, axis=0)
+        p = jnp.repeat(tempered(probs.reshape(n, 14), t), g, axis=0)
         gates = jax.random.bernoulli(jax.random.key(1), p)
         r = recipes.preference_reward(gates, None, {"subscores": np.repeat(sub, g, 0),
                                                     "preferred": np.zeros(n * g, np.int32)})
@@ -102,7 +109,7 @@ class _StubRollouts(G.GateRollouts):
     """GateRollouts with the model forward replaced by fixed probabilities per example (``ex["probs"]`` [2, 7])."""
 
     def probs(self, trainer, rows, params=None, temperature=1.0):
-        return G.tempered(np.concatenate([r["probs"] for r in rows]), temperature)
+        return tempered(np.concatenate([r["probs"] for r in rows]), temperature)
 
     def inputs(self, model, rows):
         return {"ids": np.array([r["id"] for r in rows])}, jnp.zeros((2 * len(rows), 7), jnp.int32)
@@ -146,7 +153,7 @@ def test_temperature_reaches_loss_and_reference():
     ro = _rollouts(1, temperature=2.0)
     b, _ = ro(trainer, 1, jax.random.key(3))
     rows = [ro.examples[i] for i in b["inputs"]["ids"]]
-    want = G.rollout_logp(G.tempered(np.concatenate([r["probs"] for r in rows]), 2.0), b["samples"], 8)
+    want = G.rollout_logp(tempered(np.concatenate([r["probs"] for r in rows]), 2.0), b["samples"], 8)
     np.testing.assert_allclose(np.asarray(b["old_logp"]), np.asarray(want), atol=1e-6)
     loss = G.gate_loss_fn(ml_collections.ConfigDict(dict(group_size=8, eps_low=0.2, eps_high=0.2, beta=0.0, kl="k3",
                                                          agg="seq-mean-token-mean", temperature=2.0)), (1, 2))

@@ -50,13 +50,6 @@ def _probs_jit(graphdef, params, rest, inputs, positions, yes_no, temperature=1.
     return _slot_probs(nnx.merge(graphdef, params, rest), inputs, positions, yes_no, temperature)
 
 
-def tempered(probs, temperature: float):
-    """Gate probabilities at ``temperature``: sigmoid(logit(p) / temperature) (``_slot_probs``'s tempering applied
-    to probabilities; 1 returns ``probs``)."""
-    p = jnp.clip(jnp.asarray(probs, jnp.float32), 1e-7, 1.0 - 1e-7)
-    return jax.nn.sigmoid((jnp.log(p) - jnp.log1p(-p)) / temperature)
-
-
 def select_groups(rewards, group_size: int, num_groups: int, atol: float = 1e-6) -> np.ndarray:
     """Dynamic sampling (DAPO) over candidate groups: indices of ``num_groups`` of the groups of ``rewards``
     [C * group_size] (C >= num_groups candidates, each group's rows contiguous), those whose rewards are not all
@@ -134,12 +127,7 @@ class GateRollouts:
 
     def inputs(self, model, rows: list[dict]):
         """Model inputs and slot positions of the 2R conversations of R pairs (A then B per pair)."""
-        ids = np.concatenate([r["input_ids"] for r in rows])
-        mask = np.concatenate([r["attention_mask"] for r in rows])
-        pv = np.concatenate([r["pixel_values"] for r in rows])
-        grid = np.concatenate([r["image_grid_thw"] for r in rows])
-        inputs = model.prepare_inputs(ids, mask, pv, grid, bucket=pv.shape[0])
-        return inputs, jnp.asarray(np.concatenate([r["positions"] for r in rows]))
+        return pair_inputs(model, rows)
 
     def probs(self, trainer, rows: list[dict], params=None, temperature: float = 1.0) -> jnp.ndarray:
         """[2R, 7] gate probabilities under the trainer's policy (or ``params``: (graphdef, params, rest))."""
@@ -193,41 +181,45 @@ class GateRollouts:
 
     def evaluate(self, trainer, examples: list[dict]) -> dict:
         """TPS accuracy (%) of the expected scores under the current policy on pair ``examples``."""
-        from jaxdrive.judge.gates import expected_score
-        from jaxdrive.judge.recipes import _subscores_from_array
-
         correct = []
         for i in range(0, len(examples), self.cfg.prompts_per_step):
             rows = examples[i:i + self.cfg.prompts_per_step]
-            probs = np.asarray(self.probs(trainer, rows)).reshape(len(rows), 2, 7)
-            sub = _subscores_from_array(jnp.asarray(np.stack([r["subscores"] for r in rows]), jnp.float32))
-            s = np.asarray(expected_score(sub, probs))
+            s = expected_pair_scores(self.probs(trainer, rows), rows)
             pref = np.array([r["preferred"] for r in rows])
             correct += list(np.where(pref == 0, s[:, 0] > s[:, 1], s[:, 1] > s[:, 0]))
         return {"tps_accuracy": 100.0 * float(np.mean(correct))}
 
 
-def pair_scores(model, examples: list[dict], yes_no, batch_size: int = 16) -> np.ndarray:
-    """[R, 2] expected gated scores (Eq. 14 over the judge's untempered gate probabilities, as ``evaluate`` and
-    ``jaxdrive judge run``) of the A and B trajectories of R pair examples (``judge.recipes.pair_examples``)."""
+def pair_inputs(model, rows: list[dict]):
+    """Model inputs and slot positions [2R, 7] of the 2R conversations of R pair examples (A then B per pair)."""
+    pv = np.concatenate([r["pixel_values"] for r in rows])
+    inputs = model.prepare_inputs(np.concatenate([r["input_ids"] for r in rows]),
+                                  np.concatenate([r["attention_mask"] for r in rows]), pv,
+                                  np.concatenate([r["image_grid_thw"] for r in rows]), bucket=pv.shape[0])
+    return inputs, jnp.asarray(np.concatenate([r["positions"] for r in rows]))
+
+
+def expected_pair_scores(probs, rows: list[dict]) -> np.ndarray:
+    """[R, 2] expected gated scores (Eq. 14) of the A and B trajectories of R pair examples from their gate
+    probabilities ``probs`` [2R, 7]."""
     from jaxdrive.judge.gates import expected_score
     from jaxdrive.judge.recipes import _subscores_from_array
 
+    sub = _subscores_from_array(jnp.asarray(np.stack([r["subscores"] for r in rows]), jnp.float32))
+    return np.asarray(expected_score(sub, np.asarray(probs).reshape(len(rows), 2, 7)))
+
+
+def pair_scores(model, examples: list[dict], yes_no, batch_size: int = 16) -> np.ndarray:
+    """[R, 2] expected gated scores (Eq. 14 over the judge's untempered gate probabilities, as ``evaluate`` and
+    ``jaxdrive judge run``) of the A and B trajectories of R pair examples (``judge.recipes.pair_examples``)."""
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     yes_no = jnp.asarray(yes_no, jnp.int32)
     out = []
     for i in range(0, len(examples), batch_size):
         rows = examples[i:i + batch_size]
         rows = rows + rows[:1] * (batch_size - len(rows))  # one shape, one compile
-        ids = np.concatenate([r["input_ids"] for r in rows])
-        inputs = model.prepare_inputs(ids, np.concatenate([r["attention_mask"] for r in rows]),
-                                      np.concatenate([r["pixel_values"] for r in rows]),
-                                      np.concatenate([r["image_grid_thw"] for r in rows]),
-                                      bucket=sum(r["pixel_values"].shape[0] for r in rows))
-        positions = jnp.asarray(np.concatenate([r["positions"] for r in rows]))
-        probs = np.asarray(_probs_jit(graphdef, params, rest, inputs, positions, yes_no)).reshape(-1, 2, 7)
-        sub = _subscores_from_array(jnp.asarray(np.stack([r["subscores"] for r in rows]), jnp.float32))
-        out.append(np.asarray(expected_score(sub, probs)))
+        inputs, positions = pair_inputs(model, rows)
+        out.append(expected_pair_scores(_probs_jit(graphdef, params, rest, inputs, positions, yes_no), rows))
     return np.concatenate(out)[:len(examples)]
 
 
