@@ -21,16 +21,21 @@ def pair(request, tmp_path_factory):
     return hf, from_pretrained(path)
 
 
+def _left_padded(seed: int, length: int, pad: int):
+    """Two rows of random token ids [2, length], row 0 left-padded by ``pad``: (ids, mask, position ids counting
+    valid tokens only, as transformers' generate does)."""
+    ids = np.random.default_rng(seed).integers(1, 990, (2, length))
+    mask = np.ones_like(ids)
+    mask[0, :pad] = 0
+    ids[0, :pad] = 0
+    return ids, mask, np.maximum(np.cumsum(mask, axis=1) - 1, 0)
+
+
 def test_text_logits_match_transformers(pair):
     """Row 0 left-padded, row 1 full: positions count valid tokens only (as transformers' generate does), so the
     reference gets those position ids; logits compared at valid positions."""
     hf, model = pair
-    rng = np.random.default_rng(1)
-    ids = rng.integers(1, 990, (2, 11))
-    mask = np.ones_like(ids)
-    mask[0, :4] = 0
-    ids[0, :4] = 0
-    pos = np.maximum(np.cumsum(mask, axis=1) - 1, 0)
+    ids, mask, pos = _left_padded(seed=1, length=11, pad=4)
     ours = np.asarray(model(ids, mask))
     ref = T.hf_logits(hf, ids, mask, position_ids=pos)
     assert ours.shape == ref.shape == (2, 11, T.TINY_VOCAB)
@@ -46,12 +51,7 @@ def test_causal_query_chunks_match_transformers(pair, monkeypatch):
     import jax
 
     hf, model = pair
-    rng = np.random.default_rng(5)
-    ids = rng.integers(1, 990, (2, 13))
-    mask = np.ones_like(ids)
-    mask[0, :3] = 0
-    ids[0, :3] = 0
-    pos = np.maximum(np.cumsum(mask, axis=1) - 1, 0)
+    ids, mask, pos = _left_padded(seed=5, length=13, pad=3)
     config = SamplingConfig(max_new_tokens=4, greedy=True)
     runs, query_lengths = {}, set()
     attend = decoder.attend
