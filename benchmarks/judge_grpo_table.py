@@ -3,7 +3,8 @@ against the SFT model it started from.
 
     python benchmarks/judge_grpo_table.py OUT        (OUT as written by benchmarks/judge_grpo.sh)
 
-Reads OUT/data (held-out = its test split), OUT/data/baselines/test_tps_*.parquet (``jaxdrive judge baselines``),
+Reads the held-out split (the test split of OUT/heldout when it exists, i.e. a run with HELD_SEED, else of OUT/data)
+and its baselines/test_tps_*.parquet (``jaxdrive judge baselines``),
 OUT/<run>/tps.parquet for the judges (``benchmarks/judge_tps_pairs.py``), OUT/<run>/dqc.parquet when a judge was
 also run on every held-out record (``jaxdrive judge run``: gate perfect match, DQC AUC), and OUT/<grpo run>/start
 (the name of the SFT run a GRPO run started from). Paired tests (``jaxdrive.judge.significance``) compare the same
@@ -56,7 +57,7 @@ def dqc_cols(path: Path, test) -> tuple[str, str]:
 
 
 def main(out: Path) -> None:
-    data = out / "data"
+    data = out / "heldout" if (out / "heldout" / "records.jsonl").exists() else out / "data"
     test = read_records(data, "test")
     pairs = [p for p in read_pairs(data, "test") if p.a_record and p.b_record]
     ids = [p.id for p in pairs]
