@@ -160,3 +160,32 @@ def test_save_png(tmp_path, batch):
     from PIL import Image
 
     np.testing.assert_array_equal(np.asarray(Image.open(out)), batch[2][0])
+
+
+@pytest.mark.parametrize("size", [48, 64])
+def test_tiles_equal_the_plain_render(size):
+    """``render_bev_batch`` tests each 8 x 8 pixel tile against the map elements near it only, on polygons and agents
+    trimmed of trailing padding: the same pixels as every pixel against every element, on busy judge scenes (many
+    lanes, agents, a junction) with several trajectories each, and the culling leaves most lanes out of a tile."""
+    from jaxdrive.data.synthetic import pad_spec
+    from jaxdrive.judge import synthetic
+
+    cfg = bev.BevConfig(size=size)
+    scenes = [generate_scene(s, num_proposals=8, profile=synthetic.PROFILE) for s in range(10_000, 10_006)]
+    sc, pr, _ = batch_scenes(scenes, pad_spec(8))
+    rows, ks = np.repeat(np.arange(6), 3), np.tile([0, 3, 7], 6)
+    sc, traj = jax.tree.map(lambda x: x[rows], sc), pr.states[rows, ks]
+    plain = np.asarray(bev._render_plain_batch(sc, traj, cfg))
+    np.testing.assert_array_equal(np.asarray(bev.render_bev_batch(sc, traj, cfg)), plain)
+    cand = bev.candidates(bev.trim_padding(sc), cfg)
+    lanes_per_tile = (cand.lanes >= 0).sum(-1)
+    assert lanes_per_tile.mean() < 0.5 * np.asarray(sc.map.lanes.valid).sum(-1).mean()
+    trimmed = bev.trim_padding(sc)
+    assert trimmed.map.lanes.vertices.shape[2] <= sc.map.lanes.vertices.shape[2]
+
+
+def test_size_not_a_multiple_of_the_tile_renders_plainly(batch):
+    sc, traj, _ = batch
+    cfg = bev.BevConfig(size=44)  # not a multiple of TILE: every pixel against every element
+    images = np.asarray(bev.render_bev_batch(sc, traj, cfg))
+    np.testing.assert_array_equal(images[1], np.asarray(bev.render_bev(jax.tree.map(lambda x: x[1], sc), traj[1], cfg)))

@@ -139,3 +139,24 @@ def test_bad_records_named(tmp_path):
     with pytest.raises(ValueError, match="records.jsonl:1: label"):
         dataset.read_records(tmp_path)
     assert main(["judge", "baselines", "--data", str(tmp_path / "nothing")]) == 2
+
+
+def test_batch_scorer_equals_the_unculled_kernels():
+    """``judge data`` scores with ``jaxdrive.score``'s broad phase; its values equal the unculled kernels', also for a
+    batch that overflows the first capacities (forced tiny: re-scored at grown capacities)."""
+    import jax
+
+    from jaxdrive.broadphase import PackSpec
+    from jaxdrive.data.synthetic import generate_scene, pad_spec
+    from jaxdrive.rules import epdms
+    from jaxdrive.scene import batch_scenes
+
+    scenes = [generate_scene(s, num_proposals=8, profile=synthetic.PROFILE) for s in range(20_000, 20_003)]
+    sc, pr, _ = batch_scenes(scenes, pad_spec(8))
+    want = jax.device_get(jax.jit(epdms.score)(sc, pr))
+    tiny = PackSpec(**{f: 8 for f in PackSpec.__dataclass_fields__})
+    for scorer in (synthetic.BatchScorer(), synthetic.BatchScorer(tiny)):
+        got = scorer(sc, pr)
+        for f in epdms.METRICS + ("epdms",):
+            np.testing.assert_array_equal(np.asarray(getattr(got, f)), np.asarray(getattr(want, f)), err_msg=f)
+    assert scorer.capacity != tiny  # grown

@@ -19,8 +19,13 @@ a deterministic function of the inputs) and painted in this fixed order and colo
     ego                 the ego footprint at t = 0, its front third light (heading)
 
 ``render_bev(scene, trajectory)`` renders one ``Scene`` (unbatched, as from ``batch_scenes``) and one trajectory
-[41, 11] (ego-centred rear-axle states) into uint8 [size, size, 3]; ``render_bev_batch`` vmaps it over scenes and
-trajectories [B, ...]. ``save_png`` writes an image.
+[41, 11] (ego-centred rear-axle states) into uint8 [size, size, 3], every pixel tested against every map element.
+``render_bev_batch`` renders scenes and trajectories [B, ...] with the same pixels, faster: each tile of ``TILE`` x
+``TILE`` pixels is tested only against the map elements whose bounding box comes near it (``candidates``, index
+lists chosen on the host), on polygons and agents trimmed of trailing padding (``trim_padding``), one image at a
+time (``lax.map``). 64-pixel images of the judge's synthetic scenes, 32 per batch, shared 2-core CPU: 5.0 CPU s per
+batch before (every pixel against every element, vmapped), 0.68-0.71 now; bit-identical on every image compared.
+``save_png`` writes an image.
 """
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float, UInt8
+from jaxtyping import Array, Bool, Float, Int, UInt8
 
 from jaxdrive.geometry import EGO_LENGTH, EGO_REAR_AXLE_TO_CENTER, EGO_WIDTH, box_corners, point_in_box, \
     point_in_polygon, segments_distance2
@@ -57,6 +62,8 @@ COLORS = {
 COLOR_LEGEND = ("grey road, blue route lanes, red lanes have a red light, green route line, blue vehicles, orange "
                 "pedestrians, purple bicycles, brown static objects, lighter front ends show headings, dark boxes are "
                 "future positions, white ego now, plan yellow to red over 4 s")
+TILE = 8  # pixels per side of a culling tile (render_bev_batch)
+CULL_MARGIN = 0.5  # metres beyond the line width within which a tile tests a map element (candidates)
 FUTURE_STEPS = (10, 20, 30, 40)  # agent boxes at 1..4 s
 EGO_STEPS = tuple(range(5, 41, 5))  # ego footprints at 0.5..4 s
 
@@ -116,28 +123,84 @@ def _paint(image, mask, color):
     return jnp.where(mask[..., None], jnp.asarray(color, jnp.uint8), image)
 
 
-@functools.partial(jax.jit, static_argnums=(2,))
+@dataclasses.dataclass(frozen=True)
+class MapCandidates:
+    """Which map elements each pixel tile tests: indices [tiles, C] of areas, lanes and centreline segments (segment
+    i joins centreline points i and i + 1), -1 for an empty slot. Pixel ``p`` of tile ``t`` is tested against these
+    only; an element left out of a tile must be outside it by a margin (``candidates``)."""
+
+    areas: Int[Array, "n Ca"]
+    lanes: Int[Array, "n Cl"]
+    centerline: Int[Array, "n Cc"]
+
+
+jax.tree_util.register_dataclass(MapCandidates, data_fields=["areas", "lanes", "centerline"], meta_fields=[])
+
+
+def _all_elements(m) -> MapCandidates:
+    """One tile (the whole image) holding every valid map element: the plain per-pixel test."""
+    def every(valid):
+        return jnp.where(valid, jnp.arange(valid.shape[0]), -1)[None]
+    return MapCandidates(every(m.areas.valid), every(m.lanes.valid), every(m.centerline_valid[1:]))
+
+
+def _map_layers(tile_pts: Float[Array, "n Q 2"], m, cand: MapCandidates, cfg: BevConfig) -> dict:
+    """The map's paint masks [n, Q] for pixels grouped in tiles, each tile tested against its candidates only."""
+    def tile(pts, ia, il, ic):
+        take = lambda x, i: x[jnp.maximum(i, 0)]
+        in_area = _in_polygons(pts, take(m.areas.vertices, ia), ia >= 0)  # [Q, Ca]
+        kind = take(m.area_kind, ia)
+        in_lane = _in_polygons(pts, take(m.lanes.vertices, il), il >= 0)  # [Q, Cl]
+        route = take(m.lane_on_route, il)
+        lv = take(m.lanes.vertices, il)  # [Cl, V, 2]
+        edge_valid = (il >= 0)[:, None] & take(m.lanes.vertex_valid, il)
+        c = m.centerline
+        return {
+            "drivable": jnp.any(in_area & (kind != AreaKind.INTERSECTION), -1),
+            "intersection": jnp.any(in_area & (kind == AreaKind.INTERSECTION), -1),
+            "route_lane": jnp.any(in_lane & route, -1),
+            "red_light": jnp.any(in_lane & route & take(m.lane_red[:, 0], il), -1),
+            "lane_boundary": _near_polylines(pts, lv.reshape(-1, 2), jnp.roll(lv, -1, axis=1).reshape(-1, 2),
+                                             edge_valid.reshape(-1), cfg.line_width),
+            "centerline": _near_polylines(pts, take(c, ic), take(c, ic + 1), ic >= 0, cfg.line_width),
+        }
+
+    return jax.vmap(tile)(tile_pts, cand.areas, cand.lanes, cand.centerline)
+
+
+def _to_tiles(x, size: int, t: int):
+    """[size * size, ...] row-major pixels -> [tiles, t * t, ...] (tiles of t x t pixels, row-major)."""
+    rest = x.shape[1:]
+    return x.reshape(size // t, t, size // t, t, *rest).swapaxes(1, 2).reshape(-1, t * t, *rest)
+
+
+def _from_tiles(x, size: int, t: int):
+    """Inverse of ``_to_tiles``."""
+    rest = x.shape[2:]
+    return x.reshape(size // t, size // t, t, t, *rest).swapaxes(1, 2).reshape(size * size, *rest)
+
+
 def render_bev(scene: Scene, trajectory: Float[Array, "41 11"], cfg: BevConfig = BevConfig()
                ) -> UInt8[Array, "H W 3"]:
-    """One scene (unbatched ``Scene``) and one ego trajectory -> RGB uint8 [size, size, 3] (module docstring)."""
+    """One scene (unbatched ``Scene``) and one ego trajectory -> RGB uint8 [size, size, 3] (module docstring), every
+    pixel tested against every map element (the reference of ``render_bev_batch``'s tiles)."""
+    return _render(scene, trajectory, None, cfg)
+
+
+@functools.partial(jax.jit, static_argnums=(3,))
+def _render(scene: Scene, trajectory: Float[Array, "41 11"], cand: MapCandidates | None, cfg: BevConfig
+            ) -> UInt8[Array, "H W 3"]:
     heading0 = scene.history[-1, 2]
     pts = pixel_points(heading0, cfg).reshape(-1, 2)
     m = scene.map
     image = jnp.broadcast_to(jnp.asarray(COLORS["off_road"], jnp.uint8), (pts.shape[0], 3))
-
-    in_area = _in_polygons(pts, m.areas.vertices, m.areas.valid)  # [P, A]
-    image = _paint(image, jnp.any(in_area & (m.area_kind != AreaKind.INTERSECTION), -1), COLORS["drivable"])
-    image = _paint(image, jnp.any(in_area & (m.area_kind == AreaKind.INTERSECTION), -1), COLORS["intersection"])
-    in_lane = _in_polygons(pts, m.lanes.vertices, m.lanes.valid)  # [P, L]
-    image = _paint(image, jnp.any(in_lane & m.lane_on_route, -1), COLORS["route_lane"])
-    image = _paint(image, jnp.any(in_lane & m.lane_on_route & m.lane_red[:, 0], -1), COLORS["red_light"])
-    lv = m.lanes.vertices
-    edge_valid = m.lanes.valid[:, None] & m.lanes.vertex_valid
-    image = _paint(image, _near_polylines(pts, lv.reshape(-1, 2), jnp.roll(lv, -1, axis=1).reshape(-1, 2),
-                                          edge_valid.reshape(-1), cfg.line_width), COLORS["lane_boundary"])
-    c = m.centerline
-    image = _paint(image, _near_polylines(pts, c[:-1], c[1:], m.centerline_valid[1:], cfg.line_width),
-                   COLORS["centerline"])
+    if cand is None:
+        layers = {k: v[0] for k, v in _map_layers(pts[None], m, _all_elements(m), cfg).items()}
+    else:
+        layers = {k: _from_tiles(v, cfg.size, TILE) for k, v in
+                  _map_layers(_to_tiles(pts, cfg.size, TILE), m, cand, cfg).items()}
+    for name in ("drivable", "intersection", "route_lane", "red_light", "lane_boundary", "centerline"):
+        image = _paint(image, layers[name], COLORS[name])
 
     ag = scene.agents
     kind = jnp.clip(ag.type, 0, AgentType.BICYCLE + 1)  # 3 = any static object
@@ -181,11 +244,85 @@ def render_bev(scene: Scene, trajectory: Float[Array, "41 11"], cfg: BevConfig =
     return image.reshape(cfg.size, cfg.size, 3)
 
 
-@functools.partial(jax.jit, static_argnums=(2,))
 def render_bev_batch(scene: Scene, trajectories: Float[Array, "B 41 11"], cfg: BevConfig = BevConfig()
                      ) -> UInt8[Array, "B H W 3"]:
-    """``render_bev`` over a batch of scenes [B] and one trajectory each [B, 41, 11] (jitted per ``cfg``)."""
-    return jax.vmap(render_bev, in_axes=(0, 0, None))(scene, trajectories, cfg)
+    """``render_bev`` over a batch of scenes [B] and one trajectory each [B, 41, 11]: the same pixels, each tile of
+    ``TILE`` x ``TILE`` pixels tested only against the map elements near it (``candidates``, chosen on the host;
+    a traced batch, or a ``cfg.size`` that is not a multiple of ``TILE``, is rendered plainly)."""
+    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((scene, trajectories)))
+    if traced or cfg.size % TILE:
+        return _render_plain_batch(scene, trajectories, cfg)
+    scene = trim_padding(scene)
+    return _render_tiled_batch(scene, trajectories, candidates(scene, cfg), cfg)
+
+
+# One image at a time (lax.map): vmapped over the batch, XLA materialises [B, pixels, elements, vertices] temporaries,
+# GBs of fresh pages per call on CPU (5.0 vs 2.8 CPU s per 32 images of 64 px, plain).
+@functools.partial(jax.jit, static_argnums=(2,))
+def _render_plain_batch(scene, trajectories, cfg):
+    return jax.lax.map(lambda x: _render(*x, None, cfg), (scene, trajectories))
+
+
+@functools.partial(jax.jit, static_argnums=(3,))
+def _render_tiled_batch(scene, trajectories, cand, cfg):
+    return jax.lax.map(lambda x: _render(*x, cfg), (scene, trajectories, cand))
+
+
+def _bucket(n: int, full: int) -> int:
+    """The power of two >= ``n`` (at least 8), at most ``full``: few distinct shapes, so few compiles."""
+    return min(full, max(8, 1 << max(n - 1, 0).bit_length()))
+
+
+def _last_used(mask: np.ndarray, axis: int) -> int:
+    """1 + the largest index along ``axis`` where ``mask`` is True anywhere (0 if nowhere)."""
+    hit = np.flatnonzero(mask.any(axis=tuple(i for i in range(mask.ndim) if i != axis)))
+    return int(hit[-1]) + 1 if hit.size else 0
+
+
+def trim_padding(scene: Scene) -> Scene:
+    """The batch [B] with the trailing polygon vertices and agents that no pixel depends on cut off (host-side), kept
+    up to a power of two (``_bucket``). Pixels are unchanged: at least one padded vertex stays after each polygon's
+    last valid one and padded vertices repeat the first one (``scene.Polygons``), so each ring keeps its edges and
+    its closing edge and loses only zero-length edges at its first vertex (no crossing; a point on them is on the
+    ring already); the agents cut are invalid (masked)."""
+    m, ag = scene.map, scene.agents
+
+    def polygons(poly):
+        used = np.asarray(poly.vertex_valid) & np.asarray(poly.valid)[..., None]
+        v = _bucket(_last_used(used, 2) + 1, used.shape[2])
+        return poly.replace(vertices=poly.vertices[:, :, :v], vertex_valid=poly.vertex_valid[:, :, :v])
+
+    n = _bucket(_last_used(np.asarray(ag.valid), 1), ag.valid.shape[1])
+    return scene.replace(map=m.replace(areas=polygons(m.areas), lanes=polygons(m.lanes)),
+                         agents=jax.tree.map(lambda x: x[:, :n], ag))
+
+
+def candidates(scene: Scene, cfg: BevConfig) -> MapCandidates:
+    """Per tile of ``TILE`` x ``TILE`` pixels of each image of the batch [B]: the valid areas, lanes and centreline
+    segments whose bounding box comes within ``cfg.line_width + CULL_MARGIN`` metres of the tile's pixel centres,
+    as index lists [B, tiles, C] (-1: empty; C = the batch's largest count, ``_bucket``-ed). The rest cannot
+    colour a pixel of the tile: a point outside a polygon's bounding box is outside the polygon, and farther than
+    the line width from its edges."""
+    b, size = scene.history.shape[0], cfg.size
+    pts = np.asarray(jax.vmap(pixel_points, in_axes=(0, None))(jnp.asarray(scene.history)[:, -1, 2], cfg), np.float64)
+    tiles = pts.reshape(b, size // TILE, TILE, size // TILE, TILE, 2)
+    lo_t, hi_t = (f(tiles, axis=(2, 4)).reshape(b, -1, 1, 2) for f in (np.min, np.max))  # [B, n, 1, 2]
+    reach = cfg.line_width + CULL_MARGIN
+
+    def near(lo, hi, valid):  # element boxes [B, E, 2] -> index lists [B, n, C]
+        hit = np.all((lo[:, None] <= hi_t + reach) & (hi[:, None] >= lo_t - reach), axis=-1) & valid[:, None]
+        c = min(hit.shape[-1], _bucket(int(hit.sum(-1).max(initial=0)), hit.shape[-1]))
+        order = np.argsort(~hit, axis=-1, kind="stable")[..., :c]
+        return np.where(np.take_along_axis(hit, order, -1), order, -1).astype(np.int32)
+
+    def polygons(poly):
+        v = np.asarray(poly.vertices, np.float64)
+        return near(v.min(axis=2), v.max(axis=2), np.asarray(poly.valid))
+
+    c = np.asarray(scene.map.centerline, np.float64)
+    return MapCandidates(polygons(scene.map.areas), polygons(scene.map.lanes),
+                         near(np.minimum(c[:, :-1], c[:, 1:]), np.maximum(c[:, :-1], c[:, 1:]),
+                              np.asarray(scene.map.centerline_valid)[:, 1:]))
 
 
 def save_png(image, path: str | Path) -> Path:
