@@ -1,7 +1,7 @@
 """DriveJudge data generation: the EPDMS scoring and BEV rendering of ``jaxdrive judge data``, before and after, in one
 process, on the same batches (8 synthetic judge scenes x 32 proposals, 32 images each, as ``build_dataset`` does).
 
-* scoring: unculled ``epdms.score`` (before) vs ``synthetic.BatchScorer`` (``jaxdrive.score``'s broad phase);
+* scoring: unculled ``epdms.score`` (before) vs ``BatchScorer`` (``jaxdrive.score``'s broad phase);
 * rendering: every pixel against every map element, vmapped over the batch (before; ``jax.vmap(render_bev)``) vs
   ``render_bev_batch`` (8 x 8 pixel tiles against the elements near them, trimmed padding, one image at a time).
 
@@ -26,6 +26,7 @@ from jaxdrive.data.synthetic import generate_scene, pad_spec  # noqa: E402
 from jaxdrive.judge import bev, synthetic  # noqa: E402
 from jaxdrive.rules import epdms  # noqa: E402
 from jaxdrive.scene import batch_scenes  # noqa: E402
+from jaxdrive.scorer import BatchScorer  # noqa: E402
 
 
 @functools.partial(jax.jit, static_argnums=(2,))
@@ -51,7 +52,7 @@ def main() -> None:
         scenes = [generate_scene(s, num_proposals=synthetic.NUM_PROPOSALS, profile=synthetic.PROFILE)
                   for s in range(900_000 + 8 * i, 900_008 + 8 * i)]
         batches.append(batch_scenes(scenes, spec)[:2])
-    unculled, scorer = jax.jit(epdms.score), synthetic.BatchScorer()
+    unculled, scorer = jax.jit(epdms.score), BatchScorer()
     times = {k: [] for k in ("score before", "score after", "render before", "render after")}
     for rep in range(2):  # the first pass compiles every shape
         for sc, pr in batches:

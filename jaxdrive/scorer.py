@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from jaxdrive.broadphase.device import pack_on_device
+from jaxdrive.broadphase.device import needs, pack_on_device
 from jaxdrive.broadphase.host import PackSpec
 from jaxdrive.rules import epdms
 from jaxdrive.scene import NUM_STEPS, STATE_DIM, Proposals, Scene
@@ -146,3 +146,33 @@ def score(scene: Scene, proposals: Proposals, *, capacity: PackSpec | None = Non
                                reference_progress=reference_progress, gates=gates,
                                apply_human_filter=apply_human_filter, comfort_precision=comfort_precision,
                                groups=groups)[0]
+
+
+_score_culled = jax.jit(lambda scene, proposals, capacity: score_with_overflow(scene, proposals, capacity=capacity,
+                                                                                fallback=False), static_argnums=2)
+
+
+class BatchScorer:
+    """EPDMS sub-scores [B, K] of host batches (numpy leaves; returned on the host) with the broad phase, for callers
+    that score batch after batch outside a jitted program (``jaxdrive judge data``, ``DriveJudge.score``): capacities
+    fixed from the first batch (``HEADROOM`` x its ``needs``) and grown when a later batch overflows them (that batch
+    is re-scored at the grown capacities: one more compile). The values equal the unculled kernels' (``epdms.score``);
+    rows of invalid proposals are NaN (``mask_invalid``)."""
+
+    HEADROOM = 2.0  # small batches vary a lot; a compile costs more than scoring at twice the capacities
+
+    def __init__(self, capacity: PackSpec | None = None):
+        self.capacity = capacity
+
+    def __call__(self, scene, proposals) -> epdms.SubScores:
+        if self.capacity is None:
+            self.capacity = capacity_for(needs(scene, proposals), self.HEADROOM)
+        subs, overflow = _score_culled(scene, proposals, self.capacity)
+        if bool(overflow):
+            grown = capacity_for(needs(scene, proposals), self.HEADROOM)
+            self.capacity = PackSpec(**{f.name: max(getattr(grown, f.name), getattr(self.capacity, f.name))
+                                        for f in dataclasses.fields(PackSpec)})
+            subs, overflow = _score_culled(scene, proposals, self.capacity)
+            if bool(overflow):
+                raise RuntimeError(f"BatchScorer: a batch overflowed capacities grown to its own needs ({self.capacity})")
+        return jax.device_get(subs)

@@ -150,12 +150,13 @@ def test_batch_scorer_equals_the_unculled_kernels():
     from jaxdrive.data.synthetic import generate_scene, pad_spec
     from jaxdrive.rules import epdms
     from jaxdrive.scene import batch_scenes
+    from jaxdrive.scorer import BatchScorer
 
     scenes = [generate_scene(s, num_proposals=8, profile=synthetic.PROFILE) for s in range(20_000, 20_003)]
     sc, pr, _ = batch_scenes(scenes, pad_spec(8))
     want = jax.device_get(jax.jit(epdms.score)(sc, pr))
     tiny = PackSpec(**{f: 8 for f in PackSpec.__dataclass_fields__})
-    for scorer in (synthetic.BatchScorer(), synthetic.BatchScorer(tiny)):
+    for scorer in (BatchScorer(), BatchScorer(tiny)):
         got = scorer(sc, pr)
         for f in epdms.METRICS + ("epdms",):
             np.testing.assert_array_equal(np.asarray(getattr(got, f)), np.asarray(getattr(want, f)), err_msg=f)

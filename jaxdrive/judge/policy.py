@@ -35,6 +35,7 @@ from jaxdrive.models.chat import ChatEncoder
 from jaxdrive.models.image_processing import ImageProcessorConfig, preprocess_images
 from jaxdrive.rules import epdms
 from jaxdrive.scene import HostScene, PadSpec, batch_scenes
+from jaxdrive.scorer import BatchScorer
 
 ALL_YES = (True,) * len(RULE_LABELS)
 
@@ -149,9 +150,6 @@ def rationale(probs: np.ndarray) -> str:
             "The context excuses " + ", ".join(off) + "; the other rules apply.")
 
 
-_score_jit = jax.jit(epdms.score)
-
-
 class DriveJudge:
     """A Qwen-VL gate policy over rule sub-scores.
 
@@ -169,6 +167,7 @@ class DriveJudge:
         self.bev, self.describe, self.batch_size, self.pad = bev, describe, batch_size, pad
         self.thresholds = np.asarray(thresholds, np.float32)
         self.slots = answer_slots(encoder)
+        self.scorer = BatchScorer()  # sub-scores with the broad phase (the unculled kernels' values)
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, **kwargs) -> "DriveJudge":
@@ -192,7 +191,7 @@ class DriveJudge:
             sc, pr, _ = batch_scenes(list(scenes), self.pad)
             rows = (np.arange(len(scenes)), np.asarray(proposals))
             values = np.asarray(rule_values(jax.tree.map(lambda x: np.asarray(x)[rows],
-                                                         jax.device_get(_score_jit(sc, pr)))))
+                                                         self.scorer(sc, pr))))
         broken = ([P.broken_rules(v, self.thresholds) for v in values] if self.describe
                   else [None] * len(scenes))
         out = []
@@ -226,7 +225,7 @@ class DriveJudge:
                 previous_kinds=None if s.previous_kinds is None else s.previous_kinds + ["same"])
             proposals.append(s.num_proposals)
         sc, pr, _ = batch_scenes(scenes, self.pad)
-        subs = jax.device_get(_score_jit(sc, pr))
+        subs = self.scorer(sc, pr)
         rows = (np.arange(len(scenes)), np.asarray(proposals))
         sub = jax.tree.map(lambda x: np.asarray(x)[rows], subs)
         probs = self.probs(scenes, proposals, np.asarray(render_bev_batch(sc, np.asarray(pr.states)[rows], self.bev)),

@@ -29,8 +29,6 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
-from jaxdrive.broadphase import PackSpec
-from jaxdrive.broadphase.device import needs
 from jaxdrive.data.scene_json import write_scene
 from jaxdrive.data.synthetic import PROFILES, generate_scene, pad_spec
 from jaxdrive.judge import prompt as P
@@ -40,7 +38,7 @@ from jaxdrive.judge.gates import RULE_LABELS
 from jaxdrive.judge.labels import PAPER_THRESHOLDS, gate_labels, rule_values
 from jaxdrive.rules import epdms
 from jaxdrive.scene import HostScene, batch_scenes
-from jaxdrive.scorer import capacity_for, score_with_overflow
+from jaxdrive.scorer import BatchScorer
 
 NUM_PROPOSALS = 32  # enough that most special manoeuvres of a scene are generated
 TEST_SEED_OFFSET = 1_000_000
@@ -98,34 +96,6 @@ def planted_label(name: str, family: str, ctx: Context, tlc: float) -> tuple[int
     if family == "lane_change" and "same_dir" in name:
         return 1, "lane_change", "Changes to a free lane in its direction."
     return None
-
-
-_score_culled = jax.jit(lambda scene, proposals, capacity: score_with_overflow(scene, proposals, capacity=capacity,
-                                                                                fallback=False), static_argnums=2)
-
-
-class BatchScorer:
-    """EPDMS sub-scores [B, K] of host batches (numpy, on the host) with ``jaxdrive.score``'s broad phase: capacities
-    fixed from the first batch (``HEADROOM`` x its ``needs``) and grown when a later batch overflows them (that batch
-    is re-scored at the grown capacities: one more compile); the values equal the unculled kernels'."""
-
-    HEADROOM = 2.0  # small batches vary a lot; a compile costs more than scoring at twice the capacities
-
-    def __init__(self, capacity: PackSpec | None = None):
-        self.capacity = capacity
-
-    def __call__(self, scene, proposals) -> epdms.SubScores:
-        if self.capacity is None:
-            self.capacity = capacity_for(needs(scene, proposals), self.HEADROOM)
-        subs, overflow = _score_culled(scene, proposals, self.capacity)
-        if bool(overflow):
-            grown = capacity_for(needs(scene, proposals), self.HEADROOM)
-            self.capacity = PackSpec(**{f.name: max(getattr(grown, f.name), getattr(self.capacity, f.name))
-                                        for f in dataclasses.fields(PackSpec)})
-            subs, overflow = _score_culled(scene, proposals, self.capacity)
-            if bool(overflow):
-                raise RuntimeError(f"judge data: a batch overflowed capacities grown to its own needs ({self.capacity})")
-        return jax.device_get(subs)
 
 
 def _pick(rng: np.random.Generator, labelled: list[tuple[int, tuple]], scene: HostScene, per_scene: int) -> list:
