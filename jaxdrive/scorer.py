@@ -170,8 +170,7 @@ class BatchScorer:
         subs, overflow = _score_culled(scene, proposals, self.capacity)
         if bool(overflow):
             grown = capacity_for(needs(scene, proposals), self.HEADROOM)
-            self.capacity = PackSpec(**{f.name: max(getattr(grown, f.name), getattr(self.capacity, f.name))
-                                        for f in dataclasses.fields(PackSpec)})
+            self.capacity = self.capacity.union(grown)
             subs, overflow = _score_culled(scene, proposals, self.capacity)
             if bool(overflow):
                 raise RuntimeError(f"BatchScorer: a batch overflowed capacities grown to its own needs ({self.capacity})")

@@ -368,3 +368,13 @@ def test_near_segments_keep_every_distance_lk_can_see(synthetic_scenes):
     np.testing.assert_allclose(packed[near], dense[near], rtol=0, atol=1e-5)
     assert np.all(packed[dense > DEVIATION_M + 1e-5] > DEVIATION_M)
     assert used.near_segments < np.asarray(scene.map.centerline).shape[-2] - 1  # it culls
+
+
+def test_pack_spec_union_is_the_fieldwise_maximum():
+    a = PackSpec(lane_pairs=4, lane_tiles=16, agents=9)
+    b = PackSpec(lane_pairs=32, lane_tiles=8, nc_pairs=3)
+    c = PackSpec(area_pairs=100)
+    u = a.union(b, c)
+    assert (u.lane_pairs, u.agents, u.area_pairs) == (32, 9, 100)
+    assert u.lane_tiles == 64 and u.nc_pairs == 16  # c's defaults exceed a's 16 and b's 3
+    assert a.union() == a and a.union(b) == b.union(a)

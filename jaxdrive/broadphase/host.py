@@ -167,6 +167,11 @@ class PackSpec:
 
         return PackSpec(**{f.name: field(f.name) for f in dataclasses.fields(PackSpec)})
 
+    def union(self, *others: "PackSpec") -> "PackSpec":
+        """The field-wise maximum of this spec and ``others`` (capacities that fit every one of them)."""
+        return PackSpec(**{f.name: max(getattr(x, f.name) for x in (self, *others))
+                           for f in dataclasses.fields(PackSpec)})
+
 
 def swept_bboxes(states: np.ndarray, margin: float = MARGIN_M) -> np.ndarray:
     """[..., K, 4] (xmin, ymin, xmax, ymax) (m) bounding every ego footprint of each proposal over all steps.

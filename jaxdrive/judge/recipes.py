@@ -7,7 +7,7 @@
 * dataset ``judge_pairs`` (GRPO): one example per DriveCritic pair, both trajectories' conversations with the all-yes
   answer block (``judge.grpo`` reads the gate logits at the rule slots), their sub-scores and the preference;
 * reward ``judge_preference``: Eq. 12, 1 if the gated scores of the sampled gates rank the pair as the human did
-  (a tie is wrong), else 0;
+  (a tie is wrong), else 0; ``judge_margin``: the preferred trajectory's sampled gated score minus the other's;
 * decoder ``judge_answer``: completion ids -> the answer block text (the tokenizer's, specials dropped).
 
 Data config fields: ``path`` (dataset directory), ``split``, ``model_path`` (the pretrained model directory: chat
@@ -190,21 +190,42 @@ def _subscores_from_array(a: jnp.ndarray):
                      ddc_step=step, tlc_step=step, ttc_step=step, lk_step=step)
 
 
-def preference_reward(gates, mask, batch) -> jnp.ndarray:
-    """Eq. 12 on device: ``gates`` [N, 14] sampled gates (A's 7 then B's 7), ``batch["subscores"]`` [N, 2, 9],
-    ``batch["preferred"]`` [N] (0 = a, 1 = b) -> [N] in {0, 1}; a tie counts as wrong."""
-    del mask
+def _preferred_and_other(gates, batch) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """Gated scores [N] of the preferred and the other trajectory under sampled ``gates`` [N, 14] (A's 7, B's 7)."""
     g = jnp.asarray(gates, bool)
     s = _subscores_from_array(jnp.asarray(batch["subscores"], jnp.float32))
     scores = rule_gated_score(s, jnp.stack([g[:, :7], g[:, 7:]], 1))  # [N, 2]
     a, b = scores[:, 0], scores[:, 1]
-    pref = jnp.asarray(batch["preferred"])
-    return jnp.where(pref == 0, a > b, b > a).astype(jnp.float32)
+    pref_b = jnp.asarray(batch["preferred"]) == 1
+    return jnp.where(pref_b, b, a), jnp.where(pref_b, a, b)
+
+
+def preference_reward(gates, mask, batch) -> jnp.ndarray:
+    """Eq. 12 on device: ``gates`` [N, 14] sampled gates (A's 7 then B's 7), ``batch["subscores"]`` [N, 2, 9],
+    ``batch["preferred"]`` [N] (0 = a, 1 = b) -> [N] in {0, 1}; a tie counts as wrong."""
+    del mask
+    preferred, other = _preferred_and_other(gates, batch)
+    return (preferred > other).astype(jnp.float32)
+
+
+def margin_reward(gates, mask, batch) -> jnp.ndarray:
+    """The preferred trajectory's gated score minus the other's under the sampled gates, [N] in [-1, 1] (inputs as
+    ``preference_reward``). Its mean over the policy's rollouts is the expected-score margin (Eq. 14), whose sign
+    is what TPS accuracy reads; unlike Eq. 12's 0/1 it varies within a group whenever the sampled gates move
+    either score, so a pair the judge already orders right still carries an advantage."""
+    del mask
+    preferred, other = _preferred_and_other(gates, batch)
+    return preferred - other
 
 
 def preference_reward_from_config(cfg) -> Reward:
     """``rewards.judge_preference``: Eq. 12 (``weight``)."""
     return Reward(name="judge_preference", fn=preference_reward, weight=float(cfg.get("weight", 1.0)), kind="jnp")
+
+
+def margin_reward_from_config(cfg) -> Reward:
+    """``rewards.judge_margin``: the sampled gated-score margin (``margin_reward``, ``weight``)."""
+    return Reward(name="judge_margin", fn=margin_reward, weight=float(cfg.get("weight", 1.0)), kind="jnp")
 
 
 def answer_decoder(cfg, tokenizer):

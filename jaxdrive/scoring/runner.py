@@ -339,8 +339,7 @@ class _Producer(threading.Thread):
             scenes = [s for s in self.source.iter_range(*ranges[i]) if isinstance(s, HostScene)]
             if scenes:
                 scanned.append(needs(*self._host_batch(scenes)[:2], ndev))
-        most = PackSpec(**{f.name: max([getattr(x, f.name) for x in scanned] + [1])
-                           for f in dataclasses.fields(PackSpec)})
+        most = PackSpec(**{f.name: 1 for f in dataclasses.fields(PackSpec)}).union(*scanned)
         self.capacity = capacity_for(most, CAPACITY_HEADROOM)
 
     def _emit(self, batch: "_Batch", arrays) -> None:
@@ -516,8 +515,7 @@ def score_source(source: SceneSource, out_dir, options: ScoreOptions, *, resume:
         nonlocal step
         need = needs(*jax.device_get(arrays[:2]), mesh.devices.size)
         grown = capacity_for(need, CAPACITY_HEADROOM)
-        stats.capacity = PackSpec(**{f.name: max(getattr(grown, f.name), getattr(stats.capacity, f.name))
-                                     for f in dataclasses.fields(PackSpec)})
+        stats.capacity = stats.capacity.union(grown)
         step = build_step(mesh, options, stats.capacity, stats)
         result, overflow = step(*arrays)
         if bool(overflow):

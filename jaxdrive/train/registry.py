@@ -82,6 +82,7 @@ REWARDS = Registry("reward", {
     "openread_knowledge": "jaxdrive.train.openread_rewards:knowledge_from_config",
     "openread_total": "jaxdrive.train.openread_rewards:total_from_config",
     "judge_preference": "jaxdrive.judge.recipes:preference_reward_from_config",
+    "judge_margin": "jaxdrive.judge.recipes:margin_reward_from_config",
 })
 
 DECODERS = Registry("decoder", {

@@ -128,8 +128,7 @@ def _raw_scores(scene, proposals) -> SubScores:
     if not bool(overflow):
         return out
     grown = capacity_for(needs(*jax.device_get((scene, proposals))))
-    _GROWN[k] = PackSpec(**{f.name: max(getattr(capacity, f.name), getattr(grown, f.name))
-                            for f in dataclasses.fields(PackSpec)})
+    _GROWN[k] = capacity.union(grown)
     out, overflow = _culled_scores(scene, proposals, capacity=_GROWN[k])
     return _unculled_scores(scene, proposals) if bool(overflow) else out
 
