@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # DriveJudge GRPO from the SFT checkpoint, tested on a large held-out split with paired tests (tiny judge, CPU).
 # Usage: benchmarks/judge_grpo.sh OUT [HELD_OUT_SCENES GRPO_SCENES VAL_SCENES GRPO_STEPS]
-#   HELD_SEED=7 RUNS_ONLY="grpo_short_plain grpo_plain" SFT_STAGES="sft_short sft" benchmarks/judge_grpo.sh OUT 1000
-#                  the confirmatory test: held-out split from fresh seeds (OUT/heldout, below), two GRPO runs
+#   HELD_SEED=7 RUNS_ONLY="grpo_short_plain grpo_plain" SFT_STAGES="sft_short sft" benchmarks/judge_grpo.sh OUT 1000 400
+#                  the first confirmatory test: held-out split from fresh seeds (OUT/heldout, below), two GRPO runs
+#   HELD_SEED=11 RUNS_ONLY="grpo_margin grpo_plain" SFT_STAGES="sft_short sft" benchmarks/judge_grpo.sh OUT 1000
+#                  the margin-reward test (GRPO pairs from 1,200 scenes, docs/drivejudge.md)
 #   OUT/data       jaxdrive judge data --train 160 --test HELD_OUT_SCENES --seed 1: its train split is the SFT
 #                  training set of benchmarks/judge_synthetic.sh (seed-1 scenes 0-159, the same records), its test
 #                  split the held-out scenes (seed offset 1,000,000: no scene shared with any training split below)
@@ -22,7 +24,7 @@
 #   table          python benchmarks/judge_grpo_table.py OUT (baselines, judges, paired tests)
 # Steps already done are kept (rerunning finishes a partial OUT). Run it under `nice -n 5` on a shared machine.
 set -euo pipefail
-OUT=${1:?output directory}; HELD=${2:-500}; GRPO_SCENES=${3:-400}; VAL=${4:-60}; STEPS=${5:-100}
+OUT=${1:?output directory}; HELD=${2:-500}; GRPO_SCENES=${3:-1200}; VAL=${4:-60}; STEPS=${5:-100}
 COMMON="data.describe=True progress=False"
 # name:start:overrides (space-separated overrides as one field; the start is an SFT run name)
 RUNS=(
@@ -32,6 +34,7 @@ RUNS=(
   "grpo_t2k4g16_lr3:sft:grpo.temperature=2.0 grpo.oversample=4 grpo.group_size=16 optim.lr=3e-4"  # 3x the lr
   "grpo_short_t2k4:sft_short:grpo.temperature=2.0 grpo.oversample=4"   # from the less trained SFT (150 steps)
   "grpo_short_plain:sft_short:"                                         # its plain-GRPO control
+  "grpo_margin:sft:rewards={'judge_margin':{'weight':1.0}} grpo.scale=batch"  # = configs/judge_grpo_margin_tiny.py
 )
 FULL_EVAL=${FULL_EVAL:-}  # e.g. "sft grpo_t2k4": ~15+ min each on the shared CPU (not in the measured run)
 RUNS_ONLY=${RUNS_ONLY:-$(for s in "${RUNS[@]}"; do echo "${s%%:*}"; done)}

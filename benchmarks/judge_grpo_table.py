@@ -97,7 +97,7 @@ def main(out: Path) -> None:
 
     print("\nTraining signal (OUT/<run>_run/metrics.jsonl, logged steps): share of rollout groups with zero reward "
           "variance in the rolled-out pool and in the trained batch, KL to the SFT policy at the end, validation TPS "
-          "(52 pairs of unseen seed-3 scenes) at the start and the end:\n")
+          "(the GRPO data's test pairs: unseen seed-3 scenes) at the start and the end:\n")
     print("| GRPO run | zero-variance groups, pool | zero-variance groups, trained batch | final KL | validation TPS % "
           "start -> end |\n|---|---|---|---|---|")
     for _, d in runs:
