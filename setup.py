@@ -53,6 +53,7 @@ TEST = ALL + [
     # Install torch==2.13.0 (CPU wheel) *before* this extra, or pip pulls a CUDA build.
     "torch==2.13.0",
     "pytest",
+    "pytest-xdist",  # the Quickstart's test command runs the suite in 2 worker processes (-n 2)
     "hypothesis",
     "shapely",
     "scikit-learn",
