@@ -216,6 +216,14 @@ def test_mcnemar_exact_known_answers_and_binomial():
         r = mcnemar_exact(x, y)
         if r["b"] + r["c"]:
             assert r["p_value"] == pytest.approx(binomtest(r["c"], r["b"] + r["c"], 0.5).pvalue)
+    # more than 1,023 discordant pairs (2.0 ** m overflowed a float): still the binomial test's p-value
+    x = np.arange(3000) % 2 == 0
+    y = x.copy()
+    y[:1300] = ~y[:1300]  # 650 pairs A right / B wrong, 650 the other way
+    y[1300:1500:2] = False  # 100 more A right / B wrong
+    r = mcnemar_exact(x, y)
+    assert (r["b"], r["c"]) == (750, 650)
+    assert r["p_value"] == pytest.approx(binomtest(650, 1400, 0.5).pvalue, rel=1e-9)
     with pytest.raises(ValueError):
         mcnemar_exact(a, b[:5])
 
