@@ -6,15 +6,10 @@ as configs/judge_sft_tiny.py, so the two differ only in what the VLM is asked.
         export_dir=runs/direct_sft
     jaxdrive judge baselines --data runs/jd --direct-model runs/direct_sft
 """
-import importlib.util
-import os
+from jaxdrive.configs import sibling_config
 
 
 def get_config():
-    spec = importlib.util.spec_from_file_location("judge_sft_tiny",
-                                                  os.path.join(os.path.dirname(__file__), "judge_sft_tiny.py"))
-    base = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(base)
-    c = base.get_config()
+    c = sibling_config(__file__, "judge_sft_tiny")
     c.data.kind = "judge_direct"
     return c

@@ -10,18 +10,14 @@ SFT judge").
     jaxdrive train grpo --config configs/judge_grpo_margin_tiny.py model.path=runs/judge_sft_tiny data.path=runs/jd \
         export_dir=runs/judge_grpo_margin_tiny
 """
-import importlib.util
-import os
 
 import ml_collections
 
+from jaxdrive.configs import sibling_config
+
 
 def get_config():
-    spec = importlib.util.spec_from_file_location(
-        "judge_grpo_tiny", os.path.join(os.path.dirname(__file__), "judge_grpo_tiny.py"))
-    base = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(base)
-    c = base.get_config()
+    c = sibling_config(__file__, "judge_grpo_tiny")
     c.rewards = ml_collections.ConfigDict({"judge_margin": dict(weight=1.0)})  # registry.REWARDS
     c.grpo.scale = "batch"
     return c

@@ -3,15 +3,11 @@
     jaxdrive train grpo --config configs/judge_grpo_tiny.py model.path=runs/judge_sft_tiny data.path=runs/jd \
         export_dir=runs/judge_grpo_tiny
 """
-import importlib.util
-import os
+from jaxdrive.configs import sibling_config
 
 
 def get_config():
-    spec = importlib.util.spec_from_file_location("judge_grpo", os.path.join(os.path.dirname(__file__), "judge_grpo.py"))
-    base = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(base)
-    c = base.get_config()
+    c = sibling_config(__file__, "judge_grpo")
     c.steps, c.log_every, c.eval_every = 60, 10, 20
     c.model.dtype = "float32"
     c.data.max_len = c.eval_data.max_len = 512

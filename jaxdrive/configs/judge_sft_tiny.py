@@ -5,15 +5,11 @@ short run, larger learning rate.
     jaxdrive train sft --config configs/judge_sft_tiny.py model.path=runs/tiny_judge data.path=runs/jd \
         export_dir=runs/judge_sft_tiny
 """
-import importlib.util
-import os
+from jaxdrive.configs import sibling_config
 
 
 def get_config():
-    spec = importlib.util.spec_from_file_location("judge_sft", os.path.join(os.path.dirname(__file__), "judge_sft.py"))
-    base = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(base)
-    c = base.get_config()
+    c = sibling_config(__file__, "judge_sft")
     c.steps, c.batch_size, c.log_every = 300, 16, 25
     c.model.dtype = "float32"
     c.data.max_len = 512  # ~350 tokens with the tiny judge's tokenizer and the text description
