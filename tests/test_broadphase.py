@@ -26,8 +26,9 @@ import shapely
 sys.path.insert(0, os.path.dirname(__file__))
 from reference_rules import ego_center_and_corners  # noqa: E402
 
-from jaxdrive.broadphase import (MAP_CHUNK_STEPS, MARGIN_M, TILE_EDGES, PackSpec, cull_agents,  # noqa: E402
-                                 contact_pairs, ego_chunk_bboxes, overlaps, pack_batch, pack_map, polygon_bboxes)
+from jaxdrive.broadphase import (MAP_CHUNK_STEPS, MARGIN_M, TILE_EDGES, PackSpec, contact_pairs,  # noqa: E402
+                                 cull_agents, ego_chunk_bboxes, group_rows, overlaps, pack_batch, pack_map,
+                                 polygon_bboxes)
 from jaxdrive.data.scene_json import read_scene  # noqa: E402
 from jaxdrive.data.synthetic import generate_scene  # noqa: E402
 from jaxdrive.rules.areas import batch_ego_areas  # noqa: E402
@@ -57,14 +58,16 @@ def _rules(scene, states, areas):
     return out
 
 
-@jax.jit
-def RULES(scene, states):
+def _all_rules(scene, states):
     """Every kernel that reads the map or the agents, on a batch (dense, or packed by ``pack_batch``)."""
     areas = batch_ego_areas(scene.map, states)
     out = jax.vmap(_rules)(scene.replace(agents=None), states, areas)
     for name, fn in (("nc", batch_no_at_fault_collisions), ("ttc", batch_time_to_collision)):
         out[name], out[name + "_step"] = fn(scene, states, areas)
     return out
+
+
+RULES = jax.jit(_all_rules)
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +121,40 @@ def test_packed_identical_on_dense_traffic_in_groups():
     for name, want in dense.items():
         np.testing.assert_array_equal(packed[name], want, err_msg=name)
     assert (dense["nc"] < 1).sum() >= 5 and (dense["ttc"] < 1).sum() >= 10, (dense["nc"], dense["ttc"])
+
+
+def test_loops_over_used_tiles_and_triples_only_at_generous_capacities(monkeypatch):
+    """The tile sums and the contact tests visit blocks of tiles / triples up to the last used one: with blocks of 8
+    (many steps, partial last blocks) and every capacity 3x the batch's needs, every flag, value and step still equals
+    the dense batch's; ``used_blocks`` counts exactly the blocks that hold used tiles / valid triples."""
+    from jaxdrive.broadphase import contacts, tiles
+
+    monkeypatch.setattr(tiles, "TILE_BLOCK", 8)
+    monkeypatch.setattr(contacts, "TRIPLE_BLOCK", 8)
+    scenes = [generate_scene(seed, profile="reference") for seed in range(8, 14)]
+    spec = dataclasses.replace(PadSpec.fit(scenes), proposals=16)
+    scene, props, _ = batch_scenes(scenes, spec, validate=False)
+    dense = jax.device_get(RULES(scene, props.states))
+    _, used = pack_batch(scene, props.states, groups=2)
+    generous = PackSpec(**{f.name: 3 * getattr(used, f.name) for f in dataclasses.fields(PackSpec)})
+    packed_scene, _ = pack_batch(scene, props.states, generous, groups=2)
+    packed = jax.device_get(jax.jit(lambda s, x: _all_rules(s, x))(packed_scene, props.states))  # traced anew
+    for name, want in dense.items():
+        np.testing.assert_array_equal(packed[name], want, err_msg=name)
+    assert (dense["nc"] < 1).sum() >= 3 and (dense["ttc"] < 1).sum() >= 3, (dense["nc"], dense["ttc"])
+    for name in ("areas", "lanes", "red_lanes"):
+        t = getattr(packed_scene.map, name)
+        grouped = jax.tree_util.tree_map(lambda x: group_rows(x, 2), t)
+        real = np.asarray(grouped.start)[..., 0, 0] < FAR  # [G, NT]: a used tile's first edge is a real one
+        last = max((np.flatnonzero(r)[-1] + 1 if r.any() else 0) for r in real)
+        assert last < real.shape[1] // 2, name  # the capacities are generous: most tiles are unused
+        assert int(tiles.used_blocks(grouped)) == -(-last // 8), name
+    for name in ("nc", "ttc"):
+        grouped = jax.tree_util.tree_map(lambda x: group_rows(x, 2), getattr(packed_scene.agents, name))
+        valid = np.asarray(grouped.valid)
+        last = max((np.flatnonzero(r)[-1] + 1 if r.any() else 0) for r in valid)
+        assert 0 < last < valid.shape[1] // 2, name
+        assert int(contacts.used_blocks(grouped)) == -(-last // 8), name
 
 
 def _dropped_never_touched(scene):

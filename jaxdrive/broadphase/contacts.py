@@ -4,6 +4,9 @@ NC and TTC only act on each (proposal, agent) pair's *first* event (``jaxdrive.r
 batch they test, per group of scenes (one device's), only the (proposal, agent, chunk of 8 steps) triples whose boxes
 can touch; a triple's earliest event is its chunk's, a pair's is the earliest over its run of triples (a sorted
 segment minimum), and per-proposal results are sorted segment minima over the triples a proposal owns.
+
+The per-triple tests run over the used triples only (``per_used_triple``: blocks of ``TRIPLE_BLOCK`` up to the last
+valid one), so capacities above a batch's needs cost memory, not time.
 """
 
 from __future__ import annotations
@@ -16,6 +19,33 @@ from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.broadphase.host import ContactPairs, group_rows
 from jaxdrive.scene import Agents
+
+TRIPLE_BLOCK = 512  # triples per step of the loop over a group's used triples
+
+
+def _block(pairs: ContactPairs) -> int:
+    return min(TRIPLE_BLOCK, pairs.valid.shape[-1])
+
+
+def used_blocks(pairs: ContactPairs) -> Int[Array, ""]:
+    """Blocks of ``TRIPLE_BLOCK`` triples (from the first) holding every valid triple, the largest over the leading
+    axes (one group's [P] or groups [G, P])."""
+    p = pairs.valid.shape[-1]
+    last = jnp.max(jnp.where(pairs.valid, jnp.arange(1, p + 1, dtype=jnp.int32), 0))
+    return -(-last // _block(pairs))
+
+
+def per_used_triple(fn: Callable, pairs: ContactPairs, blocks: Int[Array, ""], fill) -> Array:
+    """``fn(triple indices [TB]) -> [TB]`` for the first ``blocks`` blocks of triples, ``fill`` for the rest: [P]."""
+    block, p = _block(pairs), pairs.valid.shape[0]
+    fill = jnp.asarray(fill)
+
+    def body(i, out):
+        j = i * block + jnp.arange(block, dtype=jnp.int32)
+        return jax.lax.dynamic_update_slice_in_dim(out, fn(jnp.minimum(j, p - 1)).astype(out.dtype), i * block, 0)
+
+    out = jax.lax.fori_loop(0, blocks, body, jnp.full((-(-p // block) * block,), fill, fill.dtype))
+    return out[:p]
 
 
 def box_rows(boxes: Float[Array, "M T 4 2"], *extra: Float[Array, "M T"]) -> Float[Array, "M T F"]:
@@ -53,7 +83,8 @@ def per_proposal_min(x: Array, pairs: ContactPairs, num_proposals: int, empty) -
 
 def over_groups(fn: Callable, agents: Agents, pairs: ContactPairs, states: Float[Array, "B K T 11"],
                 flags: Bool[Array, "B K T"]):
-    """``fn(agents[Bg, N], pairs[P], states[Bg * K, T, 11], flags[Bg * K, T])`` per group of scenes -> [B, K] leaves."""
+    """``fn(agents[Bg, N], pairs[P], states[Bg * K, T, 11], flags[Bg * K, T], blocks)`` per group of scenes -> [B, K]
+    leaves; ``blocks``: ``used_blocks`` of the largest group (one bound for all, so the loop is not batched)."""
     b, k = states.shape[:2]
     g = pairs.groups
     if pairs.owner.shape[0] != b or agents.valid.shape[0] != b or b % g:
@@ -61,6 +92,7 @@ def over_groups(fn: Callable, agents: Agents, pairs: ContactPairs, states: Float
                          f"{b} scenes; pack the batch for these states (jaxdrive.broadphase.pack_batch)")
     grouped = lambda x: group_rows(x, g)  # [B, n, ...] -> [G, B / G * n, ...]
     by_scene = lambda x: x.reshape((g, b // g) + x.shape[1:])  # [B, ...] -> [G, B / G, ...]
-    out = jax.vmap(fn)(jax.tree_util.tree_map(by_scene, agents), jax.tree_util.tree_map(grouped, pairs),
-                       grouped(states), grouped(flags))
+    by_group = jax.tree_util.tree_map(grouped, pairs)
+    out = jax.vmap(fn, in_axes=(0, 0, 0, 0, None))(jax.tree_util.tree_map(by_scene, agents), by_group,
+                                                   grouped(states), grouped(flags), used_blocks(by_group))
     return jax.tree_util.tree_map(lambda x: x.reshape((b, k)), out)

@@ -2,10 +2,17 @@
 
 The same per-edge predicates as ``jaxdrive.geometry.point_in_polygon`` and ``box_intersects_polygon`` (the same float
 expressions), evaluated tile by tile on the edges each (proposal, chunk of steps, polygon) kept instead of on every
-padded ring; per-pair counts come from a sorted segment sum over the tiles. All proposals of a tile group (one
-device's scenes) at once. Padded edges (zero length at ``FAR``) and padding pairs never count."""
+padded ring; per-pair counts are integer sums over the tiles. All proposals of a tile group (one device's scenes) at
+once. Padded edges (zero length at ``FAR``) and padding pairs never count.
+
+The tiles are visited in blocks of ``TILE_BLOCK`` by a loop that stops after the last used tile (``used_blocks``), so
+a step costs what its scenes use, not what the capacities allow: generous capacities (``jaxdrive.score``'s defaults,
+a run's capacities fixed from its largest batches) cost memory, not time. Integer sums: the order changes nothing.
+"""
 
 from __future__ import annotations
+
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -14,7 +21,9 @@ from jaxtyping import Array, Bool, Float, Int
 from jaxdrive.broadphase.host import EdgeTiles
 from jaxdrive.geometry import point_in_box, segments_intersect
 from jaxdrive.kernels.tile_crossings import ON_WEIGHT, tile_counts
+from jaxdrive.scene import FAR
 
+TILE_BLOCK = 512  # tiles per step of the loop over a group's used tiles
 
 
 def slot_sums(x: Int[Array, "P *n"], tiles: EdgeTiles, num_slots: int) -> Int[Array, "S *n"]:
@@ -22,42 +31,77 @@ def slot_sums(x: Int[Array, "P *n"], tiles: EdgeTiles, num_slots: int) -> Int[Ar
     return jax.ops.segment_sum(x, tiles.pair_slot, num_segments=num_slots, indices_are_sorted=True)
 
 
-def _tile_sums(per_tile: Int[Array, "NT *n"], tiles: EdgeTiles) -> Int[Array, "P *n"]:
-    """Per-tile counts summed per pair (tiles are sorted by pair)."""
-    return jax.ops.segment_sum(per_tile, tiles.tile_pair, num_segments=tiles.pair_slot.shape[0],
-                               indices_are_sorted=True)
+def _block(tiles: EdgeTiles) -> int:
+    return min(TILE_BLOCK, tiles.tile_pair.shape[-1])
 
 
-def points_in_tiles(points: Float[Array, "S N 2"], tiles: EdgeTiles) -> Bool[Array, "P N"]:
+def used_blocks(tiles: EdgeTiles) -> Int[Array, ""]:
+    """Blocks of ``TILE_BLOCK`` tiles (from the first) that hold every used tile of ``tiles``, the largest over
+    its leading axes (one group's flat tiles [NT], or groups [G, NT]).
+
+    A used tile's first edge starts at a real vertex; an unused tile's edges all sit at ``FAR`` (a real vertex
+    at exactly (``FAR``, ``FAR``) metres from the ego would be taken for padding)."""
+    nt = tiles.tile_pair.shape[-1]
+    used = jnp.any(tiles.start != FAR, axis=(-2, -1))  # [..., NT]
+    last = jnp.max(jnp.where(used, jnp.arange(1, nt + 1, dtype=jnp.int32), 0))
+    return -(-last // _block(tiles))
+
+
+def _sum_used_tiles(per_tile: Callable, tiles: EdgeTiles, blocks: Int[Array, ""] | None,
+                    shape: tuple[int, ...], dtype=jnp.int32) -> Array:
+    """sum over the tiles of each pair of ``per_tile(tile indices [TB]) -> [TB, *shape]``, [P, *shape], visiting
+    only the first ``blocks`` blocks of tiles (``used_blocks`` when None)."""
+    block = _block(tiles)
+    nt, npair = tiles.tile_pair.shape[0], tiles.pair_slot.shape[0]
+    blocks = used_blocks(tiles) if blocks is None else blocks
+    pair = jnp.pad(tiles.tile_pair, (0, -nt % block), constant_values=npair - 1)
+
+    def body(i, acc):
+        j = i * block + jnp.arange(block, dtype=jnp.int32)
+        values = per_tile(jnp.minimum(j, nt - 1))  # a block's tail past NT repeats the last (unused) tile
+        values = jnp.where((j < nt).reshape((block,) + (1,) * len(shape)), values, 0)
+        return acc.at[jax.lax.dynamic_slice_in_dim(pair, i * block, block)].add(values, indices_are_sorted=True)
+
+    return jax.lax.fori_loop(0, blocks, body, jnp.zeros((npair,) + shape, dtype))
+
+
+def points_in_tiles(points: Float[Array, "S N 2"], tiles: EdgeTiles,
+                    blocks: Int[Array, ""] | None = None) -> Bool[Array, "P N"]:
     """Strict point-in-polygon (even-odd crossings, boundary outside) of each pair's slot's N points in the pair's
     polygon, from one group's flat ``EdgeTiles`` (pair_slot = (proposal, chunk) slot < S).
 
     Every tile tests its slot's points against its 8 edges with ``jaxdrive.geometry.point_in_polygon``'s per-edge
     predicates (``kernels.tile_crossings``: coordinates split by axis so the test vectorises over points); the
     per-tile crossing / boundary counts are summed per pair. The edges a pair dropped (``broadphase.host._edge_units``)
-    count nothing at its points, so the counts are the whole ring's.
+    count nothing at its points, so the counts are the whole ring's. ``blocks``: ``used_blocks(tiles)`` (or more),
+    computed here when None (pass it from outside a ``vmap`` over groups, so the loop's bound is not batched).
     """
-    slot = tiles.pair_slot[tiles.tile_pair]  # [NT]
-    a, b = tiles.start, tiles.end  # [NT, TILE, 2]
-    per_tile = tile_counts(points[..., 0][slot], points[..., 1][slot], a[..., 0], a[..., 1], b[..., 0],
-                           b[..., 1])  # [NT, N]
-    counts = _tile_sums(per_tile, tiles)
+    def per_tile(j):
+        slot = tiles.pair_slot[tiles.tile_pair[j]]
+        a, b = tiles.start[j], tiles.end[j]  # [TB, TILE, 2]
+        return tile_counts(points[..., 0][slot], points[..., 1][slot], a[..., 0], a[..., 1], b[..., 0], b[..., 1])
+
+    counts = _sum_used_tiles(per_tile, tiles, blocks, points.shape[1:2])
     return (counts % 2 == 1) & (counts < ON_WEIGHT) & (tiles.pair_poly >= 0)[:, None]
 
 
-def boxes_touch_tiles(boxes: Float[Array, "S L 4 2"], tiles: EdgeTiles,
-                      first: Float[Array, "P 2"]) -> Bool[Array, "P L"]:
+def boxes_touch_tiles(boxes: Float[Array, "S L 4 2"], tiles: EdgeTiles, first: Float[Array, "P 2"],
+                      blocks: Int[Array, ""] | None = None) -> Bool[Array, "P L"]:
     """Closed box-polygon intersection (``jaxdrive.geometry.box_intersects_polygon``) of each pair's slot's boxes
     with the pair's polygon, from one group's flat ``EdgeTiles``: a box edge meets a (kept) polygon edge, the box's
-    first corner is inside the polygon, or the polygon's first vertex ``first`` is in the box.
+    first corner is inside the polygon, or the polygon's first vertex ``first`` is in the box. ``blocks`` as in
+    ``points_in_tiles``.
     """
-    box = boxes[tiles.pair_slot[tiles.tile_pair]]  # [NT, L, 4, 2]
-    ba, bb = box, jnp.roll(box, -1, axis=-2)  # box edges
     pair = jax.vmap(jax.vmap(segments_intersect, in_axes=(None, None, 0, 0)), in_axes=(0, 0, None, None))  # [4, E]
     per_step = jax.vmap(pair, in_axes=(0, 0, None, None))  # [L, 4, E]
-    edge_hit = jax.vmap(per_step)(ba, bb, tiles.start, tiles.end)  # [NT, L, 4, TILE]
-    hit = _tile_sums(jnp.any(edge_hit, axis=(2, 3)).astype(jnp.int32), tiles) > 0  # [P, L]
-    corner_in = points_in_tiles(boxes[:, :, 0], tiles)  # [P, L]
+
+    def per_tile(j):
+        box = boxes[tiles.pair_slot[tiles.tile_pair[j]]]  # [TB, L, 4, 2]
+        edge_hit = jax.vmap(per_step)(box, jnp.roll(box, -1, axis=-2), tiles.start[j], tiles.end[j])  # [TB, L, 4, 8]
+        return jnp.any(edge_hit, axis=(2, 3)).astype(jnp.int32)
+
+    hit = _sum_used_tiles(per_tile, tiles, blocks, boxes.shape[1:2]) > 0  # [P, L]
+    corner_in = points_in_tiles(boxes[:, :, 0], tiles, blocks)  # [P, L]
     own = boxes[tiles.pair_slot]  # [P, L, 4, 2]
     vertex_in = jax.vmap(jax.vmap(point_in_box, in_axes=(None, 0)))(first, own)  # [P, L]
     return (hit | corner_in | vertex_in) & (tiles.pair_poly >= 0)[:, None]

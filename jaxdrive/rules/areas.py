@@ -30,7 +30,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.broadphase import MAP_CHUNK_STEPS, PackedMap, group_rows
 from jaxdrive.geometry import box_intersects_polygon, ego_center, ego_corners, point_in_polygon
-from jaxdrive.broadphase.tiles import boxes_touch_tiles, points_in_tiles, slot_sums
+from jaxdrive.broadphase.tiles import boxes_touch_tiles, points_in_tiles, slot_sums, used_blocks
 from jaxdrive.scene import AreaKind, MapData
 
 
@@ -85,8 +85,9 @@ def _flags(lane_corner: Bool[Array, "L *k T 4"], area_corner: Bool[Array, "A *k 
                     red_light=jnp.any(red_contact, axis=0))
 
 
-def _packed_areas(map: PackedMap, states: Float[Array, "K T 11"]) -> EgoAreas:
-    """Area flags of one tile group's K proposals from its flat packed map (pairs in (proposal, chunk) slots)."""
+def _packed_areas(map: PackedMap, states: Float[Array, "K T 11"], blocks: tuple[Int[Array, ""], ...]) -> EgoAreas:
+    """Area flags of one tile group's K proposals from its flat packed map (pairs in (proposal, chunk) slots);
+    ``blocks``: ``used_blocks`` of its areas, lanes and red lanes (the largest over the groups)."""
     k, t = states.shape[:2]
     size = MAP_CHUNK_STEPS
     steps = -(-t // size) * size
@@ -95,9 +96,11 @@ def _packed_areas(map: PackedMap, states: Float[Array, "K T 11"]) -> EgoAreas:
     boxes = slots(ego_boxes(padded))  # [S, L, 4, 2]
     corners = boxes.reshape(-1, 4 * size, 2)
     centers = slots(ego_centers(padded))
-    lane_in = points_in_tiles(jnp.concatenate([corners, centers], axis=1), map.lanes)  # [Pl, 5L]
-    area_in = points_in_tiles(jnp.concatenate([corners, centers, slots(padded[..., :2])], axis=1), map.areas)  # [Pa, 6L]
-    red = boxes_touch_tiles(boxes, map.red_lanes, map.red_first) & map.red  # [Pr, L]
+    area_blocks, lane_blocks, red_blocks = blocks
+    lane_in = points_in_tiles(jnp.concatenate([corners, centers], axis=1), map.lanes, lane_blocks)  # [Pl, 5L]
+    area_in = points_in_tiles(jnp.concatenate([corners, centers, slots(padded[..., :2])], axis=1), map.areas,
+                              area_blocks)  # [Pa, 6L]
+    red = boxes_touch_tiles(boxes, map.red_lanes, map.red_first, red_blocks) & map.red  # [Pr, L]
     n = 4 * size
     lane_corner, area_corner = lane_in[:, :n].reshape(-1, size, 4), area_in[:, :n].reshape(-1, size, 4)
     num = boxes.shape[0]
@@ -152,5 +155,6 @@ def batch_ego_areas(map: MapData | PackedMap, states: Float[Array, "B K T 11"]) 
                            red_first=grouped(map.red_first), red=grouped(map.red))
     axes = PackedMap(areas=0, junction=0, lanes=0, lane_on_route=0, red_lanes=0, red_first=0, red=0, centerline=None,
                      centerline_valid=None, near_segments=None)
-    areas = jax.vmap(_packed_areas, in_axes=(axes, 0))(by_group, grouped(states))  # each group on its own tiles
+    blocks = tuple(used_blocks(t) for t in (by_group.areas, by_group.lanes, by_group.red_lanes))  # not batched
+    areas = jax.vmap(_packed_areas, in_axes=(axes, 0, None))(by_group, grouped(states), blocks)  # per group
     return jax.tree_util.tree_map(lambda x: x.reshape((b, k) + x.shape[2:]), areas)

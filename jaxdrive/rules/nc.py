@@ -29,7 +29,8 @@ from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.broadphase import CONTACT_STEPS, ContactPairs, PackedAgents
 from jaxdrive.geometry import box_corners, boxes_intersect_xy, segment_intersects_box
-from jaxdrive.broadphase.contacts import box_rows, corners, first_of_run, over_groups, per_proposal_min, windows
+from jaxdrive.broadphase.contacts import (box_rows, corners, first_of_run, over_groups, per_proposal_min,
+                                         per_used_triple, windows)
 from jaxdrive.rules.areas import EgoAreas, ego_boxes
 from jaxdrive.scene import AgentType, Agents, Scene, StateIndex
 
@@ -133,28 +134,33 @@ def no_at_fault_collisions(scene: Scene, states: Float[Array, "K T 11"],
     return nc.astype(jnp.float32), step
 
 
-def _packed_nc(agents: Agents, pairs: ContactPairs, states: Float[Array, "K T 11"],
-               lateral: Bool[Array, "K T"]) -> tuple[Float[Array, "K"], Int[Array, "K"]]:
-    """NC of one group's K proposals (over its scenes' ``agents``) from its contact triples. The box rows and the
-    triples' windows are materialised first (``jax.lax.optimization_barrier``; see ``ttc._packed_ttc``)."""
+def _packed_nc(agents: Agents, pairs: ContactPairs, states: Float[Array, "K T 11"], lateral: Bool[Array, "K T"],
+               blocks: Int[Array, ""]) -> tuple[Float[Array, "K"], Int[Array, "K"]]:
+    """NC of one group's K proposals (over its scenes' ``agents``) from its contact triples; the box tests run over
+    the first ``blocks`` blocks of triples (``contacts.per_used_triple``). The box rows and the triples' windows are
+    materialised first (``jax.lax.optimization_barrier``; see ``ttc._packed_ttc``)."""
     barrier = jax.lax.optimization_barrier
     k, nt = states.shape[:2]
     nb, n = agents.valid.shape
     steps = -(-nt // CONTACT_STEPS) * CONTACT_STEPS
     owner, agent, scene = pairs.owner, pairs.agent, pairs.owner // (k // nb)
-    start = pairs.chunk * CONTACT_STEPS
     obj = jax.vmap(object_boxes)(agents).reshape((nb * n, nt, 4, 2))
     live = (agents.present & agents.valid[..., None]).reshape(nb * n, nt)
-    ego_w = barrier(windows(barrier(box_rows(ego_boxes(states))), owner, start, CONTACT_STEPS, steps))  # [P, L, 8]
-    obj_w = barrier(windows(barrier(box_rows(obj, live)), scene * n + agent, start, CONTACT_STEPS, steps))  # [P, L, 9]
-    t = start[:, None] + jnp.arange(CONTACT_STEPS)  # [P, L]
-    touch = boxes_intersect_xy(*corners(ego_w), *corners(obj_w)) & (obj_w[..., 8] > 0) & pairs.valid[:, None]
-    t_local = jnp.min(jnp.where(touch & (t < nt), t, nt), axis=-1)  # [P]
+    ego_rows, obj_rows = barrier(box_rows(ego_boxes(states))), barrier(box_rows(obj, live))
+
+    def first_contact(i: Int[Array, "TB"]) -> Int[Array, "TB"]:
+        start = pairs.chunk[i] * CONTACT_STEPS
+        ego_w = barrier(windows(ego_rows, owner[i], start, CONTACT_STEPS, steps))  # [TB, L, 8]
+        obj_w = barrier(windows(obj_rows, scene[i] * n + agent[i], start, CONTACT_STEPS, steps))  # [TB, L, 9]
+        t = start[:, None] + jnp.arange(CONTACT_STEPS)  # [TB, L]
+        touch = boxes_intersect_xy(*corners(ego_w), *corners(obj_w)) & (obj_w[..., 8] > 0) & pairs.valid[i][:, None]
+        return jnp.min(jnp.where(touch & (t < nt), t, nt), axis=-1)
+
+    t_local = per_used_triple(first_contact, pairs, blocks, jnp.int32(nt))  # [P]
     first = first_of_run(t_local, pairs, nt)
     tf = jnp.minimum(t_local, nt - 1)
-    at = lambda w: jnp.take_along_axis(w, (tf - start)[:, None, None] % CONTACT_STEPS, axis=1)[:, 0, :8]
-    box = lambda row: row.reshape(-1, 4, 2)  # the first contact's boxes [P, 4, 2]
-    at_fault = first & contact_at_fault(states[owner, tf], box(at(ego_w)), box(at(obj_w)),
+    box = lambda rows, row: rows[row, tf, :8].reshape(-1, 4, 2)  # the first contact's boxes [P, 4, 2]
+    at_fault = first & contact_at_fault(states[owner, tf], box(ego_rows, owner), box(obj_rows, scene * n + agent),
                                         agents.center[scene, agent, tf],
                                         jax.vmap(first_appearance_stopped)(agents)[scene, agent], lateral[owner, tf])
     nc = per_proposal_min(jnp.where(at_fault, collision_penalty(agents)[scene, agent], 1.0), pairs, k, 1.0)

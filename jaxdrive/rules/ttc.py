@@ -20,7 +20,8 @@ from jaxtyping import Array, Bool, Float, Int
 from jaxdrive.broadphase import CONTACT_STEPS, ContactPairs, PackedAgents
 from jaxdrive.constants import TTC_LAST_EGO_STEP, TTC_OFFSETS
 from jaxdrive.geometry import boxes_intersect_xy
-from jaxdrive.broadphase.contacts import box_rows, corners, first_of_run, over_groups, per_proposal_min, windows
+from jaxdrive.broadphase.contacts import (box_rows, corners, first_of_run, over_groups, per_proposal_min,
+                                         per_used_triple, windows)
 from jaxdrive.rules.areas import EgoAreas, ego_boxes
 from jaxdrive.rules.nc import COS_AHEAD, COS_BEHIND, first_true, heading_cosine, object_boxes
 from jaxdrive.scene import DT, Agents, Scene, StateIndex
@@ -95,9 +96,10 @@ def time_to_collision(scene: Scene, states: Float[Array, "K T 11"],
     return jnp.where(step < 0, 1.0, 0.0).astype(jnp.float32), step
 
 
-def _packed_ttc(agents: Agents, pairs: ContactPairs, states: Float[Array, "K T 11"],
-                risky: Bool[Array, "K T"]) -> tuple[Float[Array, "K"], Int[Array, "K"]]:
-    """TTC of one group's K proposals (over its scenes' ``agents``) from its contact triples.
+def _packed_ttc(agents: Agents, pairs: ContactPairs, states: Float[Array, "K T 11"], risky: Bool[Array, "K T"],
+                blocks: Int[Array, ""]) -> tuple[Float[Array, "K"], Int[Array, "K"]]:
+    """TTC of one group's K proposals (over its scenes' ``agents``) from its contact triples; the separating-axis
+    tests run over the first ``blocks`` blocks of triples (``contacts.per_used_triple``).
 
     The box rows and each triple's windows of them are materialised (``jax.lax.optimization_barrier``) before the
     separating-axis tests, which then run per offset s over [P, L] slices: left to itself, XLA fuses the gathers and
@@ -110,28 +112,34 @@ def _packed_ttc(agents: Agents, pairs: ContactPairs, states: Float[Array, "K T 1
     k, frames = states.shape[:2]
     nb, n = agents.valid.shape
     owner, agent, scene = pairs.owner, pairs.agent, pairs.owner // (k // nb)
-    start = pairs.chunk * CONTACT_STEPS  # ego steps start .. start + L - 1 (< nt: whole chunks)
     speed = jnp.hypot(states[:, :nt, StateIndex.VELOCITY_X], states[:, :nt, StateIndex.VELOCITY_Y])
     heading = states[:, :nt, StateIndex.HEADING]
     ego_rows = barrier(box_rows(ego_boxes(states[:, :nt]), speed, jnp.cos(heading), jnp.sin(heading)))
-    ego_w = barrier(windows(ego_rows, owner, start, CONTACT_STEPS, nt))  # [P, L, 11]
     obj = jax.vmap(object_boxes)(agents).reshape((nb * n, frames, 4, 2))
     live = (agents.present & agents.valid[..., None]).reshape(nb * n, frames)
     reach = CONTACT_STEPS + OFFSETS[-1]
     obj_rows = barrier(box_rows(obj, live))
-    obj_w = barrier(windows(obj_rows, scene * n + agent, start, reach, max(frames, nt + OFFSETS[-1])))  # [P, R, 9]
-    step_speed = ego_w[..., 8]  # [P, L]
-    moving = step_speed >= TTC_STOPPED_SPEED
-    ex, ey = corners(ego_w)
-    steps = start[:, None] + jnp.arange(CONTACT_STEPS)  # [P, L] ego step t
-    e_local = jnp.full(owner.shape, nt * ns, jnp.int32)  # first event in (t, s) order, per triple
-    for j, s in enumerate(OFFSETS):
-        at_frame = obj_w[:, s:s + CONTACT_STEPS]  # [P, L, 9] object frame t + s
-        shift = step_speed * DT * offsets[j]  # ``_shift``'s products, in its order
-        dx, dy = shift * ego_w[..., 9], shift * ego_w[..., 10]
-        hit = boxes_intersect_xy([x + dx for x in ex], [y + dy for y in ey], *corners(at_frame))
-        events = hit & (at_frame[..., 8] > 0) & moving & pairs.valid[:, None]
-        e_local = jnp.minimum(e_local, jnp.min(jnp.where(events, steps * ns + j, nt * ns), axis=1))
+
+    def first_event(i: Int[Array, "TB"]) -> Int[Array, "TB"]:  # first event in (t, s) order, per triple
+        start = pairs.chunk[i] * CONTACT_STEPS  # ego steps start .. start + L - 1 (< nt: whole chunks)
+        ego_w = barrier(windows(ego_rows, owner[i], start, CONTACT_STEPS, nt))  # [TB, L, 11]
+        obj_w = barrier(windows(obj_rows, scene[i] * n + agent[i], start, reach,
+                                max(frames, nt + OFFSETS[-1])))  # [TB, R, 9]
+        step_speed = ego_w[..., 8]  # [TB, L]
+        moving = step_speed >= TTC_STOPPED_SPEED
+        ex, ey = corners(ego_w)
+        steps = start[:, None] + jnp.arange(CONTACT_STEPS)  # [TB, L] ego step t
+        e_local = jnp.full(i.shape, nt * ns, jnp.int32)
+        for j, s in enumerate(OFFSETS):
+            at_frame = obj_w[:, s:s + CONTACT_STEPS]  # [TB, L, 9] object frame t + s
+            shift = step_speed * DT * offsets[j]  # ``_shift``'s products, in its order
+            dx, dy = shift * ego_w[..., 9], shift * ego_w[..., 10]
+            hit = boxes_intersect_xy([x + dx for x in ex], [y + dy for y in ey], *corners(at_frame))
+            events = hit & (at_frame[..., 8] > 0) & moving & pairs.valid[i][:, None]
+            e_local = jnp.minimum(e_local, jnp.min(jnp.where(events, steps * ns + j, nt * ns), axis=1))
+        return e_local
+
+    e_local = per_used_triple(first_event, pairs, blocks, jnp.int32(nt * ns))  # [P]
     first = first_of_run(e_local, pairs, nt * ns)
     ef = jnp.minimum(e_local, nt * ns - 1)
     t_first = ef // ns
