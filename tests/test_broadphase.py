@@ -123,14 +123,16 @@ def test_packed_identical_on_dense_traffic_in_groups():
     assert (dense["nc"] < 1).sum() >= 5 and (dense["ttc"] < 1).sum() >= 10, (dense["nc"], dense["ttc"])
 
 
-def test_loops_over_used_tiles_and_triples_only_at_generous_capacities(monkeypatch):
-    """The tile sums and the contact tests visit blocks of tiles / triples up to the last used one: with blocks of 8
-    (many steps, partial last blocks) and every capacity 3x the batch's needs, every flag, value and step still equals
-    the dense batch's; ``used_blocks`` counts exactly the blocks that hold used tiles / valid triples."""
+def test_loops_over_used_tiles_triples_and_segments_only_at_generous_capacities(monkeypatch):
+    """The tile sums, the contact tests and LK's near segments visit blocks up to the last used entry: with blocks of
+    8 (many steps, partial last blocks) and every capacity 3x the batch's needs, every flag, value and step still
+    equals the dense batch's; ``used_blocks`` counts exactly the blocks that hold used tiles / valid triples."""
     from jaxdrive.broadphase import contacts, tiles
+    from jaxdrive.rules import lk
 
     monkeypatch.setattr(tiles, "TILE_BLOCK", 8)
     monkeypatch.setattr(contacts, "TRIPLE_BLOCK", 8)
+    monkeypatch.setattr(lk, "NEAR_BLOCK", 8)
     scenes = [generate_scene(seed, profile="reference") for seed in range(8, 14)]
     spec = dataclasses.replace(PadSpec.fit(scenes), proposals=16)
     scene, props, _ = batch_scenes(scenes, spec, validate=False)
@@ -142,6 +144,21 @@ def test_loops_over_used_tiles_and_triples_only_at_generous_capacities(monkeypat
     for name, want in dense.items():
         np.testing.assert_array_equal(packed[name], want, err_msg=name)
     assert (dense["nc"] < 1).sum() >= 3 and (dense["ttc"] < 1).sum() >= 3, (dense["nc"], dense["ttc"])
+    assert (dense["lk"] < 1).sum() >= 3, dense["lk"]
+    # LK's distances: the minimum over every listed near segment (numpy, float64), not over the first blocks only.
+    from jaxdrive.rules.areas import ego_centers
+
+    got = np.asarray(jax.jit(jax.vmap(lambda s, x: lk.centerline_deviation(s, x)))(packed_scene, props.states))
+    c = np.asarray(jax.vmap(ego_centers)(props.states), np.float64)[..., None, :]  # [B, K, T, 1, 2]
+    idx = np.asarray(packed_scene.map.near_segments)  # [B, K, S]
+    line = np.asarray(packed_scene.map.centerline, np.float64)  # [B, C, 2]
+    take = lambda i: np.take_along_axis(line[:, None], np.maximum(i, 0)[..., None], axis=2)[:, :, None]  # [B,K,1,S,2]
+    a, d = take(idx), take(idx + 1) - take(idx)
+    t = np.clip(((c - a) * d).sum(-1) / np.maximum((d * d).sum(-1), 1e-12), 0, 1)
+    dist = np.linalg.norm(a + t[..., None] * d - c, axis=-1)  # [B, K, T, S]
+    want = np.where((idx >= 0)[:, :, None], dist, np.inf).min(-1)
+    assert (idx >= 0).sum(-1).max() > 16  # more than two blocks of 8
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
     for name in ("areas", "lanes", "red_lanes"):
         t = getattr(packed_scene.map, name)
         grouped = jax.tree_util.tree_map(lambda x: group_rows(x, 2), t)

@@ -143,7 +143,9 @@ def test_bad_records_named(tmp_path):
 
 def test_batch_scorer_equals_the_unculled_kernels():
     """``judge data`` scores with ``jaxdrive.score``'s broad phase; its values equal the unculled kernels', also for a
-    batch that overflows the first capacities (forced tiny: re-scored at grown capacities)."""
+    batch that overflows the first capacities (forced tiny: re-scored at grown capacities). Every rule decision is
+    identical; the continuous EP and the float32 EPDMS aggregate are compared to 1 ulp: the two compiled programs
+    may fuse the weighted sums differently (seen on an AVX2-only CPU: 3 of 24 EPDMS values 1 ulp apart)."""
     import jax
 
     from jaxdrive.broadphase import PackSpec
@@ -159,5 +161,9 @@ def test_batch_scorer_equals_the_unculled_kernels():
     for scorer in (BatchScorer(), BatchScorer(tiny)):
         got = scorer(sc, pr)
         for f in epdms.METRICS + ("epdms",):
-            np.testing.assert_array_equal(np.asarray(getattr(got, f)), np.asarray(getattr(want, f)), err_msg=f)
+            a, b = np.asarray(getattr(got, f)), np.asarray(getattr(want, f))
+            if f in ("ep", "epdms"):
+                np.testing.assert_allclose(a, b, rtol=2e-7, atol=1e-7, err_msg=f)
+            else:
+                np.testing.assert_array_equal(a, b, err_msg=f)
     assert scorer.capacity != tiny  # grown

@@ -119,6 +119,21 @@ def test_forced_tiny_capacities_fall_back_on_device_with_identical_rows(batch, t
             np.testing.assert_array_equal(a, b, err_msg=name)
 
 
+def test_default_capacities_cover_the_fixtures_and_the_reference_mix(batch):
+    """``jaxdrive.score`` without ``capacity`` must not fall back on the unculled kernels (~30x slower) on NAVSIM-like
+    scenes: the defaults cover the needs of the 61 fixtures and of the synthetic reference mix at K = 16."""
+    from jaxdrive.data.synthetic import generate_scene
+
+    _, _, sc, pr, _ = batch
+    mix = [generate_scene(seed, num_proposals=16, profile="reference") for seed in range(16)]
+    mix_scene, mix_props, _ = batch_scenes(mix, validate=False)
+    for name, need in (("fixtures", needs(sc, pr)), ("reference mix", needs(mix_scene, mix_props))):
+        default = default_capacity(16)
+        short = {f.name: (getattr(need, f.name), getattr(default, f.name)) for f in dataclasses.fields(PackSpec)
+                 if getattr(need, f.name) > getattr(default, f.name)}
+        assert not short, f"{name}: needs above the defaults (need, default): {short}"
+
+
 def test_capacities_and_shape_errors():
     assert default_capacity(16).area_tiles == 16 * default_capacity(1).area_tiles
     need = PackSpec(area_pairs=9, area_tiles=17, lane_pairs=1, lane_tiles=1, red_pairs=1, red_tiles=1,
