@@ -174,6 +174,15 @@ def test_loops_over_used_tiles_triples_and_segments_only_at_generous_capacities(
         assert int(contacts.used_blocks(grouped)) == -(-last // 8), name
 
 
+def test_loop_blocks_are_larger_on_accelerators(monkeypatch):
+    from jaxdrive.broadphase import blocks
+
+    assert blocks.block_size(512, 100_000) == 512 and blocks.block_size(512, 40) == 40  # CPU (this suite)
+    monkeypatch.setattr(blocks.jax, "default_backend", lambda: "gpu")
+    assert blocks.block_size(512, 10 ** 6) == 512 * blocks.ACCELERATOR_FACTOR
+    assert blocks.block_size(16, 100) == 100
+
+
 def _dropped_never_touched(scene):
     """For every proposal and every polygon the broad phase drops: no ego footprint touches it (shapely, float64)."""
     batch, props, _ = batch_scenes([scene], PadSpec.fit([scene]), validate=False)

@@ -17,14 +17,15 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
+from jaxdrive.broadphase.blocks import block_size
 from jaxdrive.broadphase.host import ContactPairs, group_rows
 from jaxdrive.scene import Agents
 
-TRIPLE_BLOCK = 512  # triples per step of the loop over a group's used triples
+TRIPLE_BLOCK = 512  # triples per loop step over a group's used triples (CPU; see ``broadphase.blocks``)
 
 
 def _block(pairs: ContactPairs) -> int:
-    return min(TRIPLE_BLOCK, pairs.valid.shape[-1])
+    return block_size(TRIPLE_BLOCK, pairs.valid.shape[-1])
 
 
 def used_blocks(pairs: ContactPairs) -> Int[Array, ""]:

@@ -5,9 +5,10 @@ expressions), evaluated tile by tile on the edges each (proposal, chunk of steps
 padded ring; per-pair counts are integer sums over the tiles. All proposals of a tile group (one device's scenes) at
 once. Padded edges (zero length at ``FAR``) and padding pairs never count.
 
-The tiles are visited in blocks of ``TILE_BLOCK`` by a loop that stops after the last used tile (``used_blocks``), so
-a step costs what its scenes use, not what the capacities allow: generous capacities (``jaxdrive.score``'s defaults,
-a run's capacities fixed from its largest batches) cost memory, not time. Integer sums: the order changes nothing.
+The tiles are visited in blocks (``TILE_BLOCK`` on CPU, ``broadphase.blocks``) by a loop that stops after the last
+used tile (``used_blocks``), so a step costs what its scenes use, not what the capacities allow: generous
+capacities (``jaxdrive.score``'s defaults, a run's capacities fixed from its largest batches) cost memory, not time.
+Integer sums: the order changes nothing.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
+from jaxdrive.broadphase.blocks import block_size
 from jaxdrive.broadphase.host import EdgeTiles
 from jaxdrive.geometry import point_in_box, segments_intersect
 from jaxdrive.kernels.tile_crossings import ON_WEIGHT, tile_counts
 from jaxdrive.scene import FAR
 
-TILE_BLOCK = 512  # tiles per step of the loop over a group's used tiles
+TILE_BLOCK = 512  # tiles per loop step over a group's used tiles (CPU; see ``broadphase.blocks``)
 
 
 def slot_sums(x: Int[Array, "P *n"], tiles: EdgeTiles, num_slots: int) -> Int[Array, "S *n"]:
@@ -32,7 +34,7 @@ def slot_sums(x: Int[Array, "P *n"], tiles: EdgeTiles, num_slots: int) -> Int[Ar
 
 
 def _block(tiles: EdgeTiles) -> int:
-    return min(TILE_BLOCK, tiles.tile_pair.shape[-1])
+    return block_size(TILE_BLOCK, tiles.tile_pair.shape[-1])
 
 
 def used_blocks(tiles: EdgeTiles) -> Int[Array, ""]:

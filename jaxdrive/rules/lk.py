@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.broadphase import PackedMap
+from jaxdrive.broadphase.blocks import block_size
 from jaxdrive.constants import LK_DEVIATION_M
 from jaxdrive.geometry import segments_distance2
 from jaxdrive.rules.areas import EgoAreas, ego_centers, first_step
@@ -26,7 +27,7 @@ DEVIATION_M = LK_DEVIATION_M  # the broad phase keeps every segment within this 
 RUN_STEPS = 20  # ceil(2.0 s / 0.1 s)
 
 
-NEAR_BLOCK = 16  # near segments per step of the loop over a packed map's used ones
+NEAR_BLOCK = 16  # near segments per loop step over a packed map's used ones (CPU; see ``broadphase.blocks``)
 
 
 def _min_distance2(c: Float[Array, "K T 2"], a: Float[Array, "K S 2"], b: Float[Array, "K S 2"],
@@ -50,7 +51,7 @@ def centerline_deviation(scene: Scene, states: Float[Array, "K T 11"]) -> Float[
         return jnp.sqrt(_min_distance2(c, line[None, :-1], line[None, 1:], jnp.ones((1, line.shape[0] - 1), bool)))
     idx = scene.map.near_segments  # [K, S]
     k, size = idx.shape
-    block = min(NEAR_BLOCK, size)
+    block = block_size(NEAR_BLOCK, size)
     idx = jnp.pad(idx, ((0, 0), (0, -size % block)), constant_values=-1)
     blocks = -(-jnp.max(jnp.sum(idx >= 0, axis=-1)) // block)
 

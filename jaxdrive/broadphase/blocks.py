@@ -1,0 +1,19 @@
+"""Block sizes of the loops that visit only the used part of a capacity-sized array (tiles, contact triples, LK's
+near segments): a loop step per block, stopping after the last used entry.
+
+On CPU small blocks keep the waste after the last used entry small (a step costs microseconds); an accelerator pays a
+few kernel launches per step, so there a block is larger and a batch takes a handful of steps.
+"""
+
+from __future__ import annotations
+
+import jax
+
+ACCELERATOR_FACTOR = 32  # an accelerator's block is this many CPU blocks
+
+
+def block_size(cpu: int, capacity: int) -> int:
+    """Entries per loop step: ``cpu`` on the CPU backend, ``ACCELERATOR_FACTOR`` x ``cpu`` elsewhere; never more than
+    ``capacity`` (read when the program is traced, from the default backend)."""
+    size = cpu if jax.default_backend() == "cpu" else cpu * ACCELERATOR_FACTOR
+    return max(1, min(size, capacity))
