@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from jaxdrive.broadphase.blocks import block_size
+from jaxdrive.broadphase.blocks import block_size, covering
 from jaxdrive.broadphase.host import ContactPairs, group_rows
 from jaxdrive.scene import Agents
 
@@ -31,9 +31,7 @@ def _block(pairs: ContactPairs) -> int:
 def used_blocks(pairs: ContactPairs) -> Int[Array, ""]:
     """Blocks of ``TRIPLE_BLOCK`` triples (from the first) holding every valid triple, the largest over the leading
     axes (one group's [P] or groups [G, P])."""
-    p = pairs.valid.shape[-1]
-    last = jnp.max(jnp.where(pairs.valid, jnp.arange(1, p + 1, dtype=jnp.int32), 0))
-    return -(-last // _block(pairs))
+    return covering(pairs.valid, _block(pairs))
 
 
 def per_used_triple(fn: Callable, pairs: ContactPairs, blocks: Int[Array, ""], fill) -> Array:

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from jaxdrive.broadphase.blocks import block_size
+from jaxdrive.broadphase.blocks import block_size, covering
 from jaxdrive.broadphase.host import EdgeTiles
 from jaxdrive.geometry import point_in_box, segments_intersect
 from jaxdrive.kernels.tile_crossings import ON_WEIGHT, tile_counts
@@ -43,14 +43,11 @@ def used_blocks(tiles: EdgeTiles) -> Int[Array, ""]:
 
     A used tile's first edge starts at a real vertex; an unused tile's edges all sit at ``FAR`` (a real vertex
     at exactly (``FAR``, ``FAR``) metres from the ego would be taken for padding)."""
-    nt = tiles.tile_pair.shape[-1]
-    used = jnp.any(tiles.start != FAR, axis=(-2, -1))  # [..., NT]
-    last = jnp.max(jnp.where(used, jnp.arange(1, nt + 1, dtype=jnp.int32), 0))
-    return -(-last // _block(tiles))
+    return covering(jnp.any(tiles.start != FAR, axis=(-2, -1)), _block(tiles))
 
 
 def _sum_used_tiles(per_tile: Callable, tiles: EdgeTiles, blocks: Int[Array, ""] | None,
-                    shape: tuple[int, ...], dtype=jnp.int32) -> Array:
+                    shape: tuple[int, ...]) -> Int[Array, "P *n"]:
     """sum over the tiles of each pair of ``per_tile(tile indices [TB]) -> [TB, *shape]``, [P, *shape], visiting
     only the first ``blocks`` blocks of tiles (``used_blocks`` when None)."""
     block = _block(tiles)
@@ -64,7 +61,7 @@ def _sum_used_tiles(per_tile: Callable, tiles: EdgeTiles, blocks: Int[Array, ""]
         values = jnp.where((j < nt).reshape((block,) + (1,) * len(shape)), values, 0)
         return acc.at[jax.lax.dynamic_slice_in_dim(pair, i * block, block)].add(values, indices_are_sorted=True)
 
-    return jax.lax.fori_loop(0, blocks, body, jnp.zeros((npair,) + shape, dtype))
+    return jax.lax.fori_loop(0, blocks, body, jnp.zeros((npair,) + shape, jnp.int32))
 
 
 def points_in_tiles(points: Float[Array, "S N 2"], tiles: EdgeTiles,

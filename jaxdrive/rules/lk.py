@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.broadphase import PackedMap
-from jaxdrive.broadphase.blocks import block_size
+from jaxdrive.broadphase.blocks import block_size, covering
 from jaxdrive.constants import LK_DEVIATION_M
 from jaxdrive.geometry import segments_distance2
 from jaxdrive.rules.areas import EgoAreas, ego_centers, first_step
@@ -50,10 +50,10 @@ def centerline_deviation(scene: Scene, states: Float[Array, "K T 11"]) -> Float[
     if not isinstance(scene.map, PackedMap):  # every segment
         return jnp.sqrt(_min_distance2(c, line[None, :-1], line[None, 1:], jnp.ones((1, line.shape[0] - 1), bool)))
     idx = scene.map.near_segments  # [K, S]
-    k, size = idx.shape
+    size = idx.shape[-1]
     block = block_size(NEAR_BLOCK, size)
     idx = jnp.pad(idx, ((0, 0), (0, -size % block)), constant_values=-1)
-    blocks = -(-jnp.max(jnp.sum(idx >= 0, axis=-1)) // block)
+    blocks = covering(idx >= 0, block)
 
     def body(i, low):
         part = jax.lax.dynamic_slice_in_dim(idx, i * block, block, axis=1)  # [K, block]
