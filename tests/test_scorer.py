@@ -166,6 +166,22 @@ def test_nth_set_bit_finds_every_flag_in_order(n):
         np.testing.assert_array_equal(row[:len(want)], want)
 
 
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 1000, 70_001])
+@pytest.mark.parametrize("density", [0.0, 0.001, 0.3, 1.0])
+def test_compact_lists_the_first_flags_in_order(n, density):
+    """``compact`` (16-bit words, the prefix sum of their popcounts, the bit within the word) lists the flagged
+    indices in order and the fill after them, for sizes below, at and above the count (truncated when below), and
+    counts every flag whatever the size."""
+    rng = np.random.default_rng(n)
+    flags = rng.random(n) < density
+    want = np.flatnonzero(flags)
+    for size in sorted({1, max(1, len(want) - 1), max(1, len(want)), len(want) + 3}):
+        idx, count = jax.jit(compact, static_argnums=(1, 2))(flags, size, -7)
+        assert int(count) == len(want)
+        np.testing.assert_array_equal(np.asarray(idx),
+                                      np.concatenate([want[:size], np.full(max(0, size - len(want)), -7)]))
+
+
 @pytest.mark.parametrize("shape", [(1,), (7,), (256,), (257,), (3, 40), (2, 5000), (70_001,)])
 def test_prefix_count_equals_cumsum_and_compact_finds_every_flag(shape):
     """The broad phase's integer prefix sums (triangular products per block of 128, then over block totals) equal

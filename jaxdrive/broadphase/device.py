@@ -65,14 +65,6 @@ def prefix_count(x: Int[Array, "*b n"] | Bool[Array, "*b n"]) -> Int[Array, "*b 
     return (within + before[..., None]).reshape(x.shape[:-1] + (m * _PREFIX_BLOCK,))[..., :n]
 
 
-def compact(mask: Bool[Array, "n"], size: int, fill: int) -> tuple[Int[Array, "size"], Int[Array, ""]]:
-    """Indices of the True entries of ``mask`` in order, the first ``size`` of them, ``fill`` after; and the count."""
-    cum = prefix_count(mask)
-    q = jnp.arange(1, size + 1, dtype=jnp.int32)
-    found = jnp.searchsorted(cum, q, side="left").astype(jnp.int32)  # the q-th True is where the count reaches q
-    return jnp.where(q <= cum[-1], found, fill), cum[-1]
-
-
 WORD_BITS = 16  # bit words small enough that a float32 product with powers of two builds them exactly
 
 
@@ -103,11 +95,35 @@ def nth_set_bit(words: Int[Array, "*b W"], rank: Int[Array, "*b R"]) -> Int[Arra
     in_word = (before[..., None, :] <= q) & (q < (before + counts)[..., None, :])  # [*b, R, W]: one-hot
     pick = lambda x: jnp.sum(jnp.where(in_word, x, 0), axis=-1)
     word, q = pick(words[..., None, :]), q[..., 0] - pick(before[..., None, :])  # the word, the rank within it
-    pos = jnp.zeros(q.shape, jnp.int32)
-    for step in (8, 4, 2, 1):  # largest pos with popcount(word & (2^pos - 1)) <= q
+    return pick(jnp.arange(words.shape[-1], dtype=jnp.int32)) * WORD_BITS + _bit_of_rank(word, q)
+
+
+def _bit_of_rank(word: Int[Array, "*r"], rank: Int[Array, "*r"]) -> Int[Array, "*r"]:
+    """Position of the ``rank``-th (0-based) set bit of each ``WORD_BITS``-bit ``word``: a 4-step binary search on
+    popcounts of the word's low bits, elementwise (meaningless where the word has at most ``rank`` set bits)."""
+    pos = jnp.zeros(rank.shape, jnp.int32)
+    for step in (8, 4, 2, 1):  # largest pos with popcount(word & (2^pos - 1)) <= rank
         low = word & ((1 << (pos + step)) - 1)
-        pos = jnp.where(jax.lax.population_count(low) <= q, pos + step, pos)
-    return pick(jnp.arange(words.shape[-1], dtype=jnp.int32)) * WORD_BITS + pos
+        pos = jnp.where(jax.lax.population_count(low) <= rank, pos + step, pos)
+    return pos
+
+
+def compact(mask: Bool[Array, "n"], size: int, fill: int) -> tuple[Int[Array, "size"], Int[Array, ""]]:
+    """Indices of the True entries of ``mask`` in order, the first ``size`` of them, ``fill`` after; and the count.
+
+    Two levels, so the prefix sum and the binary search run over 16x fewer entries than ``mask`` (the broad phase's
+    masks are long and sparse: ~10^5-10^6 entries): ``mask`` as 16-bit words, the prefix sum of their popcounts, per
+    output the word holding it (binary search) and the bit within that word (``_bit_of_rank``).
+    """
+    n = mask.shape[-1]
+    words = bit_words(jnp.pad(mask, (0, -n % WORD_BITS)).reshape(-1, WORD_BITS))[:, 0]  # [ceil(n / 16)]
+    counts = jax.lax.population_count(words)
+    ends = prefix_count(counts)  # set bits up to and including each word
+    total = ends[-1]
+    q = jnp.arange(size, dtype=jnp.int32)  # 0-based rank of each output
+    word = jnp.minimum(jnp.searchsorted(ends, q, side="right"), words.shape[0] - 1).astype(jnp.int32)
+    found = word * WORD_BITS + _bit_of_rank(words[word], q - (ends[word] - counts[word]))
+    return jnp.where(q < total, found, fill), total
 
 
 def _chunks(x: Float[Array, "... T"], size: int, reduce, fill: float) -> Float[Array, "... C"]:
