@@ -30,23 +30,36 @@ def _cross(a: Float[Array, "... 2"], b: Float[Array, "... 2"]) -> Float[Array, "
 def box_corners(center: Float[Array, "2"], heading: Float[Array, ""], length: Float[Array, ""],
                 width: Float[Array, ""]) -> Float[Array, "4 2"]:
     """Corners of an oriented box in nuPlan order [FL, RL, RR, FR] (m)."""
-    u = jnp.stack([jnp.cos(heading), jnp.sin(heading)])
+    return box_corners_along(center, heading_unit(heading), length, width)
+
+
+def heading_unit(heading: Float[Array, "*s"]) -> Float[Array, "*s 2"]:
+    """(cos, sin) of ``heading`` (rad): the unit vector along it."""
+    return jnp.stack([jnp.cos(heading), jnp.sin(heading)], axis=-1)
+
+
+def box_corners_along(center: Float[Array, "2"], u: Float[Array, "2"], length: Float[Array, ""],
+                      width: Float[Array, ""]) -> Float[Array, "4 2"]:
+    """``box_corners`` from the heading's unit vector ``u`` (``heading_unit``)."""
     n = jnp.stack([-u[1], u[0]])
     hl, hw = 0.5 * length, 0.5 * width
     return jnp.stack([center + hl * u + hw * n, center - hl * u + hw * n,
                       center - hl * u - hw * n, center + hl * u - hw * n])
 
 
-def ego_center(state: Float[Array, "11"]) -> Float[Array, "2"]:
-    """Box centre of the ego for a rear-axle state (x, y, heading, ...): (x, y) + 1.461 m along the heading."""
-    h = state[2]
-    return state[:2] + EGO_REAR_AXLE_TO_CENTER * jnp.stack([jnp.cos(h), jnp.sin(h)])
+def ego_center(state: Float[Array, "11"], u: Float[Array, "2"] | None = None) -> Float[Array, "2"]:
+    """Box centre of the ego for a rear-axle state (x, y, heading, ...): (x, y) + 1.461 m along the heading
+    (``u``: the heading's ``heading_unit`` if already computed)."""
+    u = heading_unit(state[2]) if u is None else u
+    return state[:2] + EGO_REAR_AXLE_TO_CENTER * u
 
 
-def ego_corners(state: Float[Array, "11"]) -> Float[Array, "4 2"]:
-    """Ego footprint [FL, RL, RR, FR] for a rear-axle state (Pacifica, 5.176 m x 2.297 m)."""
-    return box_corners(ego_center(state), state[2], jnp.asarray(EGO_LENGTH, state.dtype),
-                       jnp.asarray(EGO_WIDTH, state.dtype))
+def ego_corners(state: Float[Array, "11"], u: Float[Array, "2"] | None = None) -> Float[Array, "4 2"]:
+    """Ego footprint [FL, RL, RR, FR] for a rear-axle state (Pacifica, 5.176 m x 2.297 m); ``u`` as in
+    ``ego_center``."""
+    u = heading_unit(state[2]) if u is None else u
+    return box_corners_along(ego_center(state, u), u, jnp.asarray(EGO_LENGTH, state.dtype),
+                             jnp.asarray(EGO_WIDTH, state.dtype))
 
 
 def segments_intersect(p1: Float[Array, "2"], p2: Float[Array, "2"], q1: Float[Array, "2"],

@@ -33,7 +33,8 @@ from jaxdrive.broadphase.host import (CENTERLINE_REACH_M, CONTACT_STEPS, EGO_RAD
                                       NC_STEPS, TILE_EDGES, TTC_FRAMES_AHEAD, TTC_HORIZON_S, TTC_STEPS, ContactPairs,
                                       EdgeTiles, PackedAgents, PackedMap, PackSpec, ego_chunk_bboxes, overlaps,
                                       polygon_bboxes, swept_bboxes)
-from jaxdrive.geometry import EGO_LENGTH, EGO_REAR_AXLE_TO_CENTER, EGO_WIDTH
+from jaxdrive.geometry import EGO_LENGTH, EGO_REAR_AXLE_TO_CENTER, EGO_WIDTH, heading_unit
+from jaxdrive.materialize import materialize
 from jaxdrive.scene import FAR, Agents, AreaKind, Polygons, Proposals, Scene
 
 _EMPTY = jnp.array([jnp.inf, jnp.inf, -jnp.inf, -jnp.inf], jnp.float32)  # overlaps nothing
@@ -136,7 +137,8 @@ def chunk_boxes(states: Float[Array, "B K T 11"], valid: Bool[Array, "B K"], siz
                 reach_s: float = 0.0) -> Float[Array, "B K C 4"]:
     """``host.ego_chunk_bboxes`` in float32 on device; invalid proposals get an empty box."""
     s = states[..., :steps, :]
-    c, sn = jnp.cos(s[..., 2]), jnp.sin(s[..., 2])
+    u = materialize(heading_unit(s[..., 2]))
+    c, sn = u[..., 0], u[..., 1]
     cx, cy = s[..., 0] + EGO_REAR_AXLE_TO_CENTER * c, s[..., 1] + EGO_REAR_AXLE_TO_CENTER * sn
     hl, hw = 0.5 * EGO_LENGTH, 0.5 * EGO_WIDTH
     ex, ey = jnp.abs(hl * c) + jnp.abs(hw * sn), jnp.abs(hl * sn) + jnp.abs(hw * c)
@@ -151,9 +153,9 @@ def chunk_boxes(states: Float[Array, "B K T 11"], valid: Bool[Array, "B K"], siz
 
 def swept_boxes(states: Float[Array, "B K T 11"], valid: Bool[Array, "B K"]) -> Float[Array, "B K 4"]:
     """``host.swept_bboxes`` in float32 on device; invalid proposals get an empty box."""
-    h = states[..., 2]
-    cx = states[..., 0] + EGO_REAR_AXLE_TO_CENTER * jnp.cos(h)
-    cy = states[..., 1] + EGO_REAR_AXLE_TO_CENTER * jnp.sin(h)
+    u = materialize(heading_unit(states[..., 2]))
+    cx = states[..., 0] + EGO_REAR_AXLE_TO_CENTER * u[..., 0]
+    cy = states[..., 1] + EGO_REAR_AXLE_TO_CENTER * u[..., 1]
     r = EGO_RADIUS_M + MARGIN_M
     box = jnp.stack([cx.min(-1) - r, cy.min(-1) - r, cx.max(-1) + r, cy.max(-1) + r], axis=-1)
     return jnp.where(valid[..., None], box, _EMPTY)

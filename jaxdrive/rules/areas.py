@@ -29,8 +29,9 @@ from jaxdrive import pytree as struct
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.broadphase import MAP_CHUNK_STEPS, PackedMap, group_rows
-from jaxdrive.geometry import box_intersects_polygon, ego_center, ego_corners, point_in_polygon
+from jaxdrive.geometry import box_intersects_polygon, ego_center, ego_corners, heading_unit, point_in_polygon
 from jaxdrive.broadphase.tiles import boxes_touch_tiles, points_in_tiles, slot_sums, used_blocks
+from jaxdrive.materialize import materialize
 from jaxdrive.scene import AreaKind, MapData
 
 
@@ -46,14 +47,22 @@ class EgoAreas:
     red_light: Bool[Array, "K T"]
 
 
-def ego_boxes(states: Float[Array, "K T 11"]) -> Float[Array, "K T 4 2"]:
-    """Ego footprints [FL, RL, RR, FR] (m) of rear-axle states."""
-    return jax.vmap(jax.vmap(ego_corners))(states)
+def ego_units(states: Float[Array, "K T 11"]) -> Float[Array, "K T 2"]:
+    """Unit vectors (cos, sin) of the states' headings, computed once (``jaxdrive.materialize``): every box and
+    centre of the same states is built from them."""
+    return materialize(heading_unit(states[..., 2]))
 
 
-def ego_centers(states: Float[Array, "K T 11"]) -> Float[Array, "K T 2"]:
-    """Ego box centres (m): rear axle + 1.461 m along the heading."""
-    return jax.vmap(jax.vmap(ego_center))(states)
+def ego_boxes(states: Float[Array, "K T 11"], units: Float[Array, "K T 2"] | None = None) -> Float[Array, "K T 4 2"]:
+    """Ego footprints [FL, RL, RR, FR] (m) of rear-axle states (``units``: their ``ego_units`` if computed)."""
+    units = ego_units(states) if units is None else units
+    return jax.vmap(jax.vmap(ego_corners))(states, units)
+
+
+def ego_centers(states: Float[Array, "K T 11"], units: Float[Array, "K T 2"] | None = None) -> Float[Array, "K T 2"]:
+    """Ego box centres (m): rear axle + 1.461 m along the heading (``units`` as in ``ego_boxes``)."""
+    units = ego_units(states) if units is None else units
+    return jax.vmap(jax.vmap(ego_center))(states, units)
 
 
 def first_step(flags: Bool[Array, "K T"]) -> Int[Array, "K"]:
@@ -93,9 +102,10 @@ def _packed_areas(map: PackedMap, states: Float[Array, "K T 11"], blocks: tuple[
     steps = -(-t // size) * size
     padded = jnp.pad(states, ((0, 0), (0, steps - t), (0, 0)))  # padded steps' flags are dropped below
     slots = lambda x: x.reshape((-1, size) + x.shape[2:])  # [K, steps, ...] -> [K * C, L, ...]
-    boxes = slots(ego_boxes(padded))  # [S, L, 4, 2]
+    units = ego_units(padded)
+    boxes = slots(ego_boxes(padded, units))  # [S, L, 4, 2]
     corners = boxes.reshape(-1, 4 * size, 2)
-    centers = slots(ego_centers(padded))
+    centers = slots(ego_centers(padded, units))
     area_blocks, lane_blocks, red_blocks = blocks
     lane_in = points_in_tiles(jnp.concatenate([corners, centers], axis=1), map.lanes, lane_blocks)  # [Pl, 5L]
     area_in = points_in_tiles(jnp.concatenate([corners, centers, slots(padded[..., :2])], axis=1), map.areas,
@@ -124,8 +134,9 @@ def ego_areas(map: MapData, states: Float[Array, "K T 11"]) -> EgoAreas:
     if isinstance(map, PackedMap):
         raise ValueError("ego_areas: a PackedMap (jaxdrive.broadphase) holds the whole batch's edge tiles; "
                          "compute its flags with batch_ego_areas(map, states[B, K, T, 11])")
-    corners = ego_boxes(states)  # [K, T, 4, 2]
-    centers = ego_centers(states)  # [K, T, 2]
+    units = ego_units(states)
+    corners = ego_boxes(states, units)  # [K, T, 4, 2]
+    centers = ego_centers(states, units)  # [K, T, 2]
     rear = states[..., :2]  # [K, T, 2]
     lanes, areas = map.lanes, map.areas
     route_lanes = lanes.valid & map.lane_on_route

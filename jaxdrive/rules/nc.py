@@ -28,7 +28,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.broadphase import CONTACT_STEPS, ContactPairs, PackedAgents
-from jaxdrive.geometry import box_corners, boxes_intersect_xy, segment_intersects_box
+from jaxdrive.geometry import box_corners_along, boxes_intersect_xy, heading_unit, segment_intersects_box
+from jaxdrive.materialize import materialize
 from jaxdrive.broadphase.contacts import (box_rows, corners, first_of_run, over_groups, per_proposal_min,
                                          per_used_triple, windows)
 from jaxdrive.rules.areas import EgoAreas, ego_boxes
@@ -42,8 +43,9 @@ COS_BEHIND = math.cos(math.radians(150.0))  # is_agent_behind: angle > 150 deg
 
 def object_boxes(agents: Agents) -> Float[Array, "N T 4 2"]:
     """Corners [FL, RL, RR, FR] of every object at every frame (m)."""
-    return jax.vmap(jax.vmap(box_corners, in_axes=(0, 0, None, None)))(agents.center, agents.heading, agents.length,
-                                                                       agents.width)
+    units = materialize(heading_unit(agents.heading))  # [N, T, 2], once for every corner (``jaxdrive.materialize``)
+    return jax.vmap(jax.vmap(box_corners_along, in_axes=(0, 0, None, None)))(agents.center, units, agents.length,
+                                                                              agents.width)
 
 
 def first_appearance_stopped(agents: Agents) -> Bool[Array, "N"]:
@@ -137,8 +139,8 @@ def no_at_fault_collisions(scene: Scene, states: Float[Array, "K T 11"],
 def _packed_nc(agents: Agents, pairs: ContactPairs, states: Float[Array, "K T 11"], lateral: Bool[Array, "K T"],
                blocks: Int[Array, ""]) -> tuple[Float[Array, "K"], Int[Array, "K"]]:
     """NC of one group's K proposals (over its scenes' ``agents``) from its contact triples; the box tests run over
-    the first ``blocks`` blocks of triples (``contacts.per_used_triple``). The box rows and the triples' windows are
-    materialised first (``jax.lax.optimization_barrier``; see ``ttc._packed_ttc``)."""
+    the first ``blocks`` blocks of triples (``contacts.per_used_triple``). The box rows and the triples' windows pass
+    through ``jax.lax.optimization_barrier`` (a hint that the CPU backend ignores; see ``ttc._packed_ttc``)."""
     barrier = jax.lax.optimization_barrier
     k, nt = states.shape[:2]
     nb, n = agents.valid.shape

@@ -20,9 +20,10 @@ from jaxtyping import Array, Bool, Float, Int
 from jaxdrive.broadphase import CONTACT_STEPS, ContactPairs, PackedAgents
 from jaxdrive.constants import TTC_LAST_EGO_STEP, TTC_OFFSETS
 from jaxdrive.geometry import boxes_intersect_xy
+from jaxdrive.materialize import materialize
 from jaxdrive.broadphase.contacts import (box_rows, corners, first_of_run, over_groups, per_proposal_min,
                                          per_used_triple, windows)
-from jaxdrive.rules.areas import EgoAreas, ego_boxes
+from jaxdrive.rules.areas import EgoAreas, ego_boxes, ego_units
 from jaxdrive.rules.nc import COS_AHEAD, COS_BEHIND, first_true, heading_cosine, object_boxes
 from jaxdrive.scene import DT, Agents, Scene, StateIndex
 
@@ -66,10 +67,10 @@ def time_to_collision(scene: Scene, states: Float[Array, "K T 11"],
                          "triples; use batch_time_to_collision(scene[B], states[B, K, T, 11], areas)")
     nt = LAST_EGO_STEP + 1
     offsets = jnp.asarray(OFFSETS)
-    ego = ego_boxes(states[:, :nt])  # [K, t, 4, 2]
+    direction = ego_units(states[:, :nt])  # [K, t, 2]
+    ego = ego_boxes(states[:, :nt], direction)  # [K, t, 4, 2]
     speed = jnp.hypot(states[:, :nt, StateIndex.VELOCITY_X], states[:, :nt, StateIndex.VELOCITY_Y])  # [K, t]
     heading = states[:, :nt, StateIndex.HEADING]
-    direction = jnp.stack([jnp.cos(heading), jnp.sin(heading)], axis=-1)  # [K, t, 2]
     shift = _shift(speed, direction)  # [K, t, S, 2]
     # Corner coordinates split by axis, corners leading, broadcast to [4, K, N, t, S] (``boxes_intersect_xy``).
     projected = [jnp.moveaxis(ego[..., i], -1, 0)[:, :, None, :, None] + shift[None, :, None, :, :, i]
@@ -101,10 +102,11 @@ def _packed_ttc(agents: Agents, pairs: ContactPairs, states: Float[Array, "K T 1
     """TTC of one group's K proposals (over its scenes' ``agents``) from its contact triples; the separating-axis
     tests run over the first ``blocks`` blocks of triples (``contacts.per_used_triple``).
 
-    The box rows and each triple's windows of them are materialised (``jax.lax.optimization_barrier``) before the
-    separating-axis tests, which then run per offset s over [P, L] slices: left to itself, XLA fuses the gathers and
-    the boxes' cos/sin into the tests and recomputes them for every (triple, step, offset) element (~3x the CPU time,
-    same results: the arithmetic of every value is unchanged).
+    The separating-axis tests run per offset s over [P, L] slices of each triple's windows of the box rows. The rows
+    and windows pass through ``jax.lax.optimization_barrier``, a hint against XLA fusing the gathers into every
+    (triple, step, offset) test; the CPU backend of jaxlib 0.10 removes barriers before fusion (its compiled step is
+    the same without them), and materialising the rows there instead (``jaxdrive.materialize``) made the whole step
+    ~15% slower, so on CPU XLA's own fusion decides. The boxes' cos / sin are materialised (``ego_units``).
     """
     barrier = jax.lax.optimization_barrier
     nt, ns = LAST_EGO_STEP + 1, len(OFFSETS)
@@ -114,7 +116,8 @@ def _packed_ttc(agents: Agents, pairs: ContactPairs, states: Float[Array, "K T 1
     owner, agent, scene = pairs.owner, pairs.agent, pairs.owner // (k // nb)
     speed = jnp.hypot(states[:, :nt, StateIndex.VELOCITY_X], states[:, :nt, StateIndex.VELOCITY_Y])
     heading = states[:, :nt, StateIndex.HEADING]
-    ego_rows = barrier(box_rows(ego_boxes(states[:, :nt]), speed, jnp.cos(heading), jnp.sin(heading)))
+    units = ego_units(states[:, :nt])
+    ego_rows = barrier(box_rows(ego_boxes(states[:, :nt], units), speed, units[..., 0], units[..., 1]))
     obj = jax.vmap(object_boxes)(agents).reshape((nb * n, frames, 4, 2))
     live = (agents.present & agents.valid[..., None]).reshape(nb * n, frames)
     reach = CONTACT_STEPS + OFFSETS[-1]
