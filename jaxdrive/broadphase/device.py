@@ -122,7 +122,8 @@ def compact(mask: Bool[Array, "n"], size: int, fill: int) -> tuple[Int[Array, "s
     ends = prefix_count(counts)  # set bits up to and including each word
     total = ends[-1]
     q = jnp.arange(size, dtype=jnp.int32)  # 0-based rank of each output
-    word = jnp.minimum(jnp.searchsorted(ends, q, side="right"), words.shape[0] - 1).astype(jnp.int32)
+    method = "compare_all" if ends.shape[0] <= 64 else "scan"  # short rows (LK's segments): no loop of gathers
+    word = jnp.minimum(jnp.searchsorted(ends, q, side="right", method=method), words.shape[0] - 1).astype(jnp.int32)
     found = word * WORD_BITS + _bit_of_rank(words[word], q - (ends[word] - counts[word]))
     return jnp.where(q < total, found, fill), total
 
