@@ -20,7 +20,6 @@ from jaxtyping import Array, Bool, Float, Int
 from jaxdrive.broadphase import CONTACT_STEPS, ContactPairs, PackedAgents
 from jaxdrive.constants import TTC_LAST_EGO_STEP, TTC_OFFSETS
 from jaxdrive.geometry import boxes_intersect_xy
-from jaxdrive.materialize import materialize
 from jaxdrive.broadphase.contacts import (box_rows, corners, first_of_run, over_groups, per_proposal_min,
                                          per_used_triple, windows)
 from jaxdrive.rules.areas import EgoAreas, ego_boxes, ego_units
