@@ -53,7 +53,9 @@ TEST = ALL + [
     # Install torch==2.13.0 (CPU wheel) *before* this extra, or pip pulls a CUDA build.
     "torch==2.13.0",
     "pytest",
-    "pytest-xdist",  # the Quickstart's test command runs the suite in 2 worker processes (-n 2)
+    "pytest-xdist",  # the Quickstart's test command runs the suite in 2 worker processes (-n 2 --dist worksteal)
+    "pytest-rerunfailures",  # pytest.ini: a test whose worker crashed gets one more try (never a failed assertion)
+    "pytest-timeout",  # pytest.ini: a hung test fails after 15 minutes instead of stalling the run
     "hypothesis",
     "shapely",
     "scikit-learn",
