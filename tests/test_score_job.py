@@ -196,3 +196,28 @@ def test_scenes_generate_and_preview_coloured_by_kernel_scores(tmp_path):
     png = tmp_path / "p.png"
     assert main(["scenes", "preview", "--scene", str(files[0]), "--color-by", "epdms", "--out", str(png)]) == 0
     assert png.stat().st_size > 10_000
+
+
+def test_summary_names_an_input_bound_run(tmp_path):
+    """A source slower than the scorer: the loop's wait for input is measured over the throughput's span and the
+    summary says the run is input-bound and what feeds it faster; a run that did not wait is not called so."""
+    from jaxdrive.data.synthetic import pad_spec
+    from jaxdrive.scoring.runner import RunStats
+    from jaxdrive.scoring.summary import summary_table
+
+    class SlowSource(SyntheticSource):
+        def load(self, i):
+            time.sleep(0.05)
+            return super().load(i)
+
+    stats = score_source(SlowSource(32, seed=1, num_proposals=2), tmp_path / "slow",
+                         ScoreOptions(batch_size=2, pad=pad_spec(2)), progress=False)
+    assert stats.compiles == 1
+    # 16 batches (all prescanned: one compile); ~12 after the compile, each waiting ~0.1 s for its scenes, scored in
+    # a few ms
+    assert 0.5 * stats.score_s <= stats.input_wait_s <= stats.score_s
+    assert "input-bound:" in summary_table(stats) and "--workers N" in summary_table(stats)
+    busy = RunStats(compile_s=1.0, score_s=2.0, scored_after_compile=100, input_wait_s=0.2)
+    assert "input-bound" not in summary_table(busy)
+    assert "input-bound: 80% of that time" in summary_table(RunStats(compile_s=1.0, score_s=2.0,
+                                                                     scored_after_compile=100, input_wait_s=1.6))

@@ -128,6 +128,7 @@ class RunStats:
     compile_s: float = 0.0
     score_s: float = 0.0  # wall time of the streaming loop after the first (compiling) batch
     score_cpu_s: float = 0.0  # CPU time of this process (all threads) over the same span
+    input_wait_s: float = 0.0  # of score_s: time the loop waited for its next batch (read / generate / pad)
     scored_after_compile: int = 0
     skipped_shards: int = 0
     compiles: int = 0  # traces of the scoring program (1 for a run at one PadSpec and capacity)
@@ -551,7 +552,10 @@ def score_source(source: SceneSource, out_dir, options: ScoreOptions, *, resume:
     clean = False
     try:
         while True:
+            t_wait = time.perf_counter()
             kind, payload, *rest = q.get()
+            if t_first_done is not None:  # the same span as score_s
+                stats.input_wait_s += time.perf_counter() - t_wait
             if kind == "end":
                 break
             if kind == "skip":

@@ -18,12 +18,13 @@ NAMES = LABELS
 
 
 _W = 30  # name column width: the longest name + code fits
+INPUT_BOUND_SHARE = 0.5  # the summary names a run input-bound when its loop waited for scenes this share of the time
 
 
 def whole_run_stats(out_dir: str | Path, live: RunStats) -> RunStats:
     """The statistics of every completed shard of ``out_dir`` (read back) with ``live``'s timings and resume count."""
     stats = RunStats(compile_s=live.compile_s, score_s=live.score_s, scored_after_compile=live.scored_after_compile,
-                     skipped_shards=live.skipped_shards)
+                     skipped_shards=live.skipped_shards, input_wait_s=live.input_wait_s)
     for cols in iter_shard_columns(out_dir):
         stats.add(cols)
         stats.scenes += len(np.unique(cols["scene_id"]))
@@ -48,6 +49,11 @@ def summary_table(stats: RunStats) -> str:
     elif stats.score_s > 0:
         lines.append(f"this invocation: first batch incl. compile {stats.compile_s:.2f} s   throughput after compile "
                      f"{stats.proposals_per_s:,.0f} proposals/s")
+        if stats.input_wait_s >= INPUT_BOUND_SHARE * stats.score_s:
+            lines.append(f"input-bound: {100 * stats.input_wait_s / stats.score_s:.0f}% of that time went waiting for "
+                         "scenes to be read or generated, not scoring;")
+            lines.append("             --workers N (input processes) or a scene store (jaxdrive scenes convert, or")
+            lines.append("             jaxdrive scenes generate --store) feeds the scorer faster")
     else:
         lines.append(f"this invocation: one batch, {stats.compile_s:.2f} s incl. compile (too short for a throughput)")
     return "\n".join(lines)
