@@ -6,7 +6,7 @@ can touch; a triple's earliest event is its chunk's, a pair's is the earliest ov
 segment minimum), and per-proposal results are sorted segment minima over the triples a proposal owns.
 
 The per-triple tests run over the used triples only (``per_used_triple``: blocks of ``TRIPLE_BLOCK`` up to the last
-valid one), so capacities above a batch's needs cost memory, not time.
+valid one), so they cost what the batch uses (listing the triples, ``broadphase.device``, is capacity-sized).
 """
 
 from __future__ import annotations

@@ -6,8 +6,10 @@ padded ring; per-pair counts are integer sums over the tiles. All proposals of a
 once. Padded edges (zero length at ``FAR``) and padding pairs never count.
 
 The tiles are visited in blocks (``TILE_BLOCK`` on CPU, ``broadphase.blocks``) by a loop that stops after the last
-used tile (``used_blocks``), so a step costs what its scenes use, not what the capacities allow: generous
-capacities (``jaxdrive.score``'s defaults, a run's capacities fixed from its largest batches) cost memory, not time.
+used tile (``used_blocks``), so the sums cost what the scenes use, not what the capacities allow. The packing that
+builds the tiles (``broadphase.device``) works on whole capacity-sized arrays, so generous capacities still cost
+time there (``docs/scoring-at-scale.md``: ``jaxdrive.score``'s defaults 1.4-1.7x the step time of capacities fixed
+from the batch's needs).
 Integer sums: the order changes nothing.
 """
 
