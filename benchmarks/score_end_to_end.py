@@ -147,9 +147,9 @@ def main() -> None:
     if args.quick:
         args.proposals, args.reps = 2048, 2
 
-    from jaxdrive.cli import _enable_compilation_cache
+    from jaxdrive import xla_cache
 
-    _enable_compilation_cache()  # as `jaxdrive score` does: a program compiled by an earlier run is reused
+    xla_cache.enable()  # as `jaxdrive score` does: a program compiled by an earlier run is reused
     ndev = jax.device_count()
     load = os.getloadavg()
     print(f"device: {jax.devices()[0].platform} x{ndev} ({jax.devices()[0].device_kind}); cpu cores "

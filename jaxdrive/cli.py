@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from jaxdrive import xla_cache
+
 EXIT_OK = 0
 EXIT_FAILURE = 1  # an error during the run (a traceback is printed: it is a bug or an environment problem)
 EXIT_USAGE = 2
@@ -224,15 +226,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _enable_compilation_cache() -> None:
-    """Reuse compiled XLA programs across runs (the scorer compiles in seconds; a rerun then starts at once)."""
-    import jax
-
-    if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-        jax.config.update("jax_compilation_cache_dir", os.path.join(os.path.expanduser("~"), ".cache", "jaxdrive", "xla"))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
-
-
 def _force_cpu_devices(n: int | None) -> None:
     """``--cpu-devices N``: must run before JAX initialises its backends."""
     if n is None:
@@ -255,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _force_cpu_devices(getattr(args, "cpu_devices", None))
         distributed.initialize_from_env()  # multi-process job from the launcher's environment; else a no-op
-        _enable_compilation_cache()
+        xla_cache.enable()  # per kind of host CPU (jaxdrive.xla_cache)
         code = args.func(args)
         distributed.mark_finished(code in (EXIT_OK, EXIT_PARTIAL), code)
         return code

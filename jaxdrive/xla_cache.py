@@ -1,0 +1,56 @@
+"""The persistent XLA compilation cache of jaxdrive's commands, one folder per kind of host CPU.
+
+XLA:CPU compiles for the host's instruction set (AVX2, AVX-512, ...) and its cache entries are machine code. A home
+directory shared by different machines (a login node and compute nodes on NFS, VMs moved between hosts) would
+otherwise hand one machine's programs to another: code for a narrower CPU runs without its wider vectors, and code for
+a wider one is refused by XLA's loader with an error on stderr (or worse; jax-ml/jax#38445 and the reports linked from
+it). So ``~/.cache/jaxdrive/xla/<host>/``, where ``<host>`` hashes the machine type, the CPU's feature flags and the
+jaxlib version. ``JAX_COMPILATION_CACHE_DIR`` set in the environment is used as it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+from pathlib import Path
+
+MIN_COMPILE_TIME_S = 1.0  # programs that compile faster are not written
+
+
+def cpu_features(cpuinfo: str | None = None) -> str:
+    """The host CPU's feature flags, sorted and space-separated (Linux: the first ``flags`` / ``Features`` line of
+    /proc/cpuinfo; elsewhere the processor's name). ``cpuinfo``: the text of /proc/cpuinfo, for tests."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
+        except OSError:
+            return platform.processor()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return " ".join(sorted(set(value.split())))
+    return platform.processor()
+
+
+def host_fingerprint(features: str | None = None) -> str:
+    """16 hex digits naming this kind of host: machine type, CPU features (``cpu_features``), jaxlib version."""
+    import jaxlib
+
+    text = "\n".join([platform.machine(), cpu_features() if features is None else features, jaxlib.__version__])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def default_dir() -> Path:
+    """``~/.cache/jaxdrive/xla/<host_fingerprint()>``."""
+    return Path.home() / ".cache" / "jaxdrive" / "xla" / host_fingerprint()
+
+
+def enable() -> None:
+    """Reuse compiled XLA programs across runs (the scorer compiles in seconds; a rerun then starts at once), in
+    ``default_dir()`` unless ``JAX_COMPILATION_CACHE_DIR`` is set."""
+    import jax
+
+    if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        jax.config.update("jax_compilation_cache_dir", str(default_dir()))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_TIME_S)
