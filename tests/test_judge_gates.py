@@ -194,3 +194,18 @@ def test_fit_validates_labels():
         L.fit_thresholds(s, [0, 1, 2, 0, 1])
     with pytest.raises(ValueError, match="labels"):
         L.fit_thresholds(s, [0, 1])
+
+
+def test_expected_score_stays_within_the_combinations_scores():
+    """Float32 probabilities of the 128 combinations sum to 1 only up to rounding; the expectation must still be a
+    score (``jaxdrive eval dqc`` refuses a 'score' outside [0, 1]: the judge once wrote 1.0000001)."""
+    n = 20_000
+    p = np.asarray(jax.random.uniform(jax.random.key(3), (n, 7)))
+    perfect = G.expected_score(subscores(ep=np.ones(n)), p)  # every combination scores exactly 1
+    assert np.all(np.asarray(perfect) == 1.0)
+    s = random_subscores(n, seed=4)
+    got, sc = np.asarray(G.expected_score(s, p)), np.asarray(G.combination_scores(s))
+    finite = ~np.isnan(got)
+    assert finite.sum() > n // 2
+    assert np.all(got[finite] >= sc[finite].min(-1)) and np.all(got[finite] <= sc[finite].max(-1))
+    assert np.all(np.isnan(got) == np.isnan(sc).any(-1))  # NaN rows (EC undefined) stay NaN

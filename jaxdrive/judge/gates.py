@@ -75,8 +75,14 @@ def combination_probs(probs: Float[Array, "*b 7"]) -> Float[Array, "*b 128"]:
 
 @jax.jit
 def expected_score(s: SubScores, probs: Float[Array, "*b 7"]) -> Float[Array, "*b"]:
-    """E[score] under independent gate probabilities: the exact sum over the 128 combinations of P(c) x score(c)."""
-    return jnp.sum(combination_probs(probs) * combination_scores(s), axis=-1)
+    """E[score] under independent gate probabilities: the exact sum over the 128 combinations of P(c) x score(c).
+
+    In float32 the P(c) sum to 1 only up to rounding, so the sum can leave the range of the combinations' scores by
+    an ulp (1.0000001 where every combination scores 1); it is clipped back to [min_c score(c), max_c score(c)],
+    which holds the exact expectation (NaN rows stay NaN)."""
+    scores = combination_scores(s)
+    total = jnp.sum(combination_probs(probs) * scores, axis=-1)
+    return jnp.clip(total, jnp.min(scores, axis=-1), jnp.max(scores, axis=-1))
 
 
 @jax.jit
