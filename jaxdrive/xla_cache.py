@@ -3,8 +3,8 @@
 XLA:CPU compiles for the host's instruction set (AVX2, AVX-512, ...) and its cache entries are machine code. A home
 directory shared by different machines (a login node and compute nodes on NFS, VMs moved between hosts) would
 otherwise hand one machine's programs to another: code for a narrower CPU runs without its wider vectors, and code for
-a wider one is refused by XLA's loader with an error on stderr (or worse; jax-ml/jax#38445 and the reports linked from
-it). So ``~/.cache/jaxdrive/xla/<host>/``, where ``<host>`` hashes the machine type, the CPU's feature flags and the
+a wider one must not run at all (XLA's loader compares the compile machine's features with the host's and logs an
+error on a mismatch; jax-ml/jax#38445 quotes it). So ``~/.cache/jaxdrive/xla/<host>/``, where ``<host>`` hashes the machine type, the CPU's feature flags and the
 jaxlib version. ``JAX_COMPILATION_CACHE_DIR`` set in the environment is used as it is.
 """
 
