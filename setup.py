@@ -4,6 +4,7 @@ from setuptools import find_packages, setup
 # Scoring alone (`jaxdrive score`, scenes, previews): no model, training or dataset stack.
 BASE = [
     "jax>=0.4.35",
+    "jaxlib",       # XLA itself (a jax dependency); jaxdrive.xla_cache keys compiled programs on its version
     "numpy",
     "jaxtyping",
     "pyarrow",      # parquet output shards of `jaxdrive score`
