@@ -23,9 +23,9 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 
 def main() -> None:
-    from jaxdrive.hugepages import reexec_with_huge_pages
+    from jaxdrive.malloc_tunables import reexec_with_malloc_tunables
 
-    reexec_with_huge_pages()  # as ``jaxdrive score`` does
+    reexec_with_malloc_tunables()  # as ``jaxdrive score`` does
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--k", type=int, default=16, help="proposals per scene")
     ap.add_argument("--scenes", type=int, default=256)

@@ -129,9 +129,9 @@ def host_packed(scenes, pad, batch: int, reps: int):
 
 
 def main() -> None:
-    from jaxdrive.hugepages import reexec_with_huge_pages
+    from jaxdrive.malloc_tunables import reexec_with_malloc_tunables
 
-    reexec_with_huge_pages()  # as ``jaxdrive score`` does (JAXDRIVE_HUGE_PAGES=0: measure without)
+    reexec_with_malloc_tunables()  # as ``jaxdrive score`` does (JAXDRIVE_MALLOC_TUNABLES=0: measure without)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ks", default="1,16,256,1024,4096", help="proposals per scene, comma-separated")
     ap.add_argument("--proposals", type=int, default=8192, help="proposals per end-to-end run (per K)")

@@ -237,10 +237,10 @@ def _force_cpu_devices(n: int | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None and sys.argv[1:2] == ["score"]:  # the command line, not a caller's argv: XLA's CPU buffers on
-        from jaxdrive.hugepages import reexec_with_huge_pages  # huge pages (~25% less CPU time per step)
+    if argv is None and sys.argv[1:2] == ["score"]:  # the command line, not a caller's argv: glibc malloc set so
+        from jaxdrive.malloc_tunables import reexec_with_malloc_tunables  # that XLA:CPU reuses its step buffers
 
-        reexec_with_huge_pages()
+        reexec_with_malloc_tunables()
     from jaxdrive import distributed
 
     parser = build_parser()
