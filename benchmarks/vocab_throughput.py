@@ -59,6 +59,9 @@ def _one(k: int, simulate: bool, token: str, chunk: int, repeats: int) -> dict:
 
 
 def main() -> None:
+    from jaxdrive.malloc_tunables import reexec_with_malloc_tunables
+
+    reexec_with_malloc_tunables()  # as ``jaxdrive vocab`` does (JAXDRIVE_MALLOC_TUNABLES=0: measure without)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ks", type=int, nargs="+", default=[256, 4096, 16384])
     p.add_argument("--modes", nargs="+", default=["sim", "nosim"], choices=["sim", "nosim"])

@@ -237,8 +237,8 @@ def _force_cpu_devices(n: int | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None and sys.argv[1:2] == ["score"]:  # the command line, not a caller's argv: glibc malloc set so
-        from jaxdrive.malloc_tunables import reexec_with_malloc_tunables  # that XLA:CPU reuses its step buffers
+    if argv is None and sys.argv[1:2] in (["score"], ["vocab"]):  # the command line, not a caller's argv: glibc
+        from jaxdrive.malloc_tunables import reexec_with_malloc_tunables  # malloc set so that XLA:CPU reuses buffers
 
         reexec_with_malloc_tunables()
     from jaxdrive import distributed

@@ -10,11 +10,13 @@ The settings (``GLIBC_TUNABLES``): one arena for all threads (``arena_max=1``: t
 no ``mmap`` below 4 GiB (``mmap_threshold``) and no returning of the heap's top to the system below 4 GiB
 (``trim_threshold``). Freed buffers stay in the process and the next call reuses them: after the first batches a
 step takes no page faults. The cost is memory that stays resident at its peak (~1.7-1.9 GB instead of ~1.3-1.6 GB for
-a 2-core scoring job at K = 1,024). Results are unchanged (the same program on the same inputs).
+a 2-core scoring job at K = 1,024) and a slower cold XLA compile (one arena for LLVM's compile threads: +2-3 s for
+the scorer, paid once per program and host with ``jaxdrive.xla_cache``). Results are unchanged (the same program on
+the same inputs). ``jaxdrive score`` and ``jaxdrive vocab`` apply them.
 
 Tunables are read when a process starts, so a command line entry point re-executes itself with them
 (``reexec_with_malloc_tunables``); a program that calls ``jaxdrive.score`` in its own loop should be started with
-``GLIBC_TUNABLES`` set (``tunables_env(os.environ)`` gives the value). A setting the user already chose is kept.
+``GLIBC_TUNABLES`` set (to ``tunables_env({})["GLIBC_TUNABLES"]``). A setting the user already chose is kept.
 Without glibc it does nothing; ``JAXDRIVE_MALLOC_TUNABLES=0`` opts out.
 """
 
