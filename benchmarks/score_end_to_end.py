@@ -9,7 +9,9 @@ as JSON files (not timed), then measures
   broad phase inside, parquet shards): wall time of the whole run, compile time, throughput after the first batch,
   number of compiles and of batches that overflowed the capacities (scored unculled inside the program);
 * ``json``: the same from the JSON files (``--workers`` reader processes);
-* ``step``: the jitted scorer alone on a device-resident batch (best of ``--reps``), and, for K <= 256, the host-
+* ``step``: the jitted scorer alone on a device-resident batch (best of ``--reps``); ``step@run all``: the same
+  program looping over every batch of the end-to-end run (device-resident; the end-to-end rate's ceiling, since
+  batches differ in cost); and, for K <= 256, the host-
   packed path the runner used before (numpy broad phase per batch + the two-program step;
   ``benchmarks/score_throughput.py``) with its packing time included, to show where, if anywhere, it still wins;
 * the reference: ``tests/reference_rules.py`` + ``tests/reference_collision.py`` (shapely/numpy, per proposal) on a
@@ -91,10 +93,17 @@ def end_to_end(source, out, options) -> tuple[float, object]:
     return time.perf_counter() - t0, stats
 
 
+def device_batch(scenes, pad, batch: int):
+    """A padded batch of ``batch`` rows as the runner builds it: ``scenes`` then filler rows without valid proposals
+    (capacities are per row of the batch, so a batch of fewer rows would overflow the run's)."""
+    sc, pr, _ = batch_scenes(scenes + [scenes[0]] * (batch - len(scenes)), pad, validate=False)
+    return sc, pr.replace(valid=pr.valid & (np.arange(batch) < len(scenes))[:, None])
+
+
 def step_only(scenes, pad, batch: int, reps: int, capacity=None):
     """Seconds per batch of the jitted scorer on a device-resident batch (best of ``reps``), and its compile; at the
     batch's own capacities, or at ``capacity`` (e.g. those the end-to-end run fixed from all its batches)."""
-    sc, pr, _ = batch_scenes(scenes[:batch], pad, validate=False)
+    sc, pr = device_batch(scenes[:batch], pad, batch)
     capacity = capacity or capacity_for(needs(sc, pr, jax.device_count()))
     fn = jax.jit(lambda s, p: score_with_overflow(s, p, capacity=capacity, groups=jax.device_count(), fallback=False))
     args = jax.device_put((sc, pr))
@@ -108,6 +117,25 @@ def step_only(scenes, pad, batch: int, reps: int, capacity=None):
         jax.block_until_ready(fn(*args))
         best, best_cpu = min(best, time.perf_counter() - t0), min(best_cpu, time.process_time() - c0)
     return best, first, bool(overflow), best_cpu
+
+
+def step_all(scenes, pad, batch: int, capacity, passes: int = 2):
+    """Seconds and CPU seconds per batch of the jitted scorer looping back to back over every batch of the run
+    (device-resident, at the run's capacities), best of ``passes`` passes: the end-to-end rate's ceiling, what is
+    left when reading, padding and writing cost nothing. Batches differ in cost (tiles, red lanes, contact
+    triples), so this, not ``step``'s one batch, is the figure to compare the end-to-end rate with."""
+    groups = jax.device_count()
+    fn = jax.jit(lambda s, p: score_with_overflow(s, p, capacity=capacity, groups=groups, fallback=False))
+    args = [jax.device_put(device_batch(scenes[i:i + batch], pad, batch)) for i in range(0, len(scenes), batch)]
+    overflow = bool(jax.block_until_ready(fn(*args[0]))[1])
+    best = best_cpu = float("inf")
+    for _ in range(passes):
+        t0, c0 = time.perf_counter(), time.process_time()
+        for a in args:
+            out, over = fn(*a)
+            overflow |= bool(over)
+        best, best_cpu = min(best, time.perf_counter() - t0), min(best_cpu, time.process_time() - c0)
+    return best / len(args), best_cpu / len(args), len(args), overflow
 
 
 def host_packed(scenes, pad, batch: int, reps: int):
@@ -194,12 +222,18 @@ def main() -> None:
                         f"{n / best:>10,.0f} {'':>13} {n / best * ref_s:>8,.0f} {'':>8} {int(overflow):>9} {'':>6} "
                         f"{n / best_cpu:>10,.0f}")
             print(rows[-1], flush=True)
-            if run_capacity is not None and run_capacity != capacity_for(needs(*batch_scenes(
-                    scenes[:batch], options.pad, validate=False)[:2], jax.device_count())):
+            if run_capacity is not None and run_capacity != capacity_for(needs(*device_batch(
+                    scenes[:batch], options.pad, batch), jax.device_count())):
                 best, first, overflow, best_cpu = step_only(scenes, options.pad, batch, args.reps, run_capacity)
                 rows.append(f"{k:>5} {'step@run':<12} {min(batch, count):>6} {n:>9} {best:>7.3f} {first:>9.1f} "
                             f"{n / best:>10,.0f} {'':>13} {n / best * ref_s:>8,.0f} {'':>8} {int(overflow):>9} "
                             f"{'':>6} {n / best_cpu:>10,.0f}")
+                print(rows[-1], flush=True)
+            if run_capacity is not None:
+                per, per_cpu, _, overflow = step_all(scenes, options.pad, batch, run_capacity)
+                rows.append(f"{k:>5} {'step@run all':<12} {count:>6} {n:>9} {per:>7.3f} {'':>9} "
+                            f"{n / per:>10,.0f} {'':>13} {n / per * ref_s:>8,.0f} {'':>8} {int(overflow):>9} "
+                            f"{'':>6} {n / per_cpu:>10,.0f}")
                 print(rows[-1], flush=True)
             if k <= 256:
                 host = host_packed(scenes, options.pad, batch, args.reps)
@@ -231,7 +265,7 @@ def main() -> None:
           "the whole run, all threads of this process; prop/cpu-s: proposals per CPU second (all threads) after the "
           "first batch (e2e) or of the best batch (step), less sensitive to load than wall rates. step: best batch time, device-resident "
           f"batch, at its own capacities; step@run: the same at the capacities the end-to-end run fixed from all its "
-          f"batches (what it executes; shown when they differ); host-packed: numpy broad phase + two-program step per batch. load average at the end "
+          f"batches (what it executes; shown when they differ); step@run all: seconds per batch looping back to back over every batch of the run at those capacities (device-resident, best of two passes): the ceiling of the end-to-end rate, as batches differ in cost; host-packed: numpy broad phase + two-program step per batch. load average at the end "
           f"{os.getloadavg()[0]:.1f}")
 
 
