@@ -240,7 +240,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None and sys.argv[1:2] in (["score"], ["vocab"]):  # the command line, not a caller's argv: glibc
         from jaxdrive.malloc_tunables import reexec_with_malloc_tunables  # malloc set so that XLA:CPU reuses buffers
 
-        reexec_with_malloc_tunables()
+        try:
+            reexec_with_malloc_tunables()
+        except ValueError as e:
+            print(f"jaxdrive {sys.argv[1]}: {e}", file=sys.stderr)
+            return EXIT_USAGE
     from jaxdrive import distributed
 
     parser = build_parser()

@@ -17,7 +17,7 @@ the same inputs). ``jaxdrive score`` and ``jaxdrive vocab`` apply them.
 Tunables are read when a process starts, so a command line entry point re-executes itself with them
 (``reexec_with_malloc_tunables``); a program that calls ``jaxdrive.score`` in its own loop should be started with
 ``GLIBC_TUNABLES`` set (to ``tunables_env({})["GLIBC_TUNABLES"]``). A setting the user already chose is kept.
-Without glibc it does nothing; ``JAXDRIVE_MALLOC_TUNABLES=0`` opts out.
+Without glibc it does nothing; ``JAXDRIVE_MALLOC_TUNABLES=0`` (or ``false`` / ``no`` / ``off``) opts out.
 """
 
 from __future__ import annotations
@@ -28,13 +28,23 @@ import sys
 
 TUNABLES = {"glibc.malloc.arena_max": "1", "glibc.malloc.mmap_threshold": str(4 << 30),
             "glibc.malloc.trim_threshold": str(4 << 30)}
-OPT_OUT = "JAXDRIVE_MALLOC_TUNABLES"  # "0": never re-execute
+OPT_OUT = "JAXDRIVE_MALLOC_TUNABLES"  # "0" / "false" / "no" / "off": never re-execute
+_OFF, _ON = ("0", "false", "no", "off"), ("", "1", "true", "yes", "on")
+
+
+def _opted_out(env: dict[str, str]) -> bool:
+    value = env.get(OPT_OUT, "").strip().lower()
+    if value not in _OFF + _ON:
+        raise ValueError(f"{OPT_OUT}: expected 0 / false / no / off (opt out of the malloc settings) or "
+                         f"1 / true / yes / on, got {env[OPT_OUT]!r}")
+    return value in _OFF
 
 
 def tunables_env(env: dict[str, str]) -> dict[str, str] | None:
     """``env`` with every one of ``TUNABLES`` it does not set added to ``GLIBC_TUNABLES``; None if there is nothing
-    to do (all set, whatever their values; opted out with ``JAXDRIVE_MALLOC_TUNABLES=0``; not Linux with glibc)."""
-    if env.get(OPT_OUT) == "0" or platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+    to do (all set, whatever their values; opted out with ``JAXDRIVE_MALLOC_TUNABLES=0``; not Linux with glibc).
+    An unrecognised ``JAXDRIVE_MALLOC_TUNABLES`` value is a ValueError naming it."""
+    if _opted_out(env) or platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return None
     tunables = [t for t in env.get("GLIBC_TUNABLES", "").split(":") if t]
     chosen = {t.split("=")[0] for t in tunables}

@@ -31,6 +31,30 @@ def test_missing_tunables_are_added_once_and_the_users_are_kept():
 
 
 @glibc
+@pytest.mark.parametrize("value", ["0", "false", "No", " OFF "])
+def test_opt_out_spellings(value):
+    assert tunables_env({OPT_OUT: value}) is None
+
+
+@glibc
+@pytest.mark.parametrize("value", ["", "1", "true", "Yes", "on"])
+def test_opt_in_spellings(value):
+    assert tunables_env({OPT_OUT: value})["GLIBC_TUNABLES"] == OURS
+
+
+def test_an_unrecognised_opt_out_value_is_an_error_naming_it():
+    with pytest.raises(ValueError, match="JAXDRIVE_MALLOC_TUNABLES.*'maybe'"):
+        tunables_env({OPT_OUT: "maybe"})
+    env = {**os.environ, OPT_OUT: "maybe"}
+    done = subprocess.run([sys.executable, "-m", "jaxdrive.cli", "score", "--count", "1"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "jaxdrive score: JAXDRIVE_MALLOC_TUNABLES: expected 0 / false / no / off (opt out of the malloc settings) or "
+        "1 / true / yes / on, got 'maybe'"]
+
+
+@glibc
 def test_reexec_keeps_the_command_line_and_sets_the_tunables_once():
     code = ("import json, os, sys; from jaxdrive.malloc_tunables import reexec_with_malloc_tunables; "
             "print('start', flush=True); reexec_with_malloc_tunables(); "
