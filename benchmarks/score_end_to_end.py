@@ -120,10 +120,10 @@ def step_only(scenes, pad, batch: int, reps: int, capacity=None):
 
 
 def step_all(scenes, pad, batch: int, capacity, passes: int = 2):
-    """Seconds and CPU seconds per batch of the jitted scorer looping back to back over every batch of the run
-    (device-resident, at the run's capacities), best of ``passes`` passes: the end-to-end rate's ceiling, what is
-    left when reading, padding and writing cost nothing. Batches differ in cost (tiles, red lanes, contact
-    triples), so this, not ``step``'s one batch, is the figure to compare the end-to-end rate with."""
+    """Seconds and CPU seconds of one pass of the jitted scorer looping back to back over every batch of the run
+    (device-resident, at the run's capacities; best of ``passes``), and whether any batch overflowed: the end-to-end
+    rate's ceiling, what is left when reading, padding and writing cost nothing. Batches differ in cost (tiles, red
+    lanes, contact triples), so this, not ``step``'s one batch, is the figure to compare the end-to-end rate with."""
     groups = jax.device_count()
     fn = jax.jit(lambda s, p: score_with_overflow(s, p, capacity=capacity, groups=groups, fallback=False))
     args = [jax.device_put(device_batch(scenes[i:i + batch], pad, batch)) for i in range(0, len(scenes), batch)]
@@ -135,7 +135,7 @@ def step_all(scenes, pad, batch: int, capacity, passes: int = 2):
             out, over = fn(*a)
             overflow |= bool(over)
         best, best_cpu = min(best, time.perf_counter() - t0), min(best_cpu, time.process_time() - c0)
-    return best / len(args), best_cpu / len(args), len(args), overflow
+    return best, best_cpu, overflow
 
 
 def host_packed(scenes, pad, batch: int, reps: int):
@@ -230,10 +230,10 @@ def main() -> None:
                             f"{'':>6} {n / best_cpu:>10,.0f}")
                 print(rows[-1], flush=True)
             if run_capacity is not None:
-                per, per_cpu, _, overflow = step_all(scenes, options.pad, batch, run_capacity)
-                rows.append(f"{k:>5} {'step@run all':<12} {count:>6} {n:>9} {per:>7.3f} {'':>9} "
-                            f"{n / per:>10,.0f} {'':>13} {n / per * ref_s:>8,.0f} {'':>8} {int(overflow):>9} "
-                            f"{'':>6} {n / per_cpu:>10,.0f}")
+                wall, cpu, overflow = step_all(scenes, options.pad, batch, run_capacity)
+                rows.append(f"{k:>5} {'step@run all':<12} {count:>6} {count * k:>9} {wall:>7.3f} {'':>9} "
+                            f"{count * k / wall:>10,.0f} {'':>13} {count * k / wall * ref_s:>8,.0f} {'':>8} "
+                            f"{int(overflow):>9} {cpu:>6.1f} {count * k / cpu:>10,.0f}")
                 print(rows[-1], flush=True)
             if k <= 256:
                 host = host_packed(scenes, options.pad, batch, args.reps)
@@ -265,7 +265,7 @@ def main() -> None:
           "the whole run, all threads of this process; prop/cpu-s: proposals per CPU second (all threads) after the "
           "first batch (e2e) or of the best batch (step), less sensitive to load than wall rates. step: best batch time, device-resident "
           f"batch, at its own capacities; step@run: the same at the capacities the end-to-end run fixed from all its "
-          f"batches (what it executes; shown when they differ); step@run all: seconds per batch looping back to back over every batch of the run at those capacities (device-resident, best of two passes): the ceiling of the end-to-end rate, as batches differ in cost; host-packed: numpy broad phase + two-program step per batch. load average at the end "
+          f"batches (what it executes; shown when they differ); step@run all: one pass looping back to back over every batch of the run at those capacities (device-resident, best of two passes; wall and cpu s of the pass): the ceiling of the end-to-end rate, as batches differ in cost; host-packed: numpy broad phase + two-program step per batch. load average at the end "
           f"{os.getloadavg()[0]:.1f}")
 
 
