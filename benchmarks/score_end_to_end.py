@@ -100,12 +100,18 @@ def device_batch(scenes, pad, batch: int):
     return sc, pr.replace(valid=pr.valid & (np.arange(batch) < len(scenes))[:, None])
 
 
+def culled_step(capacity):
+    """The runner's program without its sharding: the culled scorer at ``capacity`` over all local devices' groups,
+    no unculled fallback; (scene, proposals) -> (SubScores, overflow)."""
+    groups = jax.device_count()
+    return jax.jit(lambda s, p: score_with_overflow(s, p, capacity=capacity, groups=groups, fallback=False))
+
+
 def step_only(scenes, pad, batch: int, reps: int, capacity=None):
     """Seconds per batch of the jitted scorer on a device-resident batch (best of ``reps``), and its compile; at the
     batch's own capacities, or at ``capacity`` (e.g. those the end-to-end run fixed from all its batches)."""
     sc, pr = device_batch(scenes[:batch], pad, batch)
-    capacity = capacity or capacity_for(needs(sc, pr, jax.device_count()))
-    fn = jax.jit(lambda s, p: score_with_overflow(s, p, capacity=capacity, groups=jax.device_count(), fallback=False))
+    fn = culled_step(capacity or capacity_for(needs(sc, pr, jax.device_count())))
     args = jax.device_put((sc, pr))
     t0 = time.perf_counter()
     out, overflow = fn(*args)
@@ -124,8 +130,7 @@ def step_all(scenes, pad, batch: int, capacity, passes: int = 2):
     (device-resident, at the run's capacities; best of ``passes``), and whether any batch overflowed: the end-to-end
     rate's ceiling, what is left when reading, padding and writing cost nothing. Batches differ in cost (tiles, red
     lanes, contact triples), so this, not ``step``'s one batch, is the figure to compare the end-to-end rate with."""
-    groups = jax.device_count()
-    fn = jax.jit(lambda s, p: score_with_overflow(s, p, capacity=capacity, groups=groups, fallback=False))
+    fn = culled_step(capacity)
     args = [jax.device_put(device_batch(scenes[i:i + batch], pad, batch)) for i in range(0, len(scenes), batch)]
     overflow = bool(jax.block_until_ready(fn(*args[0]))[1])
     best = best_cpu = float("inf")
