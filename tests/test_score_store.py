@@ -244,3 +244,20 @@ def test_columns_keep_real_proposals_in_scene_order():
         assert cols[f].tolist() == [0.0, 1.0, 2.0, 4.0] and cols[f].dtype == np.float64
     for f in STEPS:
         assert cols[f].tolist() == [0, 1, 2, 4] and cols[f].dtype == np.int32
+
+
+def test_prescan_picks_the_first_batch_then_one_per_stratum_not_a_fixed_stride():
+    """A store in periodic order (16 scenes repeated, batches of 4: 4 batch compositions over 120 batches): evenly
+    spaced picks saw compositions 0 and 3 only, and a batch of another overflowed mid-run; the stratified picks see
+    every composition. Every batch is read when there are at most ``count``; the first always."""
+    from jaxdrive.scoring.runner import prescan_picks
+
+    picks = prescan_picks(120, 16)
+    assert len(picks) == 16 and picks[0] == 0 and picks == sorted(set(picks)) and picks[-1] < 120
+    for period in (2, 3, 4, 5, 6):
+        assert {p % period for p in picks} == set(range(period)), period
+    assert prescan_picks(120, 16) == picks  # seeded: a run (and its resume) reads the same batches
+    assert prescan_picks(10, 16) == list(range(10)) and prescan_picks(16, 16) == list(range(16))
+    assert prescan_picks(2, 1) == [0] and prescan_picks(1, 16) == [0]
+    edges = np.linspace(0, 500, 17).round().astype(int)
+    assert all(lo <= p < hi for p, lo, hi in zip(prescan_picks(500, 16)[1:], edges[1:-1], edges[2:]))

@@ -7,7 +7,7 @@ over the mesh's ``data`` axis, while the main thread runs the jitted scorer (``j
 inside the program, at capacities fixed up front) on the previous batch. Results come back to the host per batch and
 are written per shard (see ``outputs.py``).
 
-Capacities: up to ``PRESCAN_BATCHES`` of the run's own batches, evenly spaced, are read before the first compile; the
+Capacities: up to ``PRESCAN_BATCHES`` of the run's own batches (``prescan_picks``) are read before the first compile; the
 largest of their broad-phase needs, with ``CAPACITY_HEADROOM``, fixes the capacities (and the largest scenes fix the
 ``PadSpec``). The program is the culled scorer alone (``score_with_overflow(..., fallback=False)``: compiling the
 unculled kernels too would double the compile time, and they run ~30x slower). A later batch that needs more is
@@ -258,6 +258,21 @@ class _Batch:
     errors: list
 
 
+def prescan_picks(batches: int, count: int) -> list[int]:
+    """Indices of the batches a run's prescan reads: the first batch, then one batch from each of the other
+    ``count - 1`` equal strata of the run, drawn at random within its stratum (seeded: a run reads the same batches
+    every time); every batch if there are at most ``count``.
+
+    Not evenly spaced: a store in a periodic order aliases with a fixed stride (16 scenes repeated in batches of 4
+    make 4 batch compositions; 16 evenly spaced picks of 120 batches are all at positions 0 or 3 mod 4, so the
+    prescan never saw two of the compositions and a later batch overflowed: one recompile mid-run).
+    """
+    count = max(1, min(batches, count))
+    edges = np.linspace(0, batches, count + 1).round().astype(int)
+    rng = np.random.default_rng(0)
+    return [0] + [int(rng.integers(lo, hi)) for lo, hi in zip(edges[1:-1], edges[2:])]
+
+
 class _Producer(threading.Thread):
     """Reads/generates, pads and transfers batches ahead of the device (bounded queue = bounded memory)."""
 
@@ -328,12 +343,11 @@ class _Producer(threading.Thread):
         return scene, props, gates, ref
 
     def _prescan(self, ranges: list[tuple[int, int]]) -> None:
-        """Fix the run's capacities (and grow its PadSpec) from up to ``PRESCAN_BATCHES`` of its own batches, evenly
-        spaced: ``CAPACITY_HEADROOM`` above the largest needs."""
+        """Fix the run's capacities (and grow its PadSpec) from up to ``PRESCAN_BATCHES`` of its own batches
+        (``prescan_picks``): ``CAPACITY_HEADROOM`` above the largest needs."""
         ndev = self.mesh.devices.size
-        picks = np.unique(np.linspace(0, len(ranges) - 1, min(len(ranges), PRESCAN_BATCHES)).round().astype(int))
         scanned = []
-        for i in picks:
+        for i in prescan_picks(len(ranges), PRESCAN_BATCHES):
             if self.padded is not None:
                 scanned.append(needs(*self._padded_batch(*ranges[i])[:2], ndev))
                 continue
