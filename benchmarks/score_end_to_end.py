@@ -8,7 +8,10 @@ as JSON files (not timed), then measures
 * ``store``: ``jaxdrive score`` on the store (``score_source``: read, pad, device_put, the jitted scorer with the
   broad phase inside, parquet shards): wall time of the whole run, compile time, throughput after the first batch,
   number of compiles and of batches that overflowed the capacities (scored unculled inside the program);
-* ``json``: the same from the JSON files (``--workers`` reader processes);
+* ``json``: the same from the JSON files (``--workers`` reader processes); ``--passes 2`` repeats each run in the same
+  process (rows ``e2e#2``): the first pass grows the process's heap to the program's working set (the ``faults``
+  column: minor page faults of the run, in thousands; on a VM each fresh page can cost ~10 us), later passes reuse
+  it, as the rest of a long run does;
 * ``step``: the jitted scorer alone on a device-resident batch (best of ``--reps``); ``step@run all``: the same
   program looping over every batch of the end-to-end run (device-resident; the end-to-end rate's ceiling, since
   batches differ in cost); and, for K <= 256, the host-
@@ -29,7 +32,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import glob
+import itertools
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -87,9 +92,10 @@ def reference_per_proposal_s(scenes) -> float:
 
 
 def end_to_end(source, out, options) -> tuple[float, object]:
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0, c0, f0 = time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     stats = score_source(source, out, options, progress=False)
     stats.cpu_s = time.process_time() - c0  # every thread of this process (reader workers not included)
+    stats.faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
     return time.perf_counter() - t0, stats
 
 
@@ -175,6 +181,7 @@ def main() -> None:
     ap.add_argument("--ref-scenes", type=int, default=2, help="scenes (K = 16) timed with the shapely reference")
     ap.add_argument("--replicas", type=int, default=20, help="fixture replicas of the recompile check (0: skip)")
     ap.add_argument("--skip-json", action="store_true")
+    ap.add_argument("--passes", type=int, default=1, help="end-to-end runs per path in this process (later: e2e#N)")
     ap.add_argument("--quick", action="store_true", help="fewer proposals per run")
     args = ap.parse_args()
     if args.quick:
@@ -191,7 +198,8 @@ def main() -> None:
     print(f"reference (shapely/numpy per proposal): {1 / ref_s:,.1f} proposals/s ({ref_s * 1e3:.1f} ms/proposal)\n")
     tmp = tempfile.mkdtemp(prefix="jaxdrive-e2e-")
     header = (f"{'K':>5} {'path':<12} {'scenes':>6} {'proposals':>9} {'wall s':>7} {'compile s':>9} {'prop/s':>10} "
-              f"{'after compile':>13} {'x ref':>8} {'compiles':>8} {'overflows':>9} {'cpu s':>6} {'prop/cpu-s':>10}")
+              f"{'after compile':>13} {'x ref':>8} {'compiles':>8} {'overflows':>9} {'cpu s':>6} {'prop/cpu-s':>10} "
+              f"{'faults':>7}")
     rows = []
     print(header, flush=True)
     try:
@@ -212,14 +220,16 @@ def main() -> None:
                     write_scene(s, os.path.join(json_dir, f"{s.id}.json"))
                 paths.append(("json", SceneDirSource(json_dir)))
             run_capacity = None
-            for name, src in paths:
-                wall, stats = end_to_end(src, os.path.join(tmp, f"out-{name}-{k}"), options)
+            for (name, src), run in itertools.product(paths, range(args.passes)):
+                wall, stats = end_to_end(src, os.path.join(tmp, f"out-{name}-{k}-{run}"), options)
                 run_capacity = run_capacity or stats.capacity
                 n = stats.proposals
-                rows.append(f"{k:>5} {name + ' e2e':<12} {count:>6} {n:>9} {wall:>7.1f} {stats.compile_s:>9.1f} "
+                label = f"{name} e2e" + (f"#{run + 1}" if run else "")
+                rows.append(f"{k:>5} {label:<12} {count:>6} {n:>9} {wall:>7.1f} {stats.compile_s:>9.1f} "
                             f"{n / wall:>10,.0f} {stats.proposals_per_s:>13,.0f} {n / wall * ref_s:>8,.0f} "
                             f"{stats.compiles:>8} {stats.overflow_batches:>9} {stats.cpu_s:>6.1f} "
-                            f"{stats.scored_after_compile / stats.score_cpu_s if stats.score_cpu_s else float('nan'):>10,.0f}")
+                            f"{stats.scored_after_compile / stats.score_cpu_s if stats.score_cpu_s else float('nan'):>10,.0f} "
+                            f"{stats.faults / 1e3:>7,.0f}")
                 print(rows[-1], flush=True)
             best, first, overflow, best_cpu = step_only(scenes, options.pad, batch, args.reps)
             n = min(batch, count) * k
@@ -267,7 +277,7 @@ def main() -> None:
     print("\nprop/s: whole run incl. compile; after compile: from the end of the first batch; x ref: prop/s over the "
           "reference's; compiles: traces of the scoring program (1 = no recompile); overflows: batches that "
           "overflowed the prescanned capacities (re-scored at grown capacities: one more compile each); cpu s: CPU time of "
-          "the whole run, all threads of this process; prop/cpu-s: proposals per CPU second (all threads) after the "
+          "the whole run, all threads of this process; faults: minor page faults of the run (thousands; e2e#N: the same run again in this process); prop/cpu-s: proposals per CPU second (all threads) after the "
           "first batch (e2e) or of the best batch (step), less sensitive to load than wall rates. step: best batch time, device-resident "
           f"batch, at its own capacities; step@run: the same at the capacities the end-to-end run fixed from all its "
           f"batches (what it executes; shown when they differ); step@run all: one pass looping back to back over every batch of the run at those capacities (device-resident, best of two passes; wall and cpu s of the pass): the ceiling of the end-to-end rate, as batches differ in cost; host-packed: numpy broad phase + two-program step per batch. load average at the end "
