@@ -8,10 +8,10 @@ as JSON files (not timed), then measures
 * ``store``: ``jaxdrive score`` on the store (``score_source``: read, pad, device_put, the jitted scorer with the
   broad phase inside, parquet shards): wall time of the whole run, compile time, throughput after the first batch,
   number of compiles and of batches that overflowed the capacities (scored unculled inside the program);
-* ``json``: the same from the JSON files (``--workers`` reader processes); ``--passes 2`` repeats each run in the same
-  process (rows ``e2e#2``): the first pass grows the process's heap to the program's working set (the ``faults``
-  column: minor page faults of the run, in thousands; on a VM each fresh page can cost ~10 us), later passes reuse
-  it, as the rest of a long run does;
+* ``json``: the same from the JSON files (``--workers`` reader processes);
+* ``--passes 2``: each of those end-to-end runs again in the same process (rows ``e2e#2``): the first pass grows the
+  process's heap to the program's working set (the ``faults`` column: minor page faults of the run, in thousands; on
+  a VM each fresh page can cost ~10 us), later passes reuse it, as the rest of a long run does;
 * ``step``: the jitted scorer alone on a device-resident batch (best of ``--reps``); ``step@run all``: the same
   program looping over every batch of the end-to-end run (device-resident; the end-to-end rate's ceiling, since
   batches differ in cost); and, for K <= 256, the host-
