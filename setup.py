@@ -12,6 +12,7 @@ BASE = [
     "matplotlib",   # BEV previews, score histograms
     "tqdm",         # progress bars
     "flatbuffers",  # jax.export serialisation: traced scorer programs kept on disk (jaxdrive.exported)
+    "orjson",       # scene JSON parsed ~25% faster than the stdlib's json (same values; its fallback for NaN literals)
 ]
 
 # Qwen-VL / Qwen3 in Flax NNX and HF checkpoint conversion.

@@ -140,6 +140,13 @@ class HostScene:
         """Ego rear axle at t = 0 (global, float64): the point every padded scene is re-centred on."""
         return np.asarray(self.history_states[-1, :2], np.float64)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the scene's arrays (what holding it in memory costs, roughly)."""
+        arrays = [self.history_states, self.centerline, self.proposal_states, self.previous_states, self.human_states]
+        arrays += [a.polygon for a in self.areas] + [l.polygon for l in self.lanes] + [a.track for a in self.agents]
+        return sum(a.nbytes for a in arrays if a is not None)
+
     def route_lane_ids(self) -> list[str]:
         return [lane.id for lane in self.lanes if lane.on_route]
 
@@ -174,6 +181,63 @@ def _check_polygon(scene_id: str, field: str, poly: np.ndarray) -> None:
         _fail(scene_id, field, "a polygon of non-zero area", "a degenerate (zero-area) polygon")
 
 
+def _polygons_maybe_bad(polys: list[np.ndarray]) -> np.ndarray:
+    """(P,) bool: the polygons ``_check_polygon`` must look at one by one. All ragged (n_i, 2) polygons are checked in
+    one pass: shape, finiteness and the shoelace area against twice the degeneracy threshold (a summation order that
+    differs from ``_polygon_area``'s cannot move an area across that margin), so a polygon not flagged passes
+    ``_check_polygon``; a flagged one may pass too (the per-polygon check decides)."""
+    if not polys:
+        return np.zeros(0, bool)
+    if not all(isinstance(p, np.ndarray) and p.ndim == 2 and p.shape[1] == 2 and p.shape[0] >= 3 for p in polys):
+        return np.ones(len(polys), bool)
+    sizes = np.array([p.shape[0] for p in polys])
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    pts = np.concatenate(polys)
+    finite = np.logical_and.reduceat(np.isfinite(pts).all(axis=1), starts)
+    nxt = np.arange(1, pts.shape[0] + 1)
+    nxt[starts + sizes - 1] = starts
+    with np.errstate(invalid="ignore", over="ignore"):  # non-finite polygons are flagged by `finite`
+        rel = pts - np.repeat(pts[starts], sizes, axis=0)
+        x, y = rel[:, 0], rel[:, 1]
+        area = 0.5 * np.add.reduceat(x * y[nxt] - x[nxt] * y, starts)
+        span = (np.maximum.reduceat(pts, starts) - np.minimum.reduceat(pts, starts)).max(axis=1)
+        return ~finite | ~(np.abs(area) > 2e-9 * np.maximum(1.0, span ** 2))
+
+
+def _check_agent(scene_id: str, i: int, agent: Agent) -> None:
+    """One agent's track (41 rows of 5 numbers or all-NaN absent rows, headings in range) and box size."""
+    _check_shape(scene_id, f"agents[{i}].track", agent.track, (NUM_STEPS, 5))
+    nan = np.isnan(agent.track)
+    partial = nan.any(axis=1) & ~nan.all(axis=1)
+    if partial.any():
+        t = int(np.argmax(partial))
+        _fail(scene_id, f"agents[{i}].track[{t}]", "5 numbers (x, y, heading, vx, vy) or null (absent)",
+              f"a partial row {agent.track[t].tolist()}")
+    present = ~nan.any(axis=1)
+    _check_finite(scene_id, f"agents[{i}].track (present rows)", agent.track[present])
+    if np.any(np.abs(agent.track[present, 2]) > math.pi + 1e-3):
+        _fail(scene_id, f"agents[{i}].track[:, heading]", "headings in (-pi, pi]",
+              f"max |heading| {np.abs(agent.track[present, 2]).max():.4f}")
+    if not (agent.length > 0 and agent.width > 0 and math.isfinite(agent.length) and math.isfinite(agent.width)):
+        _fail(scene_id, f"agents[{i}].length/width", "positive finite box size", f"{agent.length} x {agent.width}")
+
+
+def _agents_maybe_bad(agents: list[Agent]) -> np.ndarray:
+    """(A,) bool: the agents ``_check_agent`` must look at one by one (all of them checked in one pass: an agent not
+    flagged passes ``_check_agent``)."""
+    if not agents:
+        return np.zeros(0, bool)
+    if not all(getattr(a.track, "shape", None) == (NUM_STEPS, 5) for a in agents):
+        return np.ones(len(agents), bool)
+    tracks = np.stack([a.track for a in agents])
+    nan = np.isnan(tracks)
+    absent = nan.all(axis=2)
+    infinite = np.isinf(tracks).any(axis=2)
+    bad_rows = (nan.any(axis=2) & ~absent) | infinite | (np.abs(tracks[..., 2]) > math.pi + 1e-3)
+    size = np.array([[a.length, a.width] for a in agents], np.float64)
+    return bad_rows.any(axis=1) | ~(np.isfinite(size).all(axis=1) & (size > 0).all(axis=1))
+
+
 def validate_host_scene(scene: HostScene) -> HostScene:
     """Check every field of ``scene``; raise ``SceneValidationError`` naming the first bad field. Returns the scene."""
     sid = scene.id
@@ -201,14 +265,18 @@ def validate_host_scene(scene: HostScene) -> HostScene:
     if not scene.areas:
         _fail(sid, "map.drivable_areas", "at least one drivable polygon", "an empty list")
     area_ids = set()
+    suspect = _polygons_maybe_bad([area.polygon for area in scene.areas])
     for i, area in enumerate(scene.areas):
-        _check_polygon(sid, f"map.drivable_areas[{i}].polygon", area.polygon)
+        if suspect[i]:
+            _check_polygon(sid, f"map.drivable_areas[{i}].polygon", area.polygon)
         if area.id in area_ids:
             _fail(sid, f"map.drivable_areas[{i}].id", "unique area ids", f"duplicate {area.id!r}")
         area_ids.add(area.id)
     lane_ids = set()
+    suspect = _polygons_maybe_bad([lane.polygon for lane in scene.lanes])
     for i, lane in enumerate(scene.lanes):
-        _check_polygon(sid, f"map.lanes[{i}].polygon", lane.polygon)
+        if suspect[i]:
+            _check_polygon(sid, f"map.lanes[{i}].polygon", lane.polygon)
         if lane.id in lane_ids:
             _fail(sid, f"map.lanes[{i}].id", "unique lane ids", f"duplicate {lane.id!r}")
         lane_ids.add(lane.id)
@@ -225,24 +293,13 @@ def validate_host_scene(scene: HostScene) -> HostScene:
         if len(status) != NUM_STEPS or set(status) - set("GYRU"):
             _fail(sid, f"traffic_lights[{lc_id!r}].status", f"{NUM_STEPS} characters from G/Y/R/U", repr(status))
     agent_ids = set()
+    suspect = _agents_maybe_bad(scene.agents)
     for i, agent in enumerate(scene.agents):
         if agent.id in agent_ids:
             _fail(sid, f"agents[{i}].id", "unique agent ids", f"duplicate {agent.id!r}")
         agent_ids.add(agent.id)
-        _check_shape(sid, f"agents[{i}].track", agent.track, (NUM_STEPS, 5))
-        nan = np.isnan(agent.track)
-        partial = nan.any(axis=1) & ~nan.all(axis=1)
-        if partial.any():
-            t = int(np.argmax(partial))
-            _fail(sid, f"agents[{i}].track[{t}]", "5 numbers (x, y, heading, vx, vy) or null (absent)",
-                  f"a partial row {agent.track[t].tolist()}")
-        present = ~nan.any(axis=1)
-        _check_finite(sid, f"agents[{i}].track (present rows)", agent.track[present])
-        if np.any(np.abs(agent.track[present, 2]) > math.pi + 1e-3):
-            _fail(sid, f"agents[{i}].track[:, heading]", "headings in (-pi, pi]",
-                  f"max |heading| {np.abs(agent.track[present, 2]).max():.4f}")
-        if not (agent.length > 0 and agent.width > 0 and math.isfinite(agent.length) and math.isfinite(agent.width)):
-            _fail(sid, f"agents[{i}].length/width", "positive finite box size", f"{agent.length} x {agent.width}")
+        if suspect[i]:
+            _check_agent(sid, i, agent)
     return scene
 
 
