@@ -168,3 +168,146 @@ def test_validate_batch_mismatch(scenes):
     bad = props.replace(valid=props.valid[:, :3])
     with pytest.raises(SceneValidationError, match="proposals.valid"):
         validate_batch(scene, bad)
+
+
+def _polygon_cases(rng) -> list[np.ndarray]:
+    """Random simple and degenerate (n, 2) polygons: far from the origin, collinear, a sliver just above / below the
+    zero-area tolerance, repeated vertices, NaN / inf vertices."""
+    polys = []
+    for _ in range(300):
+        n = int(rng.integers(3, 14))
+        centre = rng.uniform(-5e5, 5e5, 2) * rng.integers(0, 2)
+        scale = 10.0 ** rng.uniform(-3, 3)
+        kind = rng.integers(0, 6)
+        if kind == 0:  # collinear
+            t = rng.uniform(0, 1, n)
+            p = centre + scale * np.stack([t, 2 * t], -1)
+        elif kind == 1:  # a sliver whose area sits near the 1e-9 * extent^2 tolerance
+            p = centre + scale * np.stack([np.linspace(0, 1, n), 10.0 ** rng.uniform(-11, -7) * rng.uniform(-1, 1, n)], -1)
+        else:
+            angles = np.sort(rng.uniform(0, 2 * np.pi, n))
+            p = centre + scale * np.stack([np.cos(angles), np.sin(angles)], -1)
+        if kind == 3:
+            p[rng.integers(n)] = p[rng.integers(n)]
+        if kind == 4:
+            p[rng.integers(n), rng.integers(2)] = rng.choice([np.nan, np.inf, -np.inf])
+        polys.append(p)
+    return polys
+
+
+def test_vectorized_polygon_and_agent_checks_flag_everything_the_per_item_checks_reject(scenes):
+    """``validate_host_scene`` checks all polygons / agents in one pass and looks one by one only at flagged ones: a
+    check that rejects an item must see it flagged, else a bad polygon or track would pass."""
+    from jaxdrive.scene import Agent, AgentType
+    from jaxdrive.scene.host import _agents_maybe_bad, _check_agent, _check_polygon, _polygons_maybe_bad
+
+    rng = np.random.default_rng(0)
+    polys = _polygon_cases(rng)
+    flagged = _polygons_maybe_bad(polys)
+    rejected = []
+    for p in polys:
+        try:
+            _check_polygon("s", "p", p)
+            rejected.append(False)
+        except SceneValidationError:
+            rejected.append(True)
+    rejected = np.array(rejected)
+    assert 40 < rejected.sum() < 260 and not (rejected & ~flagged).any()
+    assert (flagged & ~rejected).sum() <= 0.1 * len(polys)  # few passed only after a second look
+
+    tracks = [a.track for s in scenes for a in s.agents]
+    agents = []
+    for i in range(400):
+        track = tracks[i % len(tracks)].copy()
+        row = rng.integers(41)
+        kind = rng.integers(0, 7)
+        if kind == 0:
+            track[row, rng.integers(5)] = np.nan  # a partial row
+        elif kind == 1:
+            track[row, rng.integers(5)] = rng.choice([np.inf, -np.inf])
+        elif kind == 2:
+            track[row, 2] = rng.choice([-1, 1]) * rng.uniform(np.pi + 5e-4, np.pi + 2e-3)  # near the heading bound
+        elif kind == 3:
+            track[row] = np.nan  # absent: fine
+        length, width = (rng.choice([0.0, -1.0, np.nan, np.inf]), 2.0) if kind == 4 else (4.0, 2.0)
+        agents.append(Agent(id=f"a{i}", type=AgentType.VEHICLE, length=length, width=width, height=1.5, track=track))
+    flagged = _agents_maybe_bad(agents)
+    rejected = []
+    for i, a in enumerate(agents):
+        try:
+            _check_agent("s", i, a)
+            rejected.append(False)
+        except SceneValidationError:
+            rejected.append(True)
+    rejected = np.array(rejected)
+    assert 100 < rejected.sum() < 300 and not (rejected & ~flagged).any() and not (flagged & ~rejected).any()
+
+
+def test_pad_scene_equals_a_per_polygon_per_agent_loop(scenes):
+    """The vectorised padding of polygons and agents equals the obvious loop (one polygon / agent at a time)."""
+    from jaxdrive.scene.device import FAR as far, pad_scene
+
+    spec = PadSpec.fit(scenes)
+    for s in scenes:
+        leaves, _ = pad_scene(s, spec)
+        o = s.origin
+        for polys, got, count, verts in ((s.areas, leaves["map"]["areas"], spec.areas, spec.area_vertices),
+                                         (s.lanes, leaves["map"]["lanes"], spec.lanes, spec.lane_vertices)):
+            v = np.full((count, verts, 2), far)
+            vm = np.zeros((count, verts), bool)
+            for i, poly in enumerate(polys):
+                n = len(poly.polygon)
+                v[i, :n], v[i, n:], vm[i, :n] = poly.polygon - o, poly.polygon[0] - o, True
+            np.testing.assert_array_equal(got["vertices"], v.astype(np.float32), err_msg=s.id)
+            np.testing.assert_array_equal(got["vertex_valid"], vm, err_msg=s.id)
+            np.testing.assert_array_equal(got["valid"], np.arange(count) < len(polys), err_msg=s.id)
+        ag = leaves["agents"]
+        for i in range(spec.agents):
+            if i >= len(s.agents):
+                assert not ag["valid"][i] and not ag["present"][i].any() and (ag["center"][i] == far).all()
+                continue
+            a = s.agents[i]
+            for t in range(41):
+                row = a.track[t]
+                present = not np.isnan(row).any()
+                assert ag["present"][i, t] == present
+                want = (row[:2] - o, row[2], row[3:5]) if present else ((far, far), 0.0, (0.0, 0.0))
+                np.testing.assert_array_equal(ag["center"][i, t], np.float32(want[0]), err_msg=s.id)
+                np.testing.assert_array_equal(ag["heading"][i, t], np.float32(want[1]), err_msg=s.id)
+                np.testing.assert_array_equal(ag["velocity"][i, t], np.float32(want[2]), err_msg=s.id)
+            assert (ag["length"][i], ag["width"][i], ag["type"][i]) == (np.float32(a.length), np.float32(a.width),
+                                                                         int(a.type))
+
+
+def test_boolean_search_equals_the_element_walk():
+    """The one-pass type check of numeric arrays finds a JSON boolean exactly where the element-by-element walk does,
+    whatever the nesting (rows of numbers, deeper lists, strings, nulls, objects)."""
+    from jaxdrive.data.scene_json import _holds_bool, _walk_holds_bool
+
+    rng = np.random.default_rng(1)
+    atoms = [1.5, 2, True, False, None, "x", {"a": True}, float("nan")]
+
+    def value(depth):
+        if depth == 0 or rng.random() < 0.15:
+            return atoms[rng.integers(len(atoms))] if rng.random() < 0.3 else float(rng.normal())
+        return [value(depth - 1) for _ in range(int(rng.integers(0, 4)))]
+
+    cases = [value(int(rng.integers(0, 4))) for _ in range(3000)]
+    for v in cases:
+        for depth in (2, 3):
+            assert _holds_bool(v, depth) == _walk_holds_bool(v), v
+    assert sum(_walk_holds_bool(v) for v in cases) > 100
+
+
+def test_json_that_orjson_refuses_is_read_by_the_stdlib(scenes, tmp_path):
+    """NaN / Infinity literals (Python's json writes them) and a UTF-16 file: orjson refuses both, the stdlib parser
+    reads them; the scene equals the one read from the plain file."""
+    d = json.loads(FILES[0].read_text())
+    d["notes"] = {"nan": float("nan"), "inf": float("inf")}
+    (tmp_path / "nan.json").write_text(json.dumps(d))
+    (tmp_path / "utf16.json").write_bytes(FILES[0].read_text().encode("utf-16"))
+    got = read_scene(tmp_path / "nan.json")
+    assert np.isnan(got.extra["notes"]["nan"]) and got.extra["notes"]["inf"] == float("inf")
+    for s in (got, read_scene(tmp_path / "utf16.json")):
+        np.testing.assert_array_equal(s.proposal_states, scenes[0].proposal_states)
+        np.testing.assert_array_equal(s.agents[0].track, scenes[0].agents[0].track)
