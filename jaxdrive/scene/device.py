@@ -127,16 +127,19 @@ class BatchInfo:
 
 
 def _pad_polygons(polys: Sequence[np.ndarray], count: int, verts: int, origin: np.ndarray):
+    """(count, verts, 2) float64 vertices re-centred on ``origin`` (padded vertices repeat a polygon's first one,
+    padded polygons sit at FAR), their vertex mask and polygon mask."""
     v = np.full((count, verts, 2), FAR, np.float64)
     vm = np.zeros((count, verts), bool)
     valid = np.zeros((count,), bool)
-    for i, p in enumerate(polys):
-        n = len(p)
-        local = np.asarray(p, np.float64) - origin
-        v[i, :n] = local
-        v[i, n:] = local[0]
-        vm[i, :n] = True
-        valid[i] = True
+    if polys:
+        sizes = np.array([len(p) for p in polys])
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        local = np.concatenate([np.asarray(p, np.float64) for p in polys]) - origin
+        real = np.arange(verts) < sizes[:, None]
+        v[: len(polys)] = local[starts[:, None] + np.where(real, np.arange(verts), 0)]
+        vm[: len(polys)] = real
+        valid[: len(polys)] = True
     return v, vm, valid
 
 
@@ -182,13 +185,18 @@ def pad_scene(scene: HostScene, spec: PadSpec) -> tuple[dict, dict]:
     atype = np.zeros((n,), np.int32)
     present = np.zeros((n, NUM_STEPS), bool)
     avalid_ = np.zeros((n,), bool)
-    for i, ag in enumerate(scene.agents):
-        pres = ~np.any(np.isnan(ag.track), axis=1)
-        present[i] = pres
-        center[i, pres] = ag.track[pres, :2] - o
-        heading[i, pres] = ag.track[pres, 2]
-        velocity[i, pres] = ag.track[pres, 3:5]
-        length[i], width[i], atype[i], avalid_[i] = ag.length, ag.width, int(ag.type), True
+    if scene.agents:
+        a = len(scene.agents)
+        tracks = np.stack([ag.track for ag in scene.agents])
+        pres = ~np.isnan(tracks).any(axis=2)
+        present[:a] = pres
+        center[:a] = np.where(pres[..., None], tracks[..., :2] - o, FAR)
+        heading[:a] = np.where(pres, tracks[..., 2], 0.0)
+        velocity[:a] = np.where(pres[..., None], tracks[..., 3:5], 0.0)
+        length[:a] = [ag.length for ag in scene.agents]
+        width[:a] = [ag.width for ag in scene.agents]
+        atype[:a] = [int(ag.type) for ag in scene.agents]
+        avalid_[:a] = True
 
     k = scene.num_proposals
     states = np.zeros((spec.proposals, NUM_STEPS, STATE_DIM), np.float64)
