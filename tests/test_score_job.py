@@ -1,5 +1,6 @@
 """`jaxdrive score`: interface contract, NAVSIM parity through the CLI, device-count invariance, kill + resume, bad inputs."""
 
+import collections
 import json
 import os
 import shutil
@@ -198,10 +199,13 @@ def test_scenes_generate_and_preview_coloured_by_kernel_scores(tmp_path):
     assert png.stat().st_size > 10_000
 
 
-def test_summary_names_an_input_bound_run(tmp_path):
+def test_summary_names_an_input_bound_run(tmp_path, monkeypatch):
     """A source slower than the scorer: the loop's wait for input is measured over the throughput's span and the
     summary says the run is input-bound and what feeds it faster; a run that did not wait is not called so."""
+    import jaxdrive.scoring.runner as runner
     from jaxdrive.data.synthetic import pad_spec
+
+    monkeypatch.setattr(runner, "CAPACITY_HEADROOM", 4.0)  # no unscanned batch overflows (a recompile mid-run)
     from jaxdrive.scoring.runner import RunStats
     from jaxdrive.scoring.summary import summary_table
 
@@ -210,14 +214,55 @@ def test_summary_names_an_input_bound_run(tmp_path):
             time.sleep(0.05)
             return super().load(i)
 
-    stats = score_source(SlowSource(32, seed=1, num_proposals=2), tmp_path / "slow",
+    stats = score_source(SlowSource(64, seed=1, num_proposals=2), tmp_path / "slow",
                          ScoreOptions(batch_size=2, pad=pad_spec(2)), progress=False)
     assert stats.compiles == 1
-    # 16 batches (all prescanned: one compile); ~12 after the compile, each waiting ~0.1 s for its scenes, scored in
-    # a few ms
+    # 32 batches: the 16 prescanned ones are kept (scored in a few ms each, not read again), each of the other 16
+    # waits ~0.1 s for its scenes
     assert 0.5 * stats.score_s <= stats.input_wait_s <= stats.score_s
     assert "input-bound:" in summary_table(stats) and "--workers N" in summary_table(stats)
     busy = RunStats(compile_s=1.0, score_s=2.0, scored_after_compile=100, input_wait_s=0.2)
     assert "input-bound" not in summary_table(busy)
     assert "input-bound: 80% of that time" in summary_table(RunStats(compile_s=1.0, score_s=2.0,
                                                                      scored_after_compile=100, input_wait_s=1.6))
+
+
+class _CountingSource(SyntheticSource):
+    """Synthetic scenes that count their reads; from scene ``grow_from`` on 10 proposals instead of 2 (PadSpec.fit
+    rounds to multiples of 8: a larger PadSpec)."""
+
+    def __init__(self, count: int, grow_from: int | None = None):
+        super().__init__(count, seed=3, num_proposals=2)
+        self.grow_from, self.reads = grow_from, collections.Counter()
+
+    def load(self, i):
+        from jaxdrive.data.synthetic import generate_scene
+
+        self.reads[i] += 1
+        more = self.grow_from is not None and i >= self.grow_from
+        return generate_scene(self.seed + i, num_proposals=10 if more else self.num_proposals, validate=False)
+
+
+@pytest.mark.parametrize("grow_from", [None, 30])
+def test_prescanned_batches_are_scored_without_reading_them_again(tmp_path, monkeypatch, grow_from):
+    """20 batches, 16 of them prescanned: each scene is read once and the prescanned batches' padded arrays are
+    scored as kept. When a later scan grows the PadSpec (scenes 30.. have 10 proposals), the batches padded before
+    it are read again at the grown PadSpec. Rows equal a run that keeps nothing (every prescanned batch read twice)."""
+    import jaxdrive.scoring.runner as runner
+    from jaxdrive.data.synthetic import pad_spec
+
+    options = ScoreOptions(batch_size=2, shard_size=8, pad=pad_spec(2))
+    kept = _CountingSource(40, grow_from)
+    score_source(kept, tmp_path / "kept", options, progress=False)
+    monkeypatch.setattr(runner, "PRESCAN_KEEP_BYTES", 0)
+    again = _CountingSource(40, grow_from)
+    score_source(again, tmp_path / "again", options, progress=False)
+    picks = runner.prescan_picks(20, runner.PRESCAN_BATCHES)
+    assert sorted(again.reads.values()) == [1] * 8 + [2] * 32  # the old behaviour: 16 batches of 2 read twice
+    if grow_from is None:
+        assert set(kept.reads.values()) == {1}
+    else:  # the scan that grew the PadSpec: the first pick holding scene 30 or later; batches kept before it re-read
+        grew = next(n for n, b in enumerate(picks) if 2 * b + 1 >= grow_from)
+        twice = {i for b in picks[:grew] for i in (2 * b, 2 * b + 1)}
+        assert {i for i, n in kept.reads.items() if n == 2} == twice and max(kept.reads.values()) == 2
+    pd.testing.assert_frame_equal(_sorted(read_results(tmp_path / "kept")), _sorted(read_results(tmp_path / "again")))

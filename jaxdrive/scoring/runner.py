@@ -1,15 +1,16 @@
 """Streaming, sharded, resumable batch scoring (the engine behind ``jaxdrive score``).
 
-Data flow: a ``SceneSource`` is cut into shards of ``shard_size`` scenes; a background thread reads/generates the scenes
-of each batch, pads them to one fixed ``PadSpec`` (so one compile serves the run), pads the batch to a multiple of the
-device count with filler scenes (every proposal invalid: they use no culling capacity) and ``device_put``s it sharded
-over the mesh's ``data`` axis, while the main thread runs the jitted scorer (``jaxdrive.scorer``: the exact broad phase
-inside the program, at capacities fixed up front) on the previous batch. Results come back to the host per batch and
-are written per shard (see ``outputs.py``).
+Data flow: a ``SceneSource`` is cut into shards of ``shard_size`` scenes; the scenes of each batch are read/generated
+and padded to one fixed ``PadSpec`` (so one compile serves the run), with filler scenes up to a multiple of the device
+count (every proposal invalid: they use no culling capacity), by ``read_padded``: in ``workers`` reader processes, or
+in a background thread when there is one worker (a store's batches are slices of its padded copy instead). That thread
+``device_put``s each batch sharded over the mesh's ``data`` axis, while the main thread runs the jitted scorer
+(``jaxdrive.scorer``: the exact broad phase inside the program, at capacities fixed up front) on the previous batch.
+Results come back to the host per batch and are written per shard (see ``outputs.py``).
 
-Capacities: up to ``PRESCAN_BATCHES`` of the run's own batches (``prescan_picks``) are read before the first compile; the
-largest of their broad-phase needs, with ``CAPACITY_HEADROOM``, fixes the capacities (and the largest scenes fix the
-``PadSpec``). The program is the culled scorer alone (``score_with_overflow(..., fallback=False)``: compiling the
+Capacities: up to ``PRESCAN_BATCHES`` of the run's own batches (``prescan_picks``) are read before the first compile
+(and kept, up to ``PRESCAN_KEEP_BYTES``, to be scored without reading them again); the largest of their broad-phase
+needs, with ``CAPACITY_HEADROOM``, fixes the capacities (and the largest scenes fix the ``PadSpec``). The program is the culled scorer alone (``score_with_overflow(..., fallback=False)``: compiling the
 unculled kernels too would double the compile time, and they run ~30x slower). A later batch that needs more is
 re-scored at capacities grown to cover it (one recompile; the grown capacities serve the rest of the run; counted in
 ``RunStats.overflow_batches``), so results never depend on capacities and the scorer compiles once per run for scenes
@@ -48,6 +49,7 @@ DEFAULT_PAD = PadSpec(proposals=16, agents=32, areas=24, area_vertices=96, lanes
 
 
 PRESCAN_BATCHES = 16  # batches of the run whose broad-phase needs fix its capacities
+PRESCAN_KEEP_BYTES = 512 << 20  # padded arrays of scanned batches held for the run instead of read again
 CAPACITY_HEADROOM = 1.25
 
 
@@ -285,30 +287,33 @@ class _Producer(threading.Thread):
         self.padded = source.padded(self.pad) if hasattr(source, "padded") else None
         self.failure: BaseException | None = None
         self.stop = threading.Event()
-
-    def _fit(self, scenes: list[HostScene]) -> None:
-        """Grow the PadSpec (rarely: a recompile) when a scene does not fit the current one."""
-        need = PadSpec.fit(scenes)
-        grow = lambda have, want: have if want <= have else max(have, _round_up(want))
-        grown = PadSpec(**{f.name: grow(getattr(self.pad, f.name), getattr(need, f.name))
-                           for f in dataclasses.fields(PadSpec)})
-        self.pad = grown
+        self.ahead = 2 * options.workers  # batches read ahead by the reader processes
 
     def _rows(self, n: int) -> int:
         """Scenes of a batch of ``n``: at least ``batch_size``, a multiple of the device count (filler scenes)."""
         ndev = self.mesh.devices.size
         return -(-max(self.options.batch_size, n) // ndev) * ndev
 
-    def _host_batch(self, scenes: list[HostScene]):
-        """Padded numpy batch (scene, proposals, gates, reference); filler scenes have no valid proposal."""
-        b = self._rows(len(scenes))
-        padded = scenes + [scenes[0]] * (b - len(scenes))
-        self._fit(scenes)
-        scene, props, _ = batch_scenes(padded, self.pad, validate=False)
-        return self._complete(scene, props, [s.id for s in scenes], [s.num_proposals for s in scenes])
+    def _adopt(self, start: int, stop: int, read: tuple):
+        """(``_Batch``, padded host arrays or None) of a ``read_padded`` result for items ``start:stop``: the run's
+        PadSpec grows to cover it (rarely: a recompile); one padded smaller than the run's PadSpec (read before
+        another batch grew it) is read again here at the run's."""
+        pad, batch, arrays = read
+        if arrays is None:
+            return batch, None
+        self.pad = pad_union(self.pad, pad)
+        if pad != self.pad:
+            pad, batch, arrays = read_padded(self.source, start, stop, self.pad, self._rows(stop - start))
+        return batch, self._complete(*arrays, batch.ids, batch.counts)
+
+    def _reads(self, ranges: list[tuple[int, int]], pool) -> Iterator[tuple]:
+        """``read_padded`` results of ``ranges``, in order, each padded to the run's PadSpec when it was submitted."""
+        return read_batches(self.source, ranges, lambda: self.pad, self._rows(self.options.batch_size), pool,
+                            self.ahead, self.stop)
 
     def _padded_batch(self, start: int, stop: int):
-        """``_host_batch`` of items ``start:stop`` from the store's padded copy (a slice of memory maps)."""
+        """(scene, proposals, gates, reference) of items ``start:stop`` from the store's padded copy (a slice of memory
+        maps)."""
         from jaxdrive.scene import Proposals
         from jaxdrive.scene.device import _build
 
@@ -322,7 +327,7 @@ class _Producer(threading.Thread):
         props = props.replace(valid=props.valid & (np.arange(b) < len(ids))[:, None])
         if self.options.simulate:
             props = props.replace(states=np.asarray(_resimulate_jit(props.states)))
-        gates = np.ones((b, self.pad.proposals, len(METRICS)), bool)
+        gates = np.ones((b, props.valid.shape[1], len(METRICS)), bool)
         if isinstance(self.options.gates, dict):
             for i, (sid, k) in enumerate(zip(ids, counts)):
                 if sid not in self.options.gates:
@@ -342,20 +347,28 @@ class _Producer(threading.Thread):
                 ref[i] = self.options.reference_progress[sid]
         return scene, props, gates, ref
 
-    def _prescan(self, ranges: list[tuple[int, int]]) -> None:
+    def _prescan(self, ranges: list[tuple[int, int]], pool) -> dict[int, tuple]:
         """Fix the run's capacities (and grow its PadSpec) from up to ``PRESCAN_BATCHES`` of its own batches
-        (``prescan_picks``): ``CAPACITY_HEADROOM`` above the largest needs."""
+        (``prescan_picks``): ``CAPACITY_HEADROOM`` above the largest needs. Returns the scanned batches (by index into
+        ``ranges``: the PadSpec they were padded to, their ``_Batch`` and padded arrays), up to ``PRESCAN_KEEP_BYTES``
+        of arrays: the run scores them without reading them again (a store's batches are slices of its padded copy:
+        none kept)."""
         ndev = self.mesh.devices.size
-        scanned = []
-        for i in prescan_picks(len(ranges), PRESCAN_BATCHES):
-            if self.padded is not None:
-                scanned.append(needs(*self._padded_batch(*ranges[i])[:2], ndev))
-                continue
-            scenes = [s for s in self.source.iter_range(*ranges[i]) if isinstance(s, HostScene)]
-            if scenes:
-                scanned.append(needs(*self._host_batch(scenes)[:2], ndev))
+        picks = prescan_picks(len(ranges), PRESCAN_BATCHES)
+        scanned, kept, kept_bytes = [], {}, 0
+        if self.padded is not None:
+            scanned = [needs(*self._padded_batch(*ranges[i])[:2], ndev) for i in picks]
+        else:
+            for i, read in zip(picks, self._reads([ranges[i] for i in picks], pool)):
+                batch, arrays = self._adopt(*ranges[i], read)
+                if arrays is not None:
+                    scanned.append(needs(*arrays[:2], ndev))
+                size = sum(leaf.nbytes for leaf in jax.tree.leaves(arrays))
+                if kept_bytes + size <= PRESCAN_KEEP_BYTES:
+                    kept[i], kept_bytes = (self.pad, batch, arrays), kept_bytes + size
         most = PackSpec(**{f.name: 1 for f in dataclasses.fields(PackSpec)}).union(*scanned)
         self.capacity = capacity_for(most, CAPACITY_HEADROOM)
+        return kept
 
     def _emit(self, batch: "_Batch", arrays) -> None:
         if arrays is not None:
@@ -377,13 +390,16 @@ class _Producer(threading.Thread):
         return plan
 
     def run(self) -> None:
+        pool = None
         try:
+            if self.padded is None and self.options.workers > 1:
+                pool = reader_pool(self.options.workers)
             plan = self._plan()
             ranges = [(entry[2], entry[3]) for entry in plan if entry[0] == "batch"]
-            if ranges:
-                self._prescan(ranges)
+            kept = self._prescan(ranges, pool) if ranges else {}
             if self.padded is None:
-                items_of = read_batches(self.source, ranges, self.options.workers, self.stop)
+                reads = self._reads([r for i, r in enumerate(ranges) if i not in kept], pool)
+            index = itertools.count()  # of the "batch" entries: into ranges
             for entry in plan:
                 if entry[0] == "skip":
                     self.out.put(entry)
@@ -391,22 +407,25 @@ class _Producer(threading.Thread):
                 if self.stop.is_set():
                     return
                 _, shard, start, stop, last = entry
+                i = next(index)
                 if self.padded is not None:
                     arrays = self._padded_batch(start, stop)
                     batch = _Batch(shard, last, None, self.padded.ids[start:stop], self.padded.names[start:stop],
                                    self.padded.counts[start:stop], [])
                     self._emit(batch, arrays)
                     continue
-                items = next(items_of)
-                scenes = [s for s in items if isinstance(s, HostScene)]
-                errors = [{"name": e.name, "error": e.message} for e in items if isinstance(e, SourceError)]
-                arrays = self._host_batch(scenes) if scenes else None
-                batch = _Batch(shard, last, None, [s.id for s in scenes], [s.proposal_names for s in scenes],
-                               [s.num_proposals for s in scenes], errors)
-                self._emit(batch, arrays)
+                if i not in kept:
+                    batch, arrays = self._adopt(start, stop, next(reads))
+                else:
+                    pad, batch, arrays = kept.pop(i)
+                    if pad != self.pad:  # padded before a later scan grew the PadSpec
+                        batch, arrays = self._adopt(start, stop, (pad, batch, arrays[:2]))
+                self._emit(dataclasses.replace(batch, shard=shard, last_in_shard=last), arrays)
         except BaseException as e:  # surfaced in the main thread
             self.failure = e
         finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
             self.out.put(("end", None))
 
 
@@ -460,32 +479,62 @@ def _drain(q: queue.Queue, producer: threading.Thread) -> None:
     producer.join()
 
 
-def _read_range(source: SceneSource, start: int, stop: int) -> list:
-    return list(source.iter_range(start, stop))
+def pad_union(a: PadSpec, b: PadSpec) -> PadSpec:
+    """The field-wise maximum of two PadSpecs."""
+    return PadSpec(**{f.name: max(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(PadSpec)})
 
 
-def read_batches(source: SceneSource, ranges: list[tuple[int, int]], workers: int,
-                 stop: threading.Event | None = None) -> Iterator[list]:
-    """The items of each (start, stop) range, in order: read here (``workers`` <= 1) or by ``workers`` processes
-    (spawned, so no JAX state is forked), at most 2 x ``workers`` ranges ahead."""
-    if workers <= 1:
-        for start, end in ranges:
-            yield _read_range(source, start, end)
-        return
+def grown_pad(pad: PadSpec, scenes: Sequence[HostScene]) -> PadSpec:
+    """``pad`` grown where a scene of ``scenes`` does not fit it, to ``_round_up`` buckets (so a run of varied scenes
+    compiles only a few shapes)."""
+    need = PadSpec.fit(scenes)
+    grow = lambda have, want: have if want <= have else max(have, _round_up(want))
+    return PadSpec(**{f.name: grow(getattr(pad, f.name), getattr(need, f.name)) for f in dataclasses.fields(PadSpec)})
+
+
+def read_padded(source: SceneSource, start: int, stop: int, pad: PadSpec, rows: int) -> tuple:
+    """Items ``start:stop`` of ``source`` read (or generated) and padded, in a reader process or in the producer:
+    (the PadSpec used: ``pad`` grown where a scene does not fit it; the batch's ``_Batch`` without arrays, naming its
+    scenes and ``SourceError``s; numpy (Scene, Proposals) of ``rows`` scenes, fillers repeating the first, or None when
+    no scene was read). Padded arrays cross the process boundary cheaply (a few large buffers, no per-polygon object)."""
+    items = list(source.iter_range(start, stop))
+    scenes = [s for s in items if isinstance(s, HostScene)]
+    batch = _Batch(-1, False, None, [s.id for s in scenes], [s.proposal_names for s in scenes],
+                   [s.num_proposals for s in scenes],
+                   [{"name": e.name, "error": e.message} for e in items if isinstance(e, SourceError)])
+    if not scenes:
+        return pad, batch, None
+    pad = grown_pad(pad, scenes)
+    scene, props, _ = batch_scenes(scenes + [scenes[0]] * (rows - len(scenes)), pad, validate=False)
+    return pad, batch, (scene, props)
+
+
+def reader_pool(workers: int):
+    """``workers`` reader processes (spawned, so no JAX state is forked) for ``read_batches``."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        pending: collections.deque = collections.deque()
-        todo = iter(ranges)
-        for start, end in itertools.islice(todo, 2 * workers):
-            pending.append(pool.submit(_read_range, source, start, end))
-        while pending:
-            items = pending.popleft().result()
-            nxt = next(todo, None)
-            if nxt is not None and not (stop is not None and stop.is_set()):
-                pending.append(pool.submit(_read_range, source, *nxt))
-            yield items
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+
+
+def read_batches(source: SceneSource, ranges: list[tuple[int, int]], pad_of: Callable[[], PadSpec], rows: int,
+                 pool=None, ahead: int = 2, stop: threading.Event | None = None) -> Iterator[tuple]:
+    """``read_padded`` of each (start, stop) range, in order: here (``pool`` None) or by the processes of ``pool``
+    (``reader_pool``), at most ``ahead`` ranges ahead; each padded to ``pad_of()`` at its submission."""
+    if pool is None:
+        for start, end in ranges:
+            yield read_padded(source, start, end, pad_of(), rows)
+        return
+    pending: collections.deque = collections.deque()
+    todo = iter(ranges)
+    for start, end in itertools.islice(todo, ahead):
+        pending.append(pool.submit(read_padded, source, start, end, pad_of(), rows))
+    while pending:
+        read = pending.popleft().result()
+        nxt = next(todo, None)
+        if nxt is not None and not (stop is not None and stop.is_set()):
+            pending.append(pool.submit(read_padded, source, *nxt, pad_of(), rows))
+        yield read
 
 
 def _round_up(n: int) -> int:
