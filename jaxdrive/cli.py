@@ -62,7 +62,8 @@ def _add_score(sub) -> None:
     p.add_argument("--simulate", action="store_true",
                    help="run NAVSIM's LQR tracker + bicycle model on each proposal before scoring")
     p.add_argument("--workers", type=int, default=1,
-                   help="processes that read / generate scenes (1: one reader thread beside the device)")
+                   help="processes that read / generate and pad scenes (1: one reader thread beside the device); "
+                        "from JSON files 2 reader processes are ~1.7x faster than 1 on a 2-core machine")
     p.add_argument("--devices", type=int, help="number of local devices for the data mesh axis (all if omitted)")
     p.add_argument("--cpu-devices", type=int,
                    help="split the host CPU into N JAX devices (sets XLA_FLAGS=--xla_force_host_platform_device_count=N "
