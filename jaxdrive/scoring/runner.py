@@ -10,8 +10,9 @@ Results come back to the host per batch and are written per shard (see ``outputs
 
 Capacities: up to ``PRESCAN_BATCHES`` of the run's own batches (``prescan_picks``) are read before the first compile
 (and kept, up to ``PRESCAN_KEEP_BYTES``, to be scored without reading them again); the largest of their broad-phase
-needs, with ``CAPACITY_HEADROOM``, fixes the capacities (and the largest scenes fix the ``PadSpec``). The program is the culled scorer alone (``score_with_overflow(..., fallback=False)``: compiling the
-unculled kernels too would double the compile time, and they run ~30x slower). A later batch that needs more is
+needs, with ``CAPACITY_HEADROOM``, fixes the capacities (and the largest scenes fix the ``PadSpec``). The program is
+the culled scorer alone (``score_with_overflow(..., fallback=False)``: compiling the unculled kernels too would double
+the compile time, and they run ~30x slower). A later batch that needs more is
 re-scored at capacities grown to cover it (one recompile; the grown capacities serve the rest of the run; counted in
 ``RunStats.overflow_batches``), so results never depend on capacities and the scorer compiles once per run for scenes
 of one distribution.
@@ -418,8 +419,9 @@ class _Producer(threading.Thread):
                     batch, arrays = self._adopt(start, stop, next(reads))
                 else:
                     pad, batch, arrays = kept.pop(i)
-                    if pad != self.pad:  # padded before a later scan grew the PadSpec
-                        batch, arrays = self._adopt(start, stop, (pad, batch, arrays[:2]))
+                    if pad != self.pad:  # padded before a later scan grew the PadSpec: read again at the run's
+                        batch, arrays = self._adopt(start, stop, read_padded(self.source, start, stop, self.pad,
+                                                                             self._rows(stop - start)))
                 self._emit(dataclasses.replace(batch, shard=shard, last_in_shard=last), arrays)
         except BaseException as e:  # surfaced in the main thread
             self.failure = e
