@@ -12,7 +12,7 @@ from jaxdrive import pytree as struct
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.scene.host import (NUM_HISTORY_PADDED, NUM_STEPS, STATE_DIM, HostScene, SceneValidationError, _fail,
-                                 pad_history, validate_host_scene)
+                                 concat_rows, pad_history, validate_host_scene)
 
 FAR = 1.0e6  # coordinate of padding geometry (metres, in the ego-centred frame)
 
@@ -101,6 +101,11 @@ class PadSpec:
             centerline=up(max(s.centerline.shape[0] for s in scenes)),
         )
 
+    def union(self, *others: "PadSpec") -> "PadSpec":
+        """The field-wise maximum of this spec and ``others`` (a padded shape that holds every one of them)."""
+        return PadSpec(**{f.name: max(getattr(x, f.name) for x in (self, *others))
+                          for f in dataclasses.fields(PadSpec)})
+
     def check(self, scene: HostScene) -> None:
         sizes = {
             "proposals": scene.num_proposals,
@@ -133,9 +138,8 @@ def _pad_polygons(polys: Sequence[np.ndarray], count: int, verts: int, origin: n
     vm = np.zeros((count, verts), bool)
     valid = np.zeros((count,), bool)
     if polys:
-        sizes = np.array([len(p) for p in polys])
-        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-        local = np.concatenate([np.asarray(p, np.float64) for p in polys]) - origin
+        pts, sizes, starts = concat_rows(polys)
+        local = pts - origin
         real = np.arange(verts) < sizes[:, None]
         v[: len(polys)] = local[starts[:, None] + np.where(real, np.arange(verts), 0)]
         vm[: len(polys)] = real

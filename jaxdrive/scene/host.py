@@ -140,13 +140,6 @@ class HostScene:
         """Ego rear axle at t = 0 (global, float64): the point every padded scene is re-centred on."""
         return np.asarray(self.history_states[-1, :2], np.float64)
 
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the scene's arrays (what holding it in memory costs, roughly)."""
-        arrays = [self.history_states, self.centerline, self.proposal_states, self.previous_states, self.human_states]
-        arrays += [a.polygon for a in self.areas] + [l.polygon for l in self.lanes] + [a.track for a in self.agents]
-        return sum(a.nbytes for a in arrays if a is not None)
-
     def route_lane_ids(self) -> list[str]:
         return [lane.id for lane in self.lanes if lane.on_route]
 
@@ -181,6 +174,14 @@ def _check_polygon(scene_id: str, field: str, poly: np.ndarray) -> None:
         _fail(scene_id, field, "a polygon of non-zero area", "a degenerate (zero-area) polygon")
 
 
+def concat_rows(arrays: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Ragged (n_i, d) arrays (e.g. polygons) as one (sum n_i, d) float64 array, the sizes n_i and each one's first
+    row index."""
+    sizes = np.array([len(a) for a in arrays])
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(int)
+    return np.concatenate([np.asarray(a, np.float64) for a in arrays]), sizes, starts
+
+
 def _polygons_maybe_bad(polys: list[np.ndarray]) -> np.ndarray:
     """(P,) bool: the polygons ``_check_polygon`` must look at one by one. All ragged (n_i, 2) polygons are checked in
     one pass: shape, finiteness and the shoelace area against twice the degeneracy threshold (a summation order that
@@ -190,9 +191,7 @@ def _polygons_maybe_bad(polys: list[np.ndarray]) -> np.ndarray:
         return np.zeros(0, bool)
     if not all(isinstance(p, np.ndarray) and p.ndim == 2 and p.shape[1] == 2 and p.shape[0] >= 3 for p in polys):
         return np.ones(len(polys), bool)
-    sizes = np.array([p.shape[0] for p in polys])
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    pts = np.concatenate(polys)
+    pts, sizes, starts = concat_rows(polys)
     finite = np.logical_and.reduceat(np.isfinite(pts).all(axis=1), starts)
     nxt = np.arange(1, pts.shape[0] + 1)
     nxt[starts + sizes - 1] = starts

@@ -302,7 +302,7 @@ class _Producer(threading.Thread):
         pad, batch, arrays = read
         if arrays is None:
             return batch, None
-        self.pad = pad_union(self.pad, pad)
+        self.pad = self.pad.union(pad)
         if pad != self.pad:
             pad, batch, arrays = read_padded(self.source, start, stop, self.pad, self._rows(stop - start))
         return batch, self._complete(*arrays, batch.ids, batch.counts)
@@ -479,11 +479,6 @@ def _drain(q: queue.Queue, producer: threading.Thread) -> None:
         except queue.Empty:
             pass
     producer.join()
-
-
-def pad_union(a: PadSpec, b: PadSpec) -> PadSpec:
-    """The field-wise maximum of two PadSpecs."""
-    return PadSpec(**{f.name: max(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(PadSpec)})
 
 
 def grown_pad(pad: PadSpec, scenes: Sequence[HostScene]) -> PadSpec:
