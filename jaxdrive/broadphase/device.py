@@ -32,7 +32,7 @@ from jaxtyping import Array, Bool, Float, Int
 from jaxdrive.broadphase.host import (CENTERLINE_REACH_M, CONTACT_STEPS, EGO_RADIUS_M, MAP_CHUNK_STEPS, MARGIN_M,
                                       NC_STEPS, TILE_EDGES, TTC_FRAMES_AHEAD, TTC_HORIZON_S, TTC_STEPS, ContactPairs,
                                       EdgeTiles, PackedAgents, PackedMap, PackSpec, ego_chunk_bboxes, overlaps,
-                                      polygon_bboxes, swept_bboxes)
+                                      kept_edges, polygon_bboxes, swept_bboxes)
 from jaxdrive.geometry import EGO_LENGTH, EGO_REAR_AXLE_TO_CENTER, EGO_WIDTH, heading_unit
 from jaxdrive.materialize import materialize
 from jaxdrive.scene import FAR, Agents, AreaKind, Polygons, Proposals, Scene
@@ -363,16 +363,7 @@ def needs(scene: Scene, proposals: Proposals, groups: int = 1) -> PackSpec:
         keep = overlaps(box, polygon_bboxes(polys), polys.valid)  # [B, K, C, P]
         if extra is not None:
             keep = keep & extra[:, None, None, :]
-        verts = np.asarray(polys.vertices, np.float64)
-        nv = verts.shape[2]
-        a, e = verts, np.roll(verts, -1, axis=2)
-        n_edges = np.minimum(np.asarray(polys.vertex_valid).sum(-1) + 1, nv)
-        ub, uk, uc, up = np.nonzero(keep)
-        bx = box[ub, uk, uc]
-        edge = ((np.arange(nv) < n_edges[ub, up][:, None])
-                & (np.minimum(a[..., 1], e[..., 1])[ub, up] <= bx[:, 3:4])
-                & (np.maximum(a[..., 1], e[..., 1])[ub, up] >= bx[:, 1:2])
-                & (np.maximum(a[..., 0], e[..., 0])[ub, up] >= bx[:, 0:1]))
+        ub, _, _, _, edge = kept_edges(polys, keep, box)  # every kept pair: the device packs those without edges too
         tiles = -(-edge.sum(-1) // TILE_EDGES)
         group = ub // per
         pairs = np.bincount(group, minlength=groups).max()

@@ -228,15 +228,15 @@ def _gather(leaf: np.ndarray, idx: np.ndarray, fill) -> np.ndarray:
     return np.where(mask, np.asarray(fill, leaf.dtype), out)
 
 
-def _edge_units(polys: Polygons, keep: np.ndarray, box: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The kept (scene, proposal, chunk, polygon) units ``keep`` [B, K, C, P] that hold an edge able to change a
-    predicate at points inside the unit's chunk bbox (``box`` [B, K, C, 4], margin included), in that order:
-    (b, k, c, p) [U] each and the kept edges [U, E] of each unit's ring (edge j: v[j] -> v[(j + 1) % V]).
+def kept_edges(polys: Polygons, keep: np.ndarray, box: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Every kept (scene, proposal, chunk, polygon) unit of ``keep`` [B, K, C, P], in that order: (b, k, c, p) [U]
+    each, and the edges [U, E] of each unit's ring (edge j: v[j] -> v[(j + 1) % V]; E = most edges of any polygon)
+    able to change a predicate at points inside the unit's chunk bbox (``box`` [B, K, C, 4], margin included).
 
     An edge entirely above or below the bbox (in y) never straddles a point's ray nor holds a point; an edge entirely
     left of it (in x) holds no point and, by more than the margin, cannot be rounded into a crossing of a ray towards
     +x (the two products of the crossing test then differ by far more than float32 rounding). TLC's box-edge contacts
-    need an edge point inside the box, so they keep the same edges. A unit with no such edge holds no point.
+    need an edge point inside the box, so they keep the same edges.
     """
     verts = np.asarray(polys.vertices)  # [B, P, V, 2] float32
     nv = verts.shape[2]
@@ -252,6 +252,12 @@ def _edge_units(polys: Polygons, keep: np.ndarray, box: np.ndarray) -> tuple[np.
     flat = lambda x: x.reshape((-1,) + x.shape[2:])[poly]
     edge = ((np.arange(ne) < flat(n_edges)[:, None]) & (flat(ymin) <= bx[:, 3:4]) & (flat(ymax) >= bx[:, 1:2])
             & (flat(xmax) >= bx[:, 0:1]))
+    return ub, uk, uc, up, edge
+
+
+def _edge_units(polys: Polygons, keep: np.ndarray, box: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``kept_edges`` less the units without a kept edge (they hold no point)."""
+    ub, uk, uc, up, edge = kept_edges(polys, keep, box)
     live = edge.any(-1)
     return ub[live], uk[live], uc[live], up[live], edge[live]
 
