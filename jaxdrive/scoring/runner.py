@@ -21,9 +21,11 @@ of one distribution.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import dataclasses
 import itertools
 import math
+import os
 import queue
 import threading
 import time
@@ -357,8 +359,9 @@ class _Producer(threading.Thread):
         ndev = self.mesh.devices.size
         picks = prescan_picks(len(ranges), PRESCAN_BATCHES)
         scanned, kept, kept_bytes = [], {}, 0
-        if self.padded is not None:
-            scanned = [needs(*self._padded_batch(*ranges[i])[:2], ndev) for i in picks]
+        if self.padded is not None:  # numpy and XLA release the GIL: one thread per core
+            with concurrent.futures.ThreadPoolExecutor(min(len(picks), os.cpu_count() or 1)) as threads:
+                scanned = list(threads.map(lambda i: needs(*self._padded_batch(*ranges[i])[:2], ndev), picks))
         else:
             for i, read in zip(picks, self._reads([ranges[i] for i in picks], pool)):
                 batch, arrays = self._adopt(*ranges[i], read)
