@@ -35,6 +35,27 @@ def cache_dir() -> Path:
     return Path(os.environ.get("JAXDRIVE_EXPORT_CACHE", Path.home() / ".cache" / "jaxdrive" / "exported"))
 
 
+def _load(path: Path):
+    """The export stored at ``path``, or None when it is missing or unreadable (a truncated or foreign file)."""
+    from jax import export
+
+    try:
+        return export.deserialize(bytearray(path.read_bytes()))
+    except Exception:  # missing, truncated, or written by another jax: export again
+        return None
+
+
+def _store(path: Path, exp) -> None:
+    """Write ``exp`` to ``path`` atomically (a reader never sees half a file); an unwritable cache is skipped."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(exp.serialize())
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
 def call_cached(name: str, fn: Callable[..., Sequence[jax.Array]], leaves: Sequence[np.ndarray]) -> list[jax.Array]:
     """``fn(*leaves)`` (a function of arrays returning a tuple of arrays) through a serialised export of it.
 
@@ -45,16 +66,76 @@ def call_cached(name: str, fn: Callable[..., Sequence[jax.Array]], leaves: Seque
     sig = "|".join(f"{np.shape(x)}:{np.asarray(x).dtype}" for x in leaves)
     key = hashlib.sha256(f"{name}|{sig}|{jax.__version__}|{jax.default_backend()}|{_sources_hash()}".encode())
     path = cache_dir() / f"{name}-{key.hexdigest()[:24]}.bin"
-    exp = None
-    if path.exists():
-        try:
-            exp = export.deserialize(bytearray(path.read_bytes()))
-        except Exception:  # a truncated or foreign file: export again
-            exp = None
+    exp = _load(path)
     if exp is None:
         exp = export.export(jax.jit(fn))(*[jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype) for x in leaves])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(exp.serialize())
-        os.replace(tmp, path)
+        _store(path, exp)
     return list(exp.call(*leaves))
+
+
+def cached_jit(name: str, fn: Callable, key: str, in_sharding: jax.sharding.Sharding, out_shardings,
+               on_build: Callable[[], None] | None = None) -> Callable:
+    """``jax.jit(fn)`` with every input leaf at ``in_sharding`` and the outputs at ``out_shardings`` (a pytree of
+    shardings with the structure of ``fn``'s output), traced once per machine rather than once per process.
+
+    The lowered program is kept on disk (``jax.export``), keyed by ``name``, ``key`` (the caller's static options:
+    everything besides the inputs that changes the program), the inputs' tree, shapes, dtypes and sharding, the
+    device count and kind, the jax version and jaxdrive's sources; a later process calls it without tracing (XLA's
+    persistent cache then saves the compile). ``on_build()`` runs each time the process builds a program (traces
+    ``fn`` or loads it). In a multi-process run, or when ``fn`` cannot be exported, it is the plain ``jax.jit``.
+    """
+    out_leaves, out_tree = jax.tree_util.tree_flatten(out_shardings)
+
+    def counted(*args):
+        if on_build is not None:
+            on_build()  # runs only while tracing
+        return fn(*args)
+
+    if jax.process_count() > 1:
+        return jax.jit(counted, in_shardings=in_sharding, out_shardings=out_shardings)
+    programs: dict = {}
+
+    def call(*args):
+        leaves, tree = jax.tree_util.tree_flatten(args)
+        sig = (tree, tuple((np.shape(x), np.dtype(x.dtype)) for x in leaves))
+        if sig not in programs:
+            programs[sig] = _program(tree, leaves)
+        return jax.tree_util.tree_unflatten(out_tree, programs[sig](*leaves))
+
+    def _program(tree, leaves) -> Callable:
+        from jax import export
+
+        ins = (in_sharding,) * len(leaves)
+        outs = tuple(out_leaves)
+        devices = in_sharding.device_set
+        text = "|".join([name, key, str(tree), ";".join(f"{np.shape(x)}:{np.dtype(x.dtype)}" for x in leaves),
+                         repr(in_sharding), f"{len(devices)}x{next(iter(devices)).device_kind}",
+                         f"x64={jax.config.jax_enable_x64}", f"matmul={jax.config.jax_default_matmul_precision}",
+                         jax.__version__, jax.default_backend(), _sources_hash()])
+        path = cache_dir() / f"{name}-{hashlib.sha256(text.encode()).hexdigest()[:24]}.bin"
+        exp = _load(path)
+        if exp is None:
+            def flat(*flat_leaves):
+                out = fn(*jax.tree_util.tree_unflatten(tree, flat_leaves))
+                got, got_tree = jax.tree_util.tree_flatten(out)
+                if got_tree != out_tree:
+                    raise ValueError(f"cached_jit({name!r}): output {got_tree} does not match out_shardings {out_tree}")
+                return tuple(got)
+
+            try:
+                exp = export.export(jax.jit(flat, in_shardings=ins, out_shardings=outs))(
+                    *[jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=in_sharding) for x in leaves])
+            except Exception:  # e.g. a custom call jax.export does not allow: trace in every process instead
+                plain = jax.jit(counted, in_shardings=in_sharding, out_shardings=out_shardings)
+                return lambda *flat_leaves: jax.tree_util.tree_leaves(plain(*jax.tree_util.tree_unflatten(tree,
+                                                                                                          flat_leaves)))
+            _store(path, exp)
+
+        def run(*flat_leaves):
+            if on_build is not None:
+                on_build()  # runs only while tracing
+            return exp.call(*flat_leaves)
+
+        return jax.jit(run, in_shardings=ins, out_shardings=outs)
+
+    return call

@@ -18,6 +18,15 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     atexit.register(shutil.rmtree, _xla_cache, ignore_errors=True)
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _xla_cache
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1")
+# Likewise for traced programs kept on disk (jaxdrive.exported): a fresh folder per run, never the user's cache.
+if "JAXDRIVE_EXPORT_CACHE" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    _export_cache = tempfile.mkdtemp(prefix="jaxdrive-test-export-")
+    atexit.register(shutil.rmtree, _export_cache, ignore_errors=True)
+    os.environ["JAXDRIVE_EXPORT_CACHE"] = _export_cache
 
 from pathlib import Path  # noqa: E402
 

@@ -266,3 +266,35 @@ def test_prescanned_batches_are_scored_without_reading_them_again(tmp_path, monk
         twice = {i for b in picks[:grew] for i in (2 * b, 2 * b + 1)}
         assert {i for i, n in kept.reads.items() if n == 2} == twice and max(kept.reads.values()) == 2
     pd.testing.assert_frame_equal(_sorted(read_results(tmp_path / "kept")), _sorted(read_results(tmp_path / "again")))
+
+
+def test_a_later_run_loads_the_scoring_program_without_tracing(tmp_path, monkeypatch):
+    """The scoring program is traced once per machine (``jaxdrive.exported.cached_jit``): the first run exports it,
+    a later run loads it without tracing the scorer and gives the same rows; other static options (``ep_mode``) make
+    another program; a corrupt entry is exported again. ``RunStats.compiles`` counts programs built either way."""
+    import dataclasses
+
+    import jaxdrive.scoring.runner as runner
+    from jaxdrive.data.synthetic import pad_spec
+
+    monkeypatch.setenv("JAXDRIVE_EXPORT_CACHE", str(tmp_path / "exp"))
+    traces = []
+    real = runner.score_with_overflow
+    monkeypatch.setattr(runner, "score_with_overflow", lambda *a, **k: traces.append(1) or real(*a, **k))
+    options = ScoreOptions(batch_size=2, shard_size=8, pad=pad_spec(2))
+    programs = lambda: sorted((tmp_path / "exp").glob("score_step-*.bin"))
+    seen = {}
+    for name, opts in (("first", options), ("second", options), ("batch", dataclasses.replace(options, ep_mode="batch")),
+                       ("corrupt", options)):
+        if name == "corrupt":
+            seen["first"][2][0].write_bytes(b"garbage")
+        before = len(traces)
+        stats = score_source(_CountingSource(8, None), tmp_path / name, opts, progress=False)
+        seen[name] = (len(traces) - before, stats.compiles, programs())
+    assert seen["first"][:2] == (1, 1) and len(seen["first"][2]) == 1
+    assert seen["second"][:2] == (0, 1) and seen["second"][2] == seen["first"][2]  # loaded, not traced
+    assert seen["batch"][:2] == (1, 1) and len(seen["batch"][2]) == 2
+    assert seen["corrupt"][:2] == (1, 1) and seen["first"][2][0].stat().st_size > 1000  # exported again
+    first = _sorted(read_results(tmp_path / "first"))
+    for name in ("second", "corrupt"):
+        pd.testing.assert_frame_equal(_sorted(read_results(tmp_path / name)), first)

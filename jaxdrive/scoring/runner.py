@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxdrive import parallel
+from jaxdrive import exported, parallel
 from jaxdrive.broadphase import PackSpec
 from jaxdrive.broadphase.device import needs
 from jaxdrive.metrics import AGGREGATES, GATES, STEPS
@@ -136,7 +136,7 @@ class RunStats:
     input_wait_s: float = 0.0  # of score_s: time the loop waited for its next batch (read / generate / pad)
     scored_after_compile: int = 0
     skipped_shards: int = 0
-    compiles: int = 0  # traces of the scoring program (1 for a run at one PadSpec and capacity)
+    compiles: int = 0  # scoring programs built, traced or loaded (1 for a run at one PadSpec and capacity)
     overflow_batches: int = 0  # batches that overflowed the capacities (re-scored at grown capacities)
     capacity: PackSpec | None = None
 
@@ -182,20 +182,28 @@ def build_step(mesh: Mesh, options: ScoreOptions, capacity: PackSpec, stats: Run
 
     One jitted program (``jaxdrive.scorer.score_with_overflow``, no unculled fallback): the broad phase at
     ``capacity``, per device group of scenes, then every rule and the aggregation; rows are valid only where
-    ``overflow`` is False. ``stats.compiles`` counts its traces.
+    ``overflow`` is False. Traced once per machine (``exported.cached_jit``: a later run loads the lowered program);
+    ``stats.compiles`` counts the programs built.
     """
     data = NamedSharding(mesh, PartitionSpec("data"))
     groups = mesh.devices.size
 
     def step(scene, proposals, gates, reference):
-        if stats is not None:
-            stats.compiles += 1  # runs only while tracing
         return score_with_overflow(scene, proposals, capacity=capacity, ep_mode=options.ep_mode,
                                    reference_progress=reference if options.ep_mode == "reference" else None,
                                    gates=None if options.gates is None else gates,
                                    apply_human_filter=options.human_filter, groups=groups, fallback=False)
 
-    return jax.jit(step, in_shardings=(data,) * 4, out_shardings=(data, NamedSharding(mesh, PartitionSpec())))
+    def built():
+        if stats is not None:
+            stats.compiles += 1
+
+    out = (jax.tree.map(lambda _: data, _SUBSCORES_TEMPLATE), NamedSharding(mesh, PartitionSpec()))
+    key = f"{capacity}|{options.ep_mode}|gates={options.gates is not None}|human_filter={options.human_filter}"
+    return exported.cached_jit("score_step", step, key, data, out, on_build=built)
+
+
+_SUBSCORES_TEMPLATE = SubScores(**{f.name: 0 for f in dataclasses.fields(SubScores)})  # the step's output tree
 
 
 def resimulate(states: jnp.ndarray) -> jnp.ndarray:
