@@ -48,7 +48,8 @@ def _add_score(sub) -> None:
     p.add_argument("--out", type=Path, help="output directory (default: runs/score-<time>)")
     p.add_argument("--resume", action="store_true", help="continue the run recorded in --out (needs --out)")
     p.add_argument("--batch-size", type=int, default=16,
-                   help="scenes per batch, sharded over the devices (CPU: ~16 per device is fastest; "
+                   help="scenes per batch, sharded over the devices (CPU: 16 keeps reading or generating beside "
+                        "the scoring; from a scene store at K = 16, 64 scored ~1.9x faster after compile on 2 cores; "
                         "accelerators: raise it)")
     p.add_argument("--shard-size", type=int, default=256, help="scenes per parquet shard (unit of resume)")
     p.add_argument("--ep-mode", default="scene", choices=["scene", "batch", "reference"],
