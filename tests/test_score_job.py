@@ -271,8 +271,11 @@ def test_prescanned_batches_are_scored_without_reading_them_again(tmp_path, monk
 def test_a_later_run_loads_the_scoring_program_without_tracing(tmp_path, monkeypatch):
     """The scoring program is traced once per machine (``jaxdrive.exported.cached_jit``): the first run exports it,
     a later run loads it without tracing the scorer and gives the same rows; other static options (``ep_mode``) make
-    another program; a corrupt entry is exported again. ``RunStats.compiles`` counts programs built either way."""
+    another program; a corrupt entry is exported again; a program ``jax.export`` refuses is traced as before (same
+    rows, nothing stored). ``RunStats.compiles`` counts programs built either way."""
     import dataclasses
+
+    from jax import export
 
     import jaxdrive.scoring.runner as runner
     from jaxdrive.data.synthetic import pad_spec
@@ -285,16 +288,20 @@ def test_a_later_run_loads_the_scoring_program_without_tracing(tmp_path, monkeyp
     programs = lambda: sorted((tmp_path / "exp").glob("score_step-*.bin"))
     seen = {}
     for name, opts in (("first", options), ("second", options), ("batch", dataclasses.replace(options, ep_mode="batch")),
-                       ("corrupt", options)):
+                       ("corrupt", options), ("refused", options)):
         if name == "corrupt":
             seen["first"][2][0].write_bytes(b"garbage")
+        if name == "refused":
+            shutil.rmtree(tmp_path / "exp")
+            monkeypatch.setattr(export, "export", lambda *a, **k: (_ for _ in ()).throw(ValueError("refused")))
         before = len(traces)
         stats = score_source(_CountingSource(8, None), tmp_path / name, opts, progress=False)
-        seen[name] = (len(traces) - before, stats.compiles, programs())
+        seen[name] = (len(traces) - before, stats.compiles, programs(), [f.stat().st_size for f in programs()])
     assert seen["first"][:2] == (1, 1) and len(seen["first"][2]) == 1
     assert seen["second"][:2] == (0, 1) and seen["second"][2] == seen["first"][2]  # loaded, not traced
     assert seen["batch"][:2] == (1, 1) and len(seen["batch"][2]) == 2
-    assert seen["corrupt"][:2] == (1, 1) and seen["first"][2][0].stat().st_size > 1000  # exported again
+    assert seen["corrupt"][:2] == (1, 1) and min(seen["corrupt"][3]) > 1000  # exported again
+    assert seen["refused"][:3] == (1, 1, [])
     first = _sorted(read_results(tmp_path / "first"))
-    for name in ("second", "corrupt"):
+    for name in ("second", "corrupt", "refused"):
         pd.testing.assert_frame_equal(_sorted(read_results(tmp_path / name)), first)
