@@ -22,7 +22,9 @@ that can change a result.
 
 from __future__ import annotations
 
-import functools
+import dataclasses
+import hashlib
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -349,13 +351,53 @@ def pack_on_device(scene: Scene, proposals: Proposals, spec: PackSpec,
     return packed, map_over | agent_over | nc_over | ttc_over
 
 
+# ``PackSpec`` fields that sum over the scenes of a device group (then per scene: / scenes per group, rounded up);
+# the others are maxima over scenes.
+SUMMED_NEEDS = ("area_pairs", "area_tiles", "lane_pairs", "lane_tiles", "red_pairs", "red_tiles", "nc_pairs",
+                "ttc_pairs")
+NEEDS_FIELDS = tuple(f.name for f in dataclasses.fields(PackSpec))  # the columns of ``scene_needs``
+
+
+def needs_fingerprint() -> str:
+    """16 hex digits of the sources ``scene_needs`` depends on (the broad phase, the constants, the ego geometry):
+    stored ``scene_needs`` rows with another fingerprint are stale."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for f in sorted((root / "broadphase").glob("*.py")) + [root / "constants.py", root / "geometry.py"]:
+        h.update(f.name.encode() + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def needs(scene: Scene, proposals: Proposals, groups: int = 1) -> PackSpec:
     """The smallest capacities (per scene of the batch, like ``PackSpec``) with which ``pack_on_device`` does not
     overflow on this host batch (numpy leaves). For choosing a run's capacities from a few batches up front."""
+    nb = np.shape(proposals.valid)[0]
+    return needs_of(scene_needs(scene, proposals), np.arange(nb) // (nb // groups), nb // groups)
+
+
+def needs_of(rows: np.ndarray, group: np.ndarray, per: int) -> PackSpec:
+    """The smallest capacities covering every device group of scenes at once, from their ``scene_needs`` ``rows``
+    [N, len(NEEDS_FIELDS)] and the group of each row ``group`` [N] (any ids; groups of ``per`` scenes: scenes without
+    a valid proposal, e.g. filler rows, need not be listed). Many batches' groups in one call: their union."""
+    rows = np.asarray(rows, np.int64)
+    _, group = np.unique(np.asarray(group), return_inverse=True)
+    sums = np.zeros((int(group.max(initial=-1)) + 1, rows.shape[1]), np.int64)
+    np.add.at(sums, group, rows)
+    out = {}
+    for i, name in enumerate(NEEDS_FIELDS):
+        most = -(-int(sums[:, i].max(initial=0)) // per) if name in SUMMED_NEEDS else int(rows[:, i].max(initial=0))
+        out[name] = max(most, 1)
+    return PackSpec(**out)
+
+
+def scene_needs(scene: Scene, proposals: Proposals) -> np.ndarray:
+    """Per scene of a host batch (numpy leaves), int64 [B, len(NEEDS_FIELDS)]: what its proposals use of each
+    ``PackSpec`` field (pairs, tiles and triples: counts, summed over a group by ``needs_of``; agents, centreline
+    points and near segments: the scene's own need; ``needs_of`` combines them). A store keeps them
+    (``data.store``) so a run sizes all its batches without scanning any."""
     states = np.asarray(proposals.states, np.float64)
     valid = np.asarray(proposals.valid)
     nb = states.shape[0]
-    per = nb // groups
     m = scene.map
     box = np.where(valid[..., None, None], ego_chunk_bboxes(states, MAP_CHUNK_STEPS), np.asarray(_EMPTY))
 
@@ -364,41 +406,37 @@ def needs(scene: Scene, proposals: Proposals, groups: int = 1) -> PackSpec:
         if extra is not None:
             keep = keep & extra[:, None, None, :]
         ub, _, _, _, edge = kept_edges(polys, keep, box)  # every kept pair: the device packs those without edges too
-        tiles = -(-edge.sum(-1) // TILE_EDGES)
-        group = ub // per
-        pairs = np.bincount(group, minlength=groups).max()
-        ntiles = np.bincount(group, weights=tiles, minlength=groups).max()
-        return -(-int(pairs) // per), -(-int(ntiles) // per)
+        tiles = -(-np.count_nonzero(edge, axis=-1) // TILE_EDGES)
+        return np.bincount(ub, minlength=nb), np.bincount(ub, weights=tiles, minlength=nb).astype(np.int64)
 
-    area_pairs, area_tiles = units(m.areas)
-    lane_pairs, lane_tiles = units(m.lanes)
-    red_pairs, red_tiles = units(m.lanes, np.asarray(m.lane_on_route) & np.asarray(m.lane_red).any(-1))
     swept = np.where(valid[..., None], swept_bboxes(states), np.asarray(_EMPTY))
     cl = np.asarray(m.centerline, np.float64)
     seg = np.concatenate([np.minimum(cl[:, :-1], cl[:, 1:]), np.maximum(cl[:, :-1], cl[:, 1:])], axis=-1)
     reach = swept + np.array([-1.0, -1.0, 1.0, 1.0]) * (CENTERLINE_REACH_M + MARGIN_M)
-    near = overlaps(reach, seg, np.ones(seg.shape[:2], bool)).sum(-1).max(initial=0)
+    near = overlaps(reach, seg, np.ones(seg.shape[:2], bool)).sum(-1).max(-1, initial=0)
+    agents, nc, ttc = np.asarray(jax.device_get(_agent_counts(scene.agents, proposals)))
+    area_pairs, area_tiles = units(m.areas)
+    lane_pairs, lane_tiles = units(m.lanes)
+    red_pairs, red_tiles = units(m.lanes, np.asarray(m.lane_on_route) & np.asarray(m.lane_red).any(-1))
+    columns = dict(area_pairs=area_pairs, area_tiles=area_tiles, lane_pairs=lane_pairs, lane_tiles=lane_tiles,
+                   red_pairs=red_pairs, red_tiles=red_tiles,
+                   centerline=np.asarray(m.centerline_valid).sum(-1) + 1, agents=agents, near_segments=near,
+                   nc_pairs=nc, ttc_pairs=ttc)
+    return np.stack([np.asarray(columns[name], np.int64) for name in NEEDS_FIELDS], axis=-1)
 
-    packed = jax.device_get(_agent_counts(scene.agents, proposals, groups))
-    return PackSpec(area_pairs=max(area_pairs, 1), area_tiles=max(area_tiles, 1), lane_pairs=max(lane_pairs, 1),
-                    lane_tiles=max(lane_tiles, 1), red_pairs=max(red_pairs, 1), red_tiles=max(red_tiles, 1),
-                    centerline=int(np.asarray(m.centerline_valid).sum(-1).max()) + 1, agents=max(int(packed[0]), 1),
-                    near_segments=max(int(near), 1), nc_pairs=max(-(-int(packed[1]) // per), 1),
-                    ttc_pairs=max(-(-int(packed[2]) // per), 1))
 
-
-@functools.partial(jax.jit, static_argnums=2)
-def _agent_counts(agents: Agents, proposals: Proposals, groups: int) -> Int[Array, "3"]:
-    """Kept agents per scene and NC / TTC triples per group (maxima), measured with the device rules."""
+@jax.jit
+def _agent_counts(agents: Agents, proposals: Proposals) -> Int[Array, "3 B"]:
+    """Kept agents and NC / TTC triples per scene, measured with the device rules."""
     states, valid = proposals.states, proposals.valid
     n = agents.valid.shape[-1]
     culled, _ = _cull_agents(agents, states, valid, n)
-    kept = culled.valid.sum(-1).max()
+    kept = culled.valid.sum(-1)
 
     def triples(steps, ahead, reach_s):
         ego = chunk_boxes(states, valid, CONTACT_STEPS, steps, reach_s)
         obj = _agent_chunk_boxes(culled, ego.shape[2], ahead)
         keep = _overlap(ego[:, :, None], obj[:, None]) & culled.valid[:, None, :, None]
-        return keep.reshape(groups, -1).sum(-1).max()
+        return keep.sum((1, 2, 3))
 
     return jnp.stack([kept, triples(NC_STEPS, 0, 0.0), triples(TTC_STEPS, TTC_FRAMES_AHEAD, TTC_HORIZON_S)])
