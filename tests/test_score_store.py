@@ -19,6 +19,7 @@ import shutil
 
 import jax
 import numpy as np
+import pandas as pd
 import pytest
 
 from jaxdrive.cli import main
@@ -181,13 +182,15 @@ def test_convert_cli_and_synthetic_store_round_trip(tmp_path):
 
 @pytest.mark.slow  # two compiles (the prescanned capacities, then grown ones)
 def test_a_batch_beyond_the_prescanned_capacities_is_rescored_with_identical_rows(runs, tmp_path, monkeypatch):
-    """Only the first batch (the 8 scenes with fewest proposals) is prescanned; the second (the 8 with most) overflows,
+    """Only the first batch (the 8 scenes with fewest proposals) is prescanned (a store without its scenes' needs);
+    the second (the 8 with most) overflows,
     is re-scored at grown capacities, and its rows equal those of the 61-scene run (whose prescan saw every batch)."""
     import jaxdrive.scoring.runner as runner
 
     scenes = sorted((read_scene(f) for f in FILES), key=lambda s: s.num_proposals)
     chosen = scenes[:8] + scenes[-8:]
     write_store(chosen, tmp_path / "store")
+    (tmp_path / "store" / "padded" / "needs.npy").unlink()  # no stored needs (as before they existed): a prescan
     monkeypatch.setattr(runner, "PRESCAN_BATCHES", 1)
     source = SceneStoreSource(tmp_path / "store")
     stats = score_source(source, tmp_path / "out", ScoreOptions(batch_size=8, shard_size=8, pad=source.pad_spec()),
@@ -261,3 +264,43 @@ def test_prescan_picks_the_first_batch_then_one_per_stratum_not_a_fixed_stride()
     assert prescan_picks(2, 1) == [0] and prescan_picks(1, 16) == [0]
     edges = np.linspace(0, 500, 17).round().astype(int)
     assert all(lo <= p < hi for p, lo, hi in zip(prescan_picks(500, 16)[1:], edges[1:-1], edges[2:]))
+
+
+@pytest.mark.slow  # two compiles
+def test_a_store_sizes_all_its_batches_from_the_needs_it_keeps(tmp_path, monkeypatch):
+    """The padded copy keeps each scene's broad-phase needs (``scene_needs`` of the scenes, exactly); a run over the
+    store reads no batch to size its capacities (``needs`` is never called) and they are the union of every batch's
+    needs; with a stale fingerprint the stored needs are ignored and the run scans its batches, same rows."""
+    import jaxdrive.scoring.runner as runner
+    from jaxdrive.broadphase import PackSpec
+    from jaxdrive.broadphase.device import needs, scene_needs
+    from jaxdrive.scorer import capacity_for
+
+    scenes = [read_scene(f) for f in FILES[:24]]
+    write_store(scenes, tmp_path / "store")
+    source = SceneStoreSource(tmp_path / "store")
+    pad = source.pad_spec()
+    sc, pr, _ = batch_scenes(scenes, pad)
+    np.testing.assert_array_equal(source.padded(pad).needs, scene_needs(sc, pr))
+
+    calls = []
+    real = runner.needs
+    monkeypatch.setattr(runner, "needs", lambda *a: calls.append(1) or real(*a))
+    options = ScoreOptions(batch_size=8, shard_size=8, pad=pad)
+    stats = score_source(source, tmp_path / "kept", options, progress=False)
+    ndev = jax.device_count()
+    union = PackSpec(**{f: 1 for f in PackSpec.__dataclass_fields__}).union(*[
+        needs(*batch_scenes(scenes[i:i + 8], pad)[:2], ndev) for i in range(0, 24, 8)])
+    assert calls == [] and stats.capacity == capacity_for(union, runner.CAPACITY_HEADROOM)
+    assert stats.overflow_batches == 0 and stats.compiles == 1
+
+    index = tmp_path / "store" / "padded" / "index.json"
+    index.write_text(index.read_text().replace(source.padded(pad).index["needs"], "stale"))
+    stale = SceneStoreSource(tmp_path / "store")
+    assert stale.padded(pad) is not None and stale.padded(pad).needs is None
+    score_source(stale, tmp_path / "scanned", options, progress=False)
+    assert len(calls) == 3  # every batch scanned (at most PRESCAN_BATCHES)
+    pd.testing.assert_frame_equal(read_results(tmp_path / "scanned").sort_values(["scene_id", "proposal"])
+                                  .reset_index(drop=True),
+                                  read_results(tmp_path / "kept").sort_values(["scene_id", "proposal"])
+                                  .reset_index(drop=True))

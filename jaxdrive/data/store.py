@@ -16,6 +16,9 @@ fields are one JSON text (``meta``). Polygons are concatenated with their vertex
 score`` reads a batch from it as a slice of memory-mapped arrays instead of decoding and padding every scene (which
 cost the host about as much CPU as the scoring step itself at K = 16). ``PaddedStore.open`` refuses (returns None) a
 copy whose leaves differ from what ``pad_scene`` makes now for the store's first scene, so a stale copy is never used.
+``needs.npy`` beside the leaves holds each scene's broad-phase needs (``broadphase.device.scene_needs``, with the
+fingerprint of the code that measured them in ``index.json``): a run sizes its capacities from all its batches
+without scanning any; with another fingerprint they are ignored (the run scans as for other sources).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Iterable
 
 import numpy as np
 
+from jaxdrive.broadphase.device import NEEDS_FIELDS, needs_fingerprint
 from jaxdrive.scene import (NUM_HISTORY, NUM_STEPS, STATE_DIM, Agent, AgentType, Area, AreaKind, HostScene, Lane,
                             LaneKind, PadSpec, validate_host_scene)
 
@@ -178,6 +182,7 @@ def write_store(scenes: Iterable[HostScene], out: str | os.PathLike, *, progress
 PADDED_DIR = "padded"
 PADDED_INDEX = "index.json"
 PADDED_VERSION = 1
+NEEDS_FILE = "needs.npy"  # broad-phase needs of each scene (scene_needs): a run's capacities without a prescan
 
 
 def _flatten(tree: dict, prefix: str) -> dict[str, np.ndarray]:
@@ -239,13 +244,29 @@ def write_padded(path: str | os.PathLike) -> bool:
         counts.append(scene.num_proposals)
     for f in files.values():
         f.flush()
+    np.save(tmp / NEEDS_FILE, _scene_needs(files, n))
     del files
     index = {"version": PADDED_VERSION, "scenes": n, "sha256": store.meta["sha256"], "pad": dataclasses.asdict(pad),
-             "ids": ids, "names": names, "counts": counts}
+             "ids": ids, "names": names, "counts": counts, "needs": needs_fingerprint()}
     (tmp / PADDED_INDEX).write_text(json.dumps(index))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     return True
+
+
+def _scene_needs(leaves: dict[str, np.ndarray], n: int, chunk: int = 64) -> np.ndarray:
+    """``broadphase.device.scene_needs`` of every scene of a padded copy, ``chunk`` scenes at a time (one shape)."""
+    from jaxdrive.broadphase.device import scene_needs
+    from jaxdrive.scene import Proposals
+    from jaxdrive.scene.device import _build
+
+    out = np.zeros((n, len(NEEDS_FIELDS)), np.int64)
+    for start in range(0, n, chunk):
+        stop = min(n, start + chunk)
+        rows = np.minimum(np.arange(start, start + chunk), stop - 1)  # the last chunk repeats its last scene
+        tree = _unflatten({k: v[rows] for k, v in leaves.items()})
+        out[start:stop] = scene_needs(_build(tree["scene"]), Proposals(**tree["proposals"]))[:stop - start]
+    return out
 
 
 class PaddedStore:
@@ -258,6 +279,14 @@ class PaddedStore:
         self.ids: list[str] = index["ids"]
         self.names: list[list[str]] = index["names"]
         self.counts: list[int] = index["counts"]
+        self.needs: np.ndarray | None = None  # scene_needs rows [N, F] when current (needs_fingerprint)
+        if index.get("needs") == needs_fingerprint():
+            try:
+                rows = np.load(directory / NEEDS_FILE)
+            except (OSError, ValueError):
+                rows = None
+            if rows is not None and rows.shape == (index["scenes"], len(NEEDS_FIELDS)):
+                self.needs = rows
 
     @classmethod
     def open(cls, store: "SceneStore") -> "PaddedStore | None":
@@ -286,7 +315,7 @@ class PaddedStore:
                                                                                               equal_nan=v.dtype.kind == "f"):
                 return None
             leaves[key] = mm
-        if set(p.stem for p in directory.glob("*.npy")) != set(want):
+        if set(p.name for p in directory.glob("*.npy")) - {NEEDS_FILE} != {f"{k}.npy" for k in want}:
             return None
         return cls(directory, index, leaves)
 

@@ -8,7 +8,8 @@ in a background thread when there is one worker (a store's batches are slices of
 (``jaxdrive.scorer``: the exact broad phase inside the program, at capacities fixed up front) on the previous batch.
 Results come back to the host per batch and are written per shard (see ``outputs.py``).
 
-Capacities: up to ``PRESCAN_BATCHES`` of the run's own batches (``prescan_picks``) are read before the first compile
+Capacities: from a scene store, the per-scene needs it keeps size every batch of the run at once; otherwise up to
+``PRESCAN_BATCHES`` of the run's own batches (``prescan_picks``) are read before the first compile
 (and kept, up to ``PRESCAN_KEEP_BYTES``, to be scored without reading them again); the largest of their broad-phase
 needs, with ``CAPACITY_HEADROOM``, fixes the capacities (and the largest scenes fix the ``PadSpec``). The program is
 the culled scorer alone (``score_with_overflow(..., fallback=False)``: compiling the unculled kernels too would double
@@ -38,7 +39,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxdrive import exported, parallel
 from jaxdrive.broadphase import PackSpec
-from jaxdrive.broadphase.device import needs
+from jaxdrive.broadphase.device import needs, needs_of
 from jaxdrive.metrics import AGGREGATES, GATES, STEPS
 from jaxdrive.rules.epdms import SubScores
 from jaxdrive.scorer import capacity_for, score_with_overflow
@@ -363,11 +364,17 @@ class _Producer(threading.Thread):
         (``prescan_picks``): ``CAPACITY_HEADROOM`` above the largest needs. Returns the scanned batches (by index into
         ``ranges``: the PadSpec they were padded to, their ``_Batch`` and padded arrays), up to ``PRESCAN_KEEP_BYTES``
         of arrays: the run scores them without reading them again (a store's batches are slices of its padded copy:
-        none kept)."""
+        none kept). A store whose padded copy holds current per-scene needs (``data.store.NEEDS_FILE``) is sized from
+        all the run's batches at once, none read (no later batch can overflow)."""
         ndev = self.mesh.devices.size
         picks = prescan_picks(len(ranges), PRESCAN_BATCHES)
         scanned, kept, kept_bytes = [], {}, 0
-        if self.padded is not None:  # numpy and XLA release the GIL: one thread per core
+        if self.padded is not None and self.padded.needs is not None and not self.options.simulate:
+            per = self._rows(self.options.batch_size) // ndev  # every batch: the same rows, filler rows last
+            scenes = np.concatenate([np.arange(a, b) for a, b in ranges])
+            group = np.concatenate([i * ndev + np.arange(b - a) // per for i, (a, b) in enumerate(ranges)])
+            scanned = [needs_of(self.padded.needs[scenes], group, per)]  # every batch of the run, none read
+        elif self.padded is not None:  # numpy and XLA release the GIL: one thread per core
             with concurrent.futures.ThreadPoolExecutor(min(len(picks), os.cpu_count() or 1)) as threads:
                 scanned = list(threads.map(lambda i: needs(*self._padded_batch(*ranges[i])[:2], ndev), picks))
         else:
