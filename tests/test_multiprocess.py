@@ -200,3 +200,13 @@ def test_resume_with_one_process_folds_in_an_interrupted_multi_process_run(tmp_p
     assert [run.is_done(i) for i in range(4)] == [True, True, True, False]
     assert sorted(json.loads((out / MANIFEST).read_text())["completed"]) == ["0", "1", "2"]
     assert not (out / PROGRESS).exists() and not list(out.glob("*.tmp"))
+
+
+def test_importing_the_cli_leaves_the_jax_backend_uninitialised():
+    """``jax.distributed.initialize`` (a launched job's first step in ``jaxdrive.cli.main``) must precede any use of
+    the backend, so importing the CLI and what it imports at module level must not create a JAX array."""
+    code = ("import jaxdrive.cli, jaxdrive.data.store, jaxdrive.scoring.sources\n"
+            "from jax._src import xla_bridge\n"
+            "assert not xla_bridge._backends, 'a JAX backend was initialised on import'\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]

@@ -31,9 +31,11 @@ from typing import Iterable
 
 import numpy as np
 
-from jaxdrive.broadphase.device import NEEDS_FIELDS, needs_fingerprint
 from jaxdrive.scene import (NUM_HISTORY, NUM_STEPS, STATE_DIM, Agent, AgentType, Area, AreaKind, HostScene, Lane,
                             LaneKind, PadSpec, validate_host_scene)
+
+# jaxdrive.broadphase.device is imported where it is used: it creates JAX arrays on import, and the CLI imports this
+# module before a multi-process job calls jax.distributed.initialize (which must precede any use of the backend).
 
 STORE_NAME = "jaxdrive_scenes"
 STORE_VERSION = "1.0.0"
@@ -244,6 +246,8 @@ def write_padded(path: str | os.PathLike) -> bool:
         counts.append(scene.num_proposals)
     for f in files.values():
         f.flush()
+    from jaxdrive.broadphase.device import needs_fingerprint
+
     np.save(tmp / NEEDS_FILE, _scene_needs(files, n))
     del files
     index = {"version": PADDED_VERSION, "scenes": n, "sha256": store.meta["sha256"], "pad": dataclasses.asdict(pad),
@@ -256,7 +260,7 @@ def write_padded(path: str | os.PathLike) -> bool:
 
 def _scene_needs(leaves: dict[str, np.ndarray], n: int, chunk: int = 64) -> np.ndarray:
     """``broadphase.device.scene_needs`` of every scene of a padded copy, ``chunk`` scenes at a time (one shape)."""
-    from jaxdrive.broadphase.device import scene_needs
+    from jaxdrive.broadphase.device import NEEDS_FIELDS, scene_needs
     from jaxdrive.scene import Proposals
     from jaxdrive.scene.device import _build
 
@@ -279,6 +283,8 @@ class PaddedStore:
         self.ids: list[str] = index["ids"]
         self.names: list[list[str]] = index["names"]
         self.counts: list[int] = index["counts"]
+        from jaxdrive.broadphase.device import NEEDS_FIELDS, needs_fingerprint
+
         self.needs: np.ndarray | None = None  # scene_needs rows [N, F] when current (needs_fingerprint)
         if index.get("needs") == needs_fingerprint():
             try:
