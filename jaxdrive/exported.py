@@ -18,16 +18,21 @@ import numpy as np
 _SOURCES_HASH: str | None = None
 
 
+def files_hash(files: Sequence[Path], root: Path) -> str:
+    """16 hex digits of ``files`` (their paths relative to ``root``, in the order given, and their bytes)."""
+    h = hashlib.sha256()
+    for f in files:
+        h.update(str(f.relative_to(root)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def _sources_hash() -> str:
     """A hash of jaxdrive's Python sources: a changed kernel never runs from a stale program."""
     global _SOURCES_HASH
     if _SOURCES_HASH is None:
-        h = hashlib.sha256()
         root = Path(__file__).resolve().parent
-        for f in sorted(root.rglob("*.py")):
-            h.update(str(f.relative_to(root)).encode())
-            h.update(f.read_bytes())
-        _SOURCES_HASH = h.hexdigest()[:16]
+        _SOURCES_HASH = files_hash(sorted(root.rglob("*.py")), root)
     return _SOURCES_HASH
 
 
@@ -91,8 +96,9 @@ def cached_jit(name: str, fn: Callable, key: str, in_sharding: jax.sharding.Shar
             on_build()  # runs only while tracing
         return fn(*args)
 
+    plain = jax.jit(counted, in_shardings=in_sharding, out_shardings=out_shardings)
     if jax.process_count() > 1:
-        return jax.jit(counted, in_shardings=in_sharding, out_shardings=out_shardings)
+        return plain
     programs: dict = {}
 
     def call(*args):
@@ -126,7 +132,6 @@ def cached_jit(name: str, fn: Callable, key: str, in_sharding: jax.sharding.Shar
                 exp = export.export(jax.jit(flat, in_shardings=ins, out_shardings=outs))(
                     *[jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=in_sharding) for x in leaves])
             except Exception:  # e.g. a custom call jax.export does not allow: trace in every process instead
-                plain = jax.jit(counted, in_shardings=in_sharding, out_shardings=out_shardings)
                 return lambda *flat_leaves: jax.tree_util.tree_leaves(plain(*jax.tree_util.tree_unflatten(tree,
                                                                                                           flat_leaves)))
             _store(path, exp)

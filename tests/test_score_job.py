@@ -268,6 +268,7 @@ def test_prescanned_batches_are_scored_without_reading_them_again(tmp_path, monk
     pd.testing.assert_frame_equal(_sorted(read_results(tmp_path / "kept")), _sorted(read_results(tmp_path / "again")))
 
 
+@pytest.mark.slow  # five scoring runs, four compiles
 def test_a_later_run_loads_the_scoring_program_without_tracing(tmp_path, monkeypatch):
     """The scoring program is traced once per machine (``jaxdrive.exported.cached_jit``): the first run exports it,
     a later run loads it without tracing the scorer and gives the same rows; other static options (``ep_mode``) make

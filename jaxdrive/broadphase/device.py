@@ -23,7 +23,6 @@ that can change a result.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from pathlib import Path
 
 import jax
@@ -35,6 +34,7 @@ from jaxdrive.broadphase.host import (CENTERLINE_REACH_M, CONTACT_STEPS, EGO_RAD
                                       NC_STEPS, TILE_EDGES, TTC_FRAMES_AHEAD, TTC_HORIZON_S, TTC_STEPS, ContactPairs,
                                       EdgeTiles, PackedAgents, PackedMap, PackSpec, ego_chunk_bboxes, overlaps,
                                       kept_edges, polygon_bboxes, swept_bboxes)
+from jaxdrive.exported import files_hash
 from jaxdrive.geometry import EGO_LENGTH, EGO_REAR_AXLE_TO_CENTER, EGO_WIDTH, heading_unit
 from jaxdrive.materialize import materialize
 from jaxdrive.scene import FAR, Agents, AreaKind, Polygons, Proposals, Scene
@@ -362,10 +362,7 @@ def needs_fingerprint() -> str:
     """16 hex digits of the sources ``scene_needs`` depends on (the broad phase, the constants, the ego geometry):
     stored ``scene_needs`` rows with another fingerprint are stale."""
     root = Path(__file__).resolve().parent.parent
-    h = hashlib.sha256()
-    for f in sorted((root / "broadphase").glob("*.py")) + [root / "constants.py", root / "geometry.py"]:
-        h.update(f.name.encode() + f.read_bytes())
-    return h.hexdigest()[:16]
+    return files_hash(sorted((root / "broadphase").glob("*.py")) + [root / "constants.py", root / "geometry.py"], root)
 
 
 def needs(scene: Scene, proposals: Proposals, groups: int = 1) -> PackSpec:

@@ -365,7 +365,7 @@ class _Producer(threading.Thread):
         ``ranges``: the PadSpec they were padded to, their ``_Batch`` and padded arrays), up to ``PRESCAN_KEEP_BYTES``
         of arrays: the run scores them without reading them again (a store's batches are slices of its padded copy:
         none kept). A store whose padded copy holds current per-scene needs (``data.store.NEEDS_FILE``) is sized from
-        all the run's batches at once, none read (no later batch can overflow)."""
+        all the run's batches at once, none read (a batch should then never overflow; the on-device check stays)."""
         ndev = self.mesh.devices.size
         picks = prescan_picks(len(ranges), PRESCAN_BATCHES)
         scanned, kept, kept_bytes = [], {}, 0
