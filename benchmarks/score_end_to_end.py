@@ -52,7 +52,7 @@ from jaxdrive.broadphase.device import needs  # noqa: E402
 from jaxdrive.data.scene_json import read_scene, write_scene  # noqa: E402
 from jaxdrive.data.store import write_store  # noqa: E402
 from jaxdrive.data.synthetic import generate_scene  # noqa: E402
-from jaxdrive.scene import batch_scenes  # noqa: E402
+from jaxdrive.scene import PadSpec, batch_scenes  # noqa: E402
 from jaxdrive.scorer import capacity_for, score_with_overflow  # noqa: E402
 from jaxdrive.scoring.runner import ScoreOptions, score_source  # noqa: E402
 from jaxdrive.scoring.sources import SceneDirSource, SceneStoreSource  # noqa: E402
@@ -113,22 +113,53 @@ def culled_step(capacity):
     return jax.jit(lambda s, p: score_with_overflow(s, p, capacity=capacity, groups=groups, fallback=False))
 
 
-def step_only(scenes, pad, batch: int, reps: int, capacity=None):
-    """Seconds per batch of the jitted scorer on a device-resident batch (best of ``reps``), and its compile; at the
-    batch's own capacities, or at ``capacity`` (e.g. those the end-to-end run fixed from all its batches)."""
-    sc, pr = device_batch(scenes[:batch], pad, batch)
-    fn = culled_step(capacity or capacity_for(needs(sc, pr, jax.device_count())))
-    args = jax.device_put((sc, pr))
+def timed(fn, args, reps: int):
+    """Best wall and CPU seconds of ``fn(*args)`` over ``reps`` calls after a first one (returned: its seconds, the
+    compile included) and the first call's output."""
     t0 = time.perf_counter()
-    out, overflow = fn(*args)
-    jax.block_until_ready(out)
+    first_out = jax.block_until_ready(fn(*args))
     first = time.perf_counter() - t0
     best = best_cpu = float("inf")
     for _ in range(reps):
         t0, c0 = time.perf_counter(), time.process_time()
         jax.block_until_ready(fn(*args))
         best, best_cpu = min(best, time.perf_counter() - t0), min(best_cpu, time.process_time() - c0)
+    return best, first, best_cpu, first_out
+
+
+def step_only(scenes, pad, batch: int, reps: int, capacity=None):
+    """Seconds per batch of the jitted scorer on a device-resident batch (best of ``reps``), and its compile; at the
+    batch's own capacities, or at ``capacity`` (e.g. those the end-to-end run fixed from all its batches)."""
+    sc, pr = device_batch(scenes[:batch], pad, batch)
+    fn = culled_step(capacity or capacity_for(needs(sc, pr, jax.device_count())))
+    best, first, best_cpu, (_, overflow) = timed(fn, jax.device_put((sc, pr)), reps)
     return best, first, bool(overflow), best_cpu
+
+
+def step_parts(scenes, pad, batch: int, reps: int):
+    """Seconds per batch (best of ``reps``) and compile seconds of the step's parts, each its own program on
+    device-resident inputs: the broad phase (``pack_on_device`` at the batch's capacities); on its packed scene the
+    map predicates (``batch_ego_areas``), NC's and TTC's contact kernels and all the rules together
+    (``epdms.score``: those three plus DDC, TLC, EP, LK, comfort and the aggregation); and the rules on the unculled
+    scene (no broad phase: every proposal against every polygon, lane and agent). Says where the step's time goes,
+    and whether culling pays on this device."""
+    from jaxdrive.broadphase.device import pack_on_device
+    from jaxdrive.rules import epdms
+
+    sc, pr = device_batch(scenes[:batch], pad, batch)
+    groups = jax.device_count()
+    capacity = capacity_for(needs(sc, pr, groups))
+    sc, pr = jax.device_put((sc, pr))
+    times = {}
+    times["broad phase"] = timed(jax.jit(lambda s, p: pack_on_device(s, p, capacity, groups)), (sc, pr), reps)
+    packed = times["broad phase"][3][0]
+    times["map areas"] = timed(jax.jit(lambda s, x: epdms.batch_ego_areas(s.map, x)), (packed, pr.states), reps)
+    areas = times["map areas"][3]
+    times["nc"] = timed(jax.jit(epdms.batch_no_at_fault_collisions), (packed, pr.states, areas), reps)
+    times["ttc"] = timed(jax.jit(epdms.batch_time_to_collision), (packed, pr.states, areas), reps)
+    times["rules"] = timed(jax.jit(lambda s, p: epdms.score(s, p)), (packed, pr), reps)
+    times["unculled"] = timed(jax.jit(lambda s, p: epdms.score(s, p)), (sc, pr), 1)  # ~100x slower: one rep
+    return {name: t[:2] for name, t in times.items()}
 
 
 def step_all(scenes, pad, batch: int, capacity, passes: int = 2):
@@ -183,6 +214,14 @@ def main() -> None:
     ap.add_argument("--skip-json", action="store_true")
     ap.add_argument("--passes", type=int, default=1, help="end-to-end runs per path in this process (later: e2e#N)")
     ap.add_argument("--quick", action="store_true", help="fewer proposals per run")
+    ap.add_argument("--step-only", action="store_true",
+                    help="no store, JSON or end-to-end runs: only the step rows (an accelerator's figure)")
+    ap.add_argument("--step-proposals", default="",
+                    help="comma-separated proposals per batch of the step rows (default: --batch-proposals); with "
+                         "--step-only, e.g. 131072,1048576 on a GPU")
+    ap.add_argument("--parts", action="store_true",
+                    help="also time the step's broad phase alone and the unculled rules (no broad phase), at the "
+                         "first --step-proposals")
     args = ap.parse_args()
     if args.quick:
         args.proposals, args.reps = 2048, 2
@@ -204,16 +243,22 @@ def main() -> None:
     print(header, flush=True)
     try:
         for k in [int(x) for x in args.ks.split(",")]:
+            scenes_per_batch = lambda proposals: max(ndev, -(-max(1, proposals // k) // ndev) * ndev)
+            batch = scenes_per_batch(args.batch_proposals)
             count = max(1, args.proposals // k)
-            batch = max(ndev, -(-max(1, args.batch_proposals // k) // ndev) * ndev)
-            scenes = make_scenes(k, count, min(args.distinct, count))
-            store = os.path.join(tmp, f"store-{k}")
-            write_store(scenes, store)
-            source = SceneStoreSource(store)
-            options = ScoreOptions(batch_size=batch, shard_size=max(batch, 4096), workers=args.workers,
-                                   pad=source.pad_spec())
-            paths = [("store", source)]
-            if not args.skip_json:
+            step_batches = [scenes_per_batch(int(p)) for p in args.step_proposals.split(",") if p] or [min(batch, count)]
+            total = max(count, *step_batches)
+            step_scenes = make_scenes(k, total, min(args.distinct, total))
+            scenes = step_scenes[:count]  # those of the end-to-end runs
+            step_pad, pad, paths = PadSpec.fit(step_scenes), PadSpec.fit(scenes), []
+            if not args.step_only:
+                store = os.path.join(tmp, f"store-{k}")
+                write_store(scenes, store)
+                source = SceneStoreSource(store)
+                pad = source.pad_spec()
+                paths.append(("store", source))
+            options = ScoreOptions(batch_size=batch, shard_size=max(batch, 4096), workers=args.workers, pad=pad)
+            if not (args.skip_json or args.step_only):
                 json_dir = os.path.join(tmp, f"json-{k}")
                 os.makedirs(json_dir)
                 for s in scenes:
@@ -232,12 +277,25 @@ def main() -> None:
                             f"{stats.scored_after_compile / stats.score_cpu_s if stats.score_cpu_s else float('nan'):>10,.0f} "
                             f"{stats.faults / 1e3:>7,.0f}")
                 print(rows[-1], flush=True)
-            best, first, overflow, best_cpu = step_only(scenes, options.pad, batch, args.reps)
+            for b in step_batches:
+                try:
+                    best, first, overflow, best_cpu = step_only(step_scenes, step_pad, b, args.reps)
+                except jax.errors.JaxRuntimeError as e:  # e.g. a batch larger than the device's memory
+                    rows.append(f"{k:>5} {'step':<12} {b:>6} {b * k:>9} failed: {str(e).splitlines()[0][:120]}")
+                    print(rows[-1], flush=True)
+                    continue
+                n = b * k
+                rows.append(f"{k:>5} {'step':<12} {b:>6} {n:>9} {best:>7.3f} {first:>9.1f} "
+                            f"{n / best:>10,.0f} {'':>13} {'':>12} {n / best * ref_s:>8,.0f} {'':>8} {int(overflow):>9} "
+                            f"{'':>6} {n / best_cpu:>10,.0f}")
+                print(rows[-1], flush=True)
+            if args.parts:
+                b = step_batches[0]
+                for name, (best, first) in step_parts(step_scenes, step_pad, b, args.reps).items():
+                    rows.append(f"{k:>5} {name:<12} {b:>6} {b * k:>9} {best:>7.3f} {first:>9.1f} "
+                                f"{b * k / best:>10,.0f} {'':>13} {'':>12} {b * k / best * ref_s:>8,.0f}")
+                    print(rows[-1], flush=True)
             n = min(batch, count) * k
-            rows.append(f"{k:>5} {'step':<12} {min(batch, count):>6} {n:>9} {best:>7.3f} {first:>9.1f} "
-                        f"{n / best:>10,.0f} {'':>13} {'':>12} {n / best * ref_s:>8,.0f} {'':>8} {int(overflow):>9} {'':>6} "
-                        f"{n / best_cpu:>10,.0f}")
-            print(rows[-1], flush=True)
             if run_capacity is not None and run_capacity != capacity_for(needs(*device_batch(
                     scenes[:batch], options.pad, batch), jax.device_count())):
                 best, first, overflow, best_cpu = step_only(scenes, options.pad, batch, args.reps, run_capacity)
