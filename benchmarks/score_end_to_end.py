@@ -26,6 +26,7 @@ Runs unchanged on CPU, GPU or TPU (batches are sharded over all local devices)::
 
     python benchmarks/score_end_to_end.py                      # K in 1, 16, 256, 1024, 4096
     python benchmarks/score_end_to_end.py --ks 16 --quick      # one small row
+    python benchmarks/score_end_to_end.py --ks 4096 --step-only --step-proposals 65536,262144 --parts   # a GPU's step
 """
 from __future__ import annotations
 
@@ -127,12 +128,18 @@ def timed(fn, args, reps: int):
     return best, first, best_cpu, first_out
 
 
-def step_only(scenes, pad, batch: int, reps: int, capacity=None):
+def step_only(scenes, pad, batch: int, reps: int, capacity=None, trace: str | None = None):
     """Seconds per batch of the jitted scorer on a device-resident batch (best of ``reps``), and its compile; at the
-    batch's own capacities, or at ``capacity`` (e.g. those the end-to-end run fixed from all its batches)."""
+    batch's own capacities, or at ``capacity`` (e.g. those the end-to-end run fixed from all its batches). ``trace``:
+    a folder for a ``jax.profiler`` trace of three more steps (read it with TensorBoard / xprof)."""
     sc, pr = device_batch(scenes[:batch], pad, batch)
     fn = culled_step(capacity or capacity_for(needs(sc, pr, jax.device_count())))
-    best, first, best_cpu, (_, overflow) = timed(fn, jax.device_put((sc, pr)), reps)
+    args = jax.device_put((sc, pr))
+    best, first, best_cpu, (_, overflow) = timed(fn, args, reps)
+    if trace:
+        with jax.profiler.trace(trace):
+            for _ in range(3):
+                jax.block_until_ready(fn(*args))
     return best, first, bool(overflow), best_cpu
 
 
@@ -219,6 +226,8 @@ def main() -> None:
     ap.add_argument("--step-proposals", default="",
                     help="comma-separated proposals per batch of the step rows (default: --batch-proposals); with "
                          "--step-only, e.g. 131072,1048576 on a GPU")
+    ap.add_argument("--trace", default="", help="folder for a jax.profiler trace of three steps at the first "
+                    "--step-proposals of the first K (TensorBoard / xprof: kernel_stats says which kernels take the time)")
     ap.add_argument("--parts", action="store_true",
                     help="also time the step's broad phase alone and the unculled rules (no broad phase), at the "
                          "first --step-proposals")
@@ -278,8 +287,9 @@ def main() -> None:
                             f"{stats.faults / 1e3:>7,.0f}")
                 print(rows[-1], flush=True)
             for b in step_batches:
+                trace, args.trace = args.trace, ""  # the first step row only
                 try:
-                    best, first, overflow, best_cpu = step_only(step_scenes, step_pad, b, args.reps)
+                    best, first, overflow, best_cpu = step_only(step_scenes, step_pad, b, args.reps, trace=trace)
                 except jax.errors.JaxRuntimeError as e:  # e.g. a batch larger than the device's memory
                     rows.append(f"{k:>5} {'step':<12} {b:>6} {b * k:>9} failed: {str(e).splitlines()[0][:120]}")
                     print(rows[-1], flush=True)
