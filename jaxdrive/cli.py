@@ -121,6 +121,9 @@ def _run_score(args) -> int:
         options.pad = pad_spec(args.num_proposals)
     elif isinstance(source, SceneStoreSource):
         options.pad = source.pad_spec()  # every scene fits: one compile
+        note = None if args.simulate else source.refresh_note(options.pad)
+        if note:
+            print(f"--scenes {args.scenes}: {note}", file=sys.stderr)
     out = args.out or Path("runs") / time.strftime("score-%Y%m%d-%H%M%S")
     if args.gates and str(args.gates).startswith("judge:"):  # per-proposal gates from a DriveJudge model
         from jaxdrive.judge.score_gates import gates_from_judge
@@ -162,9 +165,10 @@ def _add_scenes(sub) -> None:
     g.add_argument("--out", type=Path, required=True)
     g.add_argument("--store", action="store_true", help="write one binary scene store (jaxdrive.data.store) to --out")
     g.set_defaults(func=_run_generate)
-    from jaxdrive.data.store import add_convert_parser
+    from jaxdrive.data.store import add_convert_parser, add_refresh_parser
 
     add_convert_parser(ssub)
+    add_refresh_parser(ssub)
     from jaxdrive.viz import preview_parser
 
     v = preview_parser(ssub.add_parser("preview", help="write a bird's-eye-view PNG of a scene and its proposals; "

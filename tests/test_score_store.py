@@ -304,3 +304,36 @@ def test_a_store_sizes_all_its_batches_from_the_needs_it_keeps(tmp_path, monkeyp
                                   .reset_index(drop=True),
                                   read_results(tmp_path / "kept").sort_values(["scene_id", "proposal"])
                                   .reset_index(drop=True))
+
+
+def test_scenes_refresh_rewrites_stale_needs_and_a_missing_padded_copy(tmp_path, capsys):
+    """``jaxdrive scenes refresh STORE``: needs with another jaxdrive's fingerprint are measured again (the padded
+    copy kept), a missing copy is written again; both give the needs the store was written with; a current store is
+    left alone. ``jaxdrive score`` names the command when a store would be read the slow way."""
+    from jaxdrive.data.store import PaddedStore
+
+    write_store([read_scene(f) for f in FILES[:8]], tmp_path / "store")
+    store = SceneStore(tmp_path / "store")
+    pad = store.pad_spec()
+    want = store.padded().needs
+    assert want is not None and SceneStoreSource(tmp_path / "store").refresh_note(pad) is None
+    index = tmp_path / "store" / "padded" / "index.json"
+    index.write_text(index.read_text().replace(store.padded().index["needs"], "stale"))
+    before = (tmp_path / "store" / "padded" / "scene.agents.center.npy").stat().st_mtime_ns
+    assert "refresh" in SceneStoreSource(tmp_path / "store").refresh_note(pad)
+    assert main(["score", "--scenes", str(tmp_path / "store"), "--out", str(tmp_path / "run"), "--no-progress"]) == 0
+    assert "measured by another jaxdrive" in capsys.readouterr().err  # the run completes, and says how to fix it
+
+    assert main(["scenes", "refresh", str(tmp_path / "store")]) == 0
+    assert "rewrote the broad-phase needs of its 8 scenes" in capsys.readouterr().out
+    np.testing.assert_array_equal(PaddedStore.open(SceneStore(tmp_path / "store")).needs, want)
+    assert (tmp_path / "store" / "padded" / "scene.agents.center.npy").stat().st_mtime_ns == before  # copy kept
+    assert main(["scenes", "refresh", str(tmp_path / "store")]) == 0
+    assert "up to date (8 scenes)" in capsys.readouterr().out
+
+    shutil.rmtree(tmp_path / "store" / "padded")
+    assert "no current padded copy" in SceneStoreSource(tmp_path / "store").refresh_note(pad)
+    assert main(["scenes", "refresh", str(tmp_path / "store")]) == 0
+    assert "wrote the padded copy and the broad-phase needs of its 8 scenes" in capsys.readouterr().out
+    np.testing.assert_array_equal(PaddedStore.open(SceneStore(tmp_path / "store")).needs, want)
+    assert main(["scenes", "refresh", str(tmp_path / "nowhere")]) == 2

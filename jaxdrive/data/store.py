@@ -258,6 +258,32 @@ def write_padded(path: str | os.PathLike) -> bool:
     return True
 
 
+def refresh_store(path: str | os.PathLike) -> str:
+    """Bring a store's padded copy and per-scene needs up to date with this jaxdrive, in place: rewrite the copy when
+    it is missing or stale (``write_padded``), else only ``needs.npy`` when its fingerprint is another jaxdrive's (the
+    broad phase changed since it was written). Each file is replaced atomically. Returns what was done, in words."""
+    from jaxdrive.broadphase.device import needs_fingerprint
+
+    store = SceneStore(path)
+    copy = PaddedStore.open(store)
+    if copy is None:
+        if not write_padded(store.path):
+            return f"{store.path}: its scenes have no proposals (scored with --proposals): no padded copy to write"
+        return f"{store.path}: wrote the padded copy and the broad-phase needs of its {len(store)} scenes"
+    if copy.needs is not None:
+        return f"{store.path}: up to date ({len(store)} scenes)"
+    rows = _scene_needs(copy.leaves, len(store))
+    tmp = copy.directory / (NEEDS_FILE + ".tmp")
+    with open(tmp, "wb") as f:
+        np.save(f, rows)
+    os.replace(tmp, copy.directory / NEEDS_FILE)
+    index = {**copy.index, "needs": needs_fingerprint()}
+    tmp = copy.directory / (PADDED_INDEX + ".tmp")
+    tmp.write_text(json.dumps(index))
+    os.replace(tmp, copy.directory / PADDED_INDEX)
+    return f"{store.path}: rewrote the broad-phase needs of its {len(store)} scenes"
+
+
 def _scene_needs(leaves: dict[str, np.ndarray], n: int, chunk: int = 64) -> np.ndarray:
     """``broadphase.device.scene_needs`` of every scene of a padded copy, ``chunk`` scenes at a time (one shape)."""
     from jaxdrive.broadphase.device import NEEDS_FIELDS, scene_needs
@@ -378,6 +404,15 @@ def add_convert_parser(scenes_sub) -> None:
     p.add_argument("--out", type=Path, required=True, help="store directory to create")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_run_convert)
+
+
+def add_refresh_parser(scenes_sub) -> None:
+    """``jaxdrive scenes refresh STORE``."""
+    p = scenes_sub.add_parser("refresh", help="rewrite a scene store's padded copy and per-scene broad-phase needs "
+                              "when they are missing or were written by another jaxdrive (runs over it then size "
+                              "their capacities without a prescan)")
+    p.add_argument("store", type=Path, help="scene store directory")
+    p.set_defaults(func=lambda args: print(refresh_store(args.store)) or 0)
 
 
 def _run_convert(args) -> int:

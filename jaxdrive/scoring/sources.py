@@ -140,6 +140,16 @@ class SceneStoreSource(SceneSource):
         copy = self.store.padded()
         return copy if copy is not None and copy.pad == pad else None
 
+    def refresh_note(self, pad) -> str | None:
+        """Why a run over this store at ``pad`` would read it the slow way (no current padded copy, or per-scene needs
+        measured by another jaxdrive), and the command that fixes it; None when nothing would."""
+        copy = self.padded(pad)
+        if copy is not None and copy.needs is not None:
+            return None
+        what = ("its broad-phase needs were measured by another jaxdrive: capacities come from a prescan" if copy
+                else "no current padded copy: scenes are decoded as they are read, capacities come from a prescan")
+        return f"{what}; `jaxdrive scenes refresh {self.path}` rewrites them"
+
     def describe(self) -> dict:
         return {"kind": "scene_store", "path": str(self.path.resolve()), "scenes": len(self),
                 "sha256": self.store.meta["sha256"]}
