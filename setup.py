@@ -13,6 +13,7 @@ BASE = [
     "tqdm",         # progress bars
     "flatbuffers",  # jax.export serialisation: traced scorer programs kept on disk (jaxdrive.exported)
     "orjson",       # scene JSON parsed ~25% faster than the stdlib's json (same values; its fallback for NaN literals)
+    "filelock",     # JAX's size-capped compilation cache (jax_compilation_cache_max_size) locks its folder with it
 ]
 
 # Qwen-VL / Qwen3 in Flax NNX and HF checkpoint conversion.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -40,23 +41,61 @@ def cache_dir() -> Path:
     return Path(os.environ.get("JAXDRIVE_EXPORT_CACHE", Path.home() / ".cache" / "jaxdrive" / "exported"))
 
 
+def cache_max_bytes() -> int:
+    """The most each of jaxdrive's on-disk caches (traced programs here, compiled ones in ``xla_cache``) may hold:
+    ``JAXDRIVE_CACHE_MAX_MB`` (default 2048) MiB; the least recently used entries go first."""
+    return int(float(os.environ.get("JAXDRIVE_CACHE_MAX_MB", "2048")) * 2**20)
+
+
 def _load(path: Path):
-    """The export stored at ``path``, or None when it is missing or unreadable (a truncated or foreign file)."""
+    """The export stored at ``path``, or None when it is missing or unreadable (a truncated or foreign file). A hit
+    is marked used (access time now, modification time kept) for ``prune``."""
     from jax import export
 
     try:
-        return export.deserialize(bytearray(path.read_bytes()))
+        exp = export.deserialize(bytearray(path.read_bytes()))
     except Exception:  # missing, truncated, or written by another jax: export again
         return None
+    try:
+        os.utime(path, ns=(time.time_ns(), path.stat().st_mtime_ns))
+    except OSError:
+        pass
+    return exp
+
+
+def prune(directory: Path, max_bytes: int) -> list[Path]:
+    """Remove the least recently used entries (``*.bin``, by access time) of ``directory`` until they hold at most
+    ``max_bytes``; returns those removed. Entries another process removes meanwhile are skipped."""
+    entries = []
+    for path in directory.glob("*.bin"):
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        entries.append((st.st_atime_ns, st.st_size, path))
+    total = sum(size for _, size, _ in entries)
+    removed = []
+    for _, size, path in sorted(entries):
+        if total <= max_bytes:
+            break
+        try:
+            path.unlink()
+        except OSError:
+            continue
+        total -= size
+        removed.append(path)
+    return removed
 
 
 def _store(path: Path, exp) -> None:
-    """Write ``exp`` to ``path`` atomically (a reader never sees half a file); an unwritable cache is skipped."""
+    """Write ``exp`` to ``path`` atomically (a reader never sees half a file), then ``prune`` the folder to
+    ``cache_max_bytes()``; an unwritable cache is skipped."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_bytes(exp.serialize())
         os.replace(tmp, path)
+        prune(path.parent, cache_max_bytes())
     except OSError:
         pass
 

@@ -48,9 +48,15 @@ def default_dir() -> Path:
 
 def enable() -> None:
     """Reuse compiled XLA programs across runs (the scorer compiles in seconds; a rerun then starts at once), in
-    ``default_dir()`` unless ``JAX_COMPILATION_CACHE_DIR`` is set."""
+    ``default_dir()`` unless ``JAX_COMPILATION_CACHE_DIR`` is set. That folder is kept to
+    ``jaxdrive.exported.cache_max_bytes()`` (JAX's own least-recently-used eviction) unless
+    ``JAX_COMPILATION_CACHE_MAX_SIZE`` says otherwise; a folder the environment names is left as JAX's settings say."""
     import jax
+
+    from jaxdrive.exported import cache_max_bytes
 
     if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
         jax.config.update("jax_compilation_cache_dir", str(default_dir()))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_TIME_S)
+        if not os.environ.get("JAX_COMPILATION_CACHE_MAX_SIZE"):
+            jax.config.update("jax_compilation_cache_max_size", cache_max_bytes())

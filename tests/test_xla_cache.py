@@ -30,10 +30,12 @@ def test_hosts_with_other_instruction_sets_get_other_folders():
 
 @pytest.fixture
 def restore_cache_config():
-    saved = (jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs)
+    saved = (jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs,
+             jax.config.jax_compilation_cache_max_size)
     yield
     jax.config.update("jax_compilation_cache_dir", saved[0])
     jax.config.update("jax_persistent_cache_min_compile_time_secs", saved[1])
+    jax.config.update("jax_compilation_cache_max_size", saved[2])
 
 
 def test_enable_uses_the_host_folder_unless_the_environment_names_one(tmp_path, monkeypatch, restore_cache_config):
@@ -48,3 +50,61 @@ def test_enable_uses_the_host_folder_unless_the_environment_names_one(tmp_path, 
     monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "mine"))  # jax reads it itself
     xla_cache.enable()
     assert jax.config.jax_compilation_cache_dir is None
+
+
+_COMPILE_EIGHT = """
+import jax, jax.numpy as jnp
+from jaxdrive import xla_cache
+xla_cache.enable()
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)  # every program is written
+for n in range(1, 9):
+    jax.jit(lambda x: jnp.cumsum(jnp.sin(x) * n))(jnp.ones((n * 8,))).block_until_ready()
+print(sum(p.stat().st_size for p in xla_cache.default_dir().iterdir() if p.name.endswith("-cache")))
+"""
+
+
+def test_the_compiled_program_cache_stays_under_its_cap(tmp_path):
+    """``xla_cache.enable`` caps its folder at ``JAXDRIVE_CACHE_MAX_MB`` (JAX evicts the least recently used
+    programs): eight small programs fill an uncapped folder past 30 KB, a folder capped at 30 KB stays under it."""
+    import os
+    import subprocess
+    import sys
+
+    def cached_bytes(home, **env):
+        base = {k: v for k, v in os.environ.items() if k not in ("JAX_COMPILATION_CACHE_DIR",
+                                                                 "JAX_COMPILATION_CACHE_MAX_SIZE")}
+        out = subprocess.run([sys.executable, "-c", _COMPILE_EIGHT], env={**base, "HOME": str(home), **env},
+                             capture_output=True, text=True, check=True).stdout
+        return int(out.split()[-1])
+
+    cap = 30 * 1024
+    assert cached_bytes(tmp_path / "capped", JAXDRIVE_CACHE_MAX_MB=str(cap / 2**20)) <= cap
+    assert cached_bytes(tmp_path / "uncapped") > cap
+
+
+def test_traced_programs_beyond_the_cap_go_least_recently_used_first(tmp_path, monkeypatch):
+    """``exported``: a reused entry counts as used now (its modification time kept), so when a new one takes the
+    folder past ``JAXDRIVE_CACHE_MAX_MB`` the entry unused longest is removed, and the reused one stays."""
+    import time
+
+    import numpy as np
+
+    from jaxdrive import exported
+
+    monkeypatch.setenv("JAXDRIVE_EXPORT_CACHE", str(tmp_path))
+    fn = lambda x: (x * 2.0,)
+    exported.call_cached("f", fn, [np.ones(3, np.float32)])
+    first = next(tmp_path.glob("f-*.bin"))
+    mtime = first.stat().st_mtime_ns
+    time.sleep(0.01)
+    exported.call_cached("f", fn, [np.ones(4, np.float32)])
+    second = (set(tmp_path.glob("f-*.bin")) - {first}).pop()
+    time.sleep(0.01)
+    np.testing.assert_array_equal(exported.call_cached("f", fn, [np.ones(3, np.float32)])[0], 2.0)  # reused
+    assert first.stat().st_mtime_ns == mtime and first.stat().st_atime_ns > second.stat().st_atime_ns
+
+    size = first.stat().st_size
+    monkeypatch.setenv("JAXDRIVE_CACHE_MAX_MB", str(2.5 * size / 2**20))  # room for two entries
+    exported.call_cached("f", fn, [np.ones(5, np.float32)])
+    left = set(tmp_path.glob("f-*.bin"))
+    assert first in left and second not in left and len(left) == 2
