@@ -179,7 +179,8 @@ def test_loop_blocks_are_larger_on_accelerators(monkeypatch):
 
     assert blocks.block_size(512, 100_000) == 512 and blocks.block_size(512, 40) == 40  # CPU (this suite)
     monkeypatch.setattr(blocks.jax, "default_backend", lambda: "gpu")
-    assert blocks.block_size(512, 10 ** 6) == 512 * blocks.ACCELERATOR_FACTOR
+    assert blocks.block_size(512, 10 ** 5) == 512 * blocks.ACCELERATOR_FACTOR  # more than 10 ** 5 / 8
+    assert blocks.block_size(512, 10 ** 6) == -(-10 ** 6 // blocks.ACCELERATOR_TRIPS)  # at most 8 steps over it all
     assert blocks.block_size(16, 100) == 100
 
 

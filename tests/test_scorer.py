@@ -109,14 +109,37 @@ def test_forced_tiny_capacities_fall_back_on_device_with_identical_rows(batch, t
     tiny = dataclasses.replace(capacity, lane_tiles=1, ttc_pairs=1)
     out, overflow = jax.jit(lambda s, p: score_with_overflow(s, p, capacity=tiny))(sc, pr)
     assert bool(overflow)
-    # Every rule decision identical; the float32 aggregates of the two compiled branches may differ in the last bit
-    # (XLA fuses the weighted sums differently), so those are compared to 1 ulp.
+    _same_rows(out, culled)  # the unculled branch: the same rows
+
+
+def _same_rows(a: SubScores, b: SubScores) -> None:
+    """Every rule decision identical; float32 aggregates to 1 ulp (two compiles may fuse the weighted sums
+    differently)."""
     for name in SubScores.__dataclass_fields__:
-        a, b = np.asarray(getattr(out, name)), np.asarray(getattr(culled, name))
+        x, y = np.asarray(getattr(a, name)), np.asarray(getattr(b, name))
         if name in ("ep", "raw_progress", "pdm_score", "epdms", "pdms", "comfort_v1"):
-            np.testing.assert_allclose(a, b, rtol=2e-7, atol=1e-7, err_msg=name)
+            np.testing.assert_allclose(x, y, rtol=2e-7, atol=1e-7, err_msg=name)
         else:
-            np.testing.assert_array_equal(a, b, err_msg=name)
+            np.testing.assert_array_equal(x, y, err_msg=name)
+
+
+@pytest.mark.slow  # a second compile of the whole scorer
+def test_the_accelerator_loop_settings_score_the_fixtures_identically(batch, trained, monkeypatch):
+    """Traced as for an accelerator (``jax.default_backend`` reads "gpu", on this CPU): loop blocks of a capacity /
+    ``ACCELERATOR_TRIPS``, ``searchsorted`` and LK's run scan unrolled (``broadphase.blocks``). Every fixture row
+    equals the CPU-traced scorer's, and the tile and contact loops take at most ``ACCELERATOR_TRIPS`` steps."""
+    from jaxdrive.broadphase import blocks, contacts, group_rows, tiles
+
+    _, _, sc, pr, capacity = batch
+    _, culled, _ = trained
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert blocks.search_method() == "scan_unrolled" and not blocks.on_cpu()
+    _same_rows(jax.device_get(jax.jit(lambda s, p: jaxdrive.score(s, p, capacity=capacity))(sc, pr)), culled)
+    packed, _ = jax.jit(lambda s, p: pack_on_device(s, p, capacity))(sc, pr)
+    group = lambda t: jax.tree_util.tree_map(lambda x: group_rows(x, 1), t)
+    trips = [int(tiles.used_blocks(group(getattr(packed.map, n)))) for n in ("areas", "lanes")]
+    trips += [int(contacts.used_blocks(group(getattr(packed.agents, n)))) for n in ("nc", "ttc")]
+    assert all(1 <= t <= blocks.ACCELERATOR_TRIPS for t in trips), trips
 
 
 def test_default_capacities_cover_the_fixtures_and_the_reference_mix(batch):

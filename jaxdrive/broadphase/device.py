@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
+from jaxdrive.broadphase.blocks import search_method
 from jaxdrive.broadphase.host import (CENTERLINE_REACH_M, CONTACT_STEPS, EGO_RADIUS_M, MAP_CHUNK_STEPS, MARGIN_M,
                                       NC_STEPS, TILE_EDGES, TTC_FRAMES_AHEAD, TTC_HORIZON_S, TTC_STEPS, ContactPairs,
                                       EdgeTiles, PackedAgents, PackedMap, PackSpec, ego_chunk_bboxes, overlaps,
@@ -124,7 +125,7 @@ def compact(mask: Bool[Array, "n"], size: int, fill: int) -> tuple[Int[Array, "s
     ends = prefix_count(counts)  # set bits up to and including each word
     total = ends[-1]
     q = jnp.arange(size, dtype=jnp.int32)  # 0-based rank of each output
-    method = "compare_all" if ends.shape[0] <= 64 else "scan"  # short rows (LK's segments): no loop of gathers
+    method = "compare_all" if ends.shape[0] <= 64 else search_method()  # short rows (LK's segments): no loop
     word = jnp.minimum(jnp.searchsorted(ends, q, side="right", method=method), words.shape[0] - 1).astype(jnp.int32)
     found = word * WORD_BITS + _bit_of_rank(words[word], q - (ends[word] - counts[word]))
     return jnp.where(q < total, found, fill), total
@@ -201,7 +202,8 @@ def _tiles(verts: Float[Array, "Bg P V 2"], vertex_valid: Bool[Array, "Bg P V"],
     total = ends[-1]
     j = jnp.arange(ntile, dtype=jnp.int32)
     used = j < total
-    tile_pair = jnp.where(used, jnp.searchsorted(ends, j, side="right"), npair - 1).astype(jnp.int32)
+    tile_pair = jnp.where(used, jnp.searchsorted(ends, j, side="right", method=search_method()),
+                          npair - 1).astype(jnp.int32)
     tp = jnp.minimum(tile_pair, npair - 1)
     rank = (j - (ends - tiles)[tp])[:, None] * TILE_EDGES + jnp.arange(TILE_EDGES)  # [ntile, 8]
     ok = used[:, None] & (rank < n[tp][:, None])

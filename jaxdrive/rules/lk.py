@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.broadphase import PackedMap
-from jaxdrive.broadphase.blocks import block_size, covering
+from jaxdrive.broadphase.blocks import block_size, covering, on_cpu
 from jaxdrive.constants import LK_DEVIATION_M
 from jaxdrive.geometry import segments_distance2
 from jaxdrive.rules.areas import EgoAreas, ego_centers, first_step
@@ -74,6 +74,7 @@ def lane_keeping(scene: Scene, states: Float[Array, "K T 11"],
         count = jnp.where(s, count, jnp.where(e, count + 1, 0))
         return count, count
 
-    _, counts = jax.lax.scan(step, jnp.zeros(exceed.shape[0], jnp.int32), (exceed.T, skip.T))
+    # unrolled off the CPU: T small steps, no loop condition per step (blocks.py)
+    _, counts = jax.lax.scan(step, jnp.zeros(exceed.shape[0], jnp.int32), (exceed.T, skip.T), unroll=not on_cpu())
     first = first_step(counts.T >= RUN_STEPS)
     return jnp.where(first < 0, 1.0, 0.0).astype(jnp.float32), first
