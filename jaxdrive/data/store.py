@@ -412,7 +412,12 @@ def add_refresh_parser(scenes_sub) -> None:
                               "when they are missing or were written by another jaxdrive (runs over it then size "
                               "their capacities without a prescan)")
     p.add_argument("store", type=Path, help="scene store directory")
-    p.set_defaults(func=lambda args: print(refresh_store(args.store)) or 0)
+    p.set_defaults(func=_run_refresh)
+
+
+def _run_refresh(args) -> int:
+    print(refresh_store(args.store))
+    return 0
 
 
 def _run_convert(args) -> int:
