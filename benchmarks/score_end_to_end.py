@@ -227,7 +227,7 @@ def main() -> None:
                     help="comma-separated proposals per batch of the step rows (default: --batch-proposals); with "
                          "--step-only, e.g. 131072,1048576 on a GPU")
     ap.add_argument("--trace", default="", help="folder for a jax.profiler trace of three steps at the first "
-                    "--step-proposals of the first K (TensorBoard / xprof: kernel_stats says which kernels take the time)")
+                    "--step-proposals of the first K (TensorBoard / xprof: kernel_stats names the costly kernels)")
     ap.add_argument("--parts", action="store_true",
                     help="also time the step's broad phase alone and the unculled rules (no broad phase), at the "
                          "first --step-proposals")
@@ -255,7 +255,8 @@ def main() -> None:
             scenes_per_batch = lambda proposals: max(ndev, -(-max(1, proposals // k) // ndev) * ndev)
             batch = scenes_per_batch(args.batch_proposals)
             count = max(1, args.proposals // k)
-            step_batches = [scenes_per_batch(int(p)) for p in args.step_proposals.split(",") if p] or [min(batch, count)]
+            step_batches = ([scenes_per_batch(int(p)) for p in args.step_proposals.split(",") if p]
+                            or [min(batch, count)])
             total = max(count, *step_batches)
             step_scenes = make_scenes(k, total, min(args.distinct, total))
             scenes = step_scenes[:count]  # those of the end-to-end runs

@@ -59,4 +59,23 @@ def enable() -> None:
         jax.config.update("jax_compilation_cache_dir", str(default_dir()))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_TIME_S)
         if not os.environ.get("JAX_COMPILATION_CACHE_MAX_SIZE"):
+            add_missing_use_times(default_dir())
             jax.config.update("jax_compilation_cache_max_size", cache_max_bytes())
+
+
+def add_missing_use_times(folder: Path) -> None:
+    """Give every entry of ``folder`` that lacks one the last-use file (``<key>-atime``: 8 bytes, little-endian
+    nanoseconds) of JAX's size-capped cache, set to the entry's modification time. Entries written before the cap was
+    set (an older jaxdrive) have none, and with a cap JAX fails to write any new entry while one is missing."""
+    if not folder.is_dir():
+        return
+    for entry in folder.glob("*-cache"):
+        use = entry.with_name(entry.name[: -len("-cache")] + "-atime")
+        if use.exists():
+            continue
+        try:
+            tmp = use.with_name(f"{use.name}.{os.getpid()}.tmp")
+            tmp.write_bytes(entry.stat().st_mtime_ns.to_bytes(8, "little"))
+            os.replace(tmp, use)
+        except OSError:  # removed meanwhile, or a read-only cache: JAX reports what it cannot do
+            pass

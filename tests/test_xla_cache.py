@@ -52,34 +52,53 @@ def test_enable_uses_the_host_folder_unless_the_environment_names_one(tmp_path, 
     assert jax.config.jax_compilation_cache_dir is None
 
 
-_COMPILE_EIGHT = """
+_COMPILE = """
+import sys
 import jax, jax.numpy as jnp
 from jaxdrive import xla_cache
-xla_cache.enable()
+if sys.argv[1] == "uncapped-by-hand":  # as an older jaxdrive did: the folder, no size cap
+    jax.config.update("jax_compilation_cache_dir", str(xla_cache.default_dir()))
+else:
+    xla_cache.enable()
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)  # every program is written
-for n in range(1, 9):
+for n in range(int(sys.argv[2]), int(sys.argv[3])):
     jax.jit(lambda x: jnp.cumsum(jnp.sin(x) * n))(jnp.ones((n * 8,))).block_until_ready()
 print(sum(p.stat().st_size for p in xla_cache.default_dir().iterdir() if p.name.endswith("-cache")))
 """
 
 
-def test_the_compiled_program_cache_stays_under_its_cap(tmp_path):
-    """``xla_cache.enable`` caps its folder at ``JAXDRIVE_CACHE_MAX_MB`` (JAX evicts the least recently used
-    programs): eight small programs fill an uncapped folder past 30 KB, a folder capped at 30 KB stays under it."""
+def _compile(home, mode: str, first: int, stop: int, **env) -> tuple[int, str]:
+    """Bytes of compiled programs in ``home``'s cache folder after compiling programs ``first..stop-1`` in a fresh
+    process (``mode``: "enable" or "uncapped-by-hand"), and its stderr."""
     import os
     import subprocess
     import sys
 
-    def cached_bytes(home, **env):
-        base = {k: v for k, v in os.environ.items() if k not in ("JAX_COMPILATION_CACHE_DIR",
-                                                                 "JAX_COMPILATION_CACHE_MAX_SIZE")}
-        out = subprocess.run([sys.executable, "-c", _COMPILE_EIGHT], env={**base, "HOME": str(home), **env},
-                             capture_output=True, text=True, check=True).stdout
-        return int(out.split()[-1])
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("JAX_COMPILATION_CACHE_DIR", "JAX_COMPILATION_CACHE_MAX_SIZE")}
+    done = subprocess.run([sys.executable, "-c", _COMPILE, mode, str(first), str(stop)],
+                          env={**base, "HOME": str(home), **env}, capture_output=True, text=True, check=True)
+    return int(done.stdout.split()[-1]), done.stderr
 
+
+def test_the_compiled_program_cache_stays_under_its_cap(tmp_path):
+    """``xla_cache.enable`` caps its folder at ``JAXDRIVE_CACHE_MAX_MB`` (JAX evicts the least recently used
+    programs): eight small programs fill an uncapped folder past 30 KB, a folder capped at 30 KB stays under it."""
     cap = 30 * 1024
-    assert cached_bytes(tmp_path / "capped", JAXDRIVE_CACHE_MAX_MB=str(cap / 2**20)) <= cap
-    assert cached_bytes(tmp_path / "uncapped") > cap
+    assert _compile(tmp_path / "capped", "enable", 1, 9, JAXDRIVE_CACHE_MAX_MB=str(cap / 2**20))[0] <= cap
+    assert _compile(tmp_path / "uncapped", "enable", 1, 9, JAXDRIVE_CACHE_MAX_MB="1000")[0] > cap
+
+
+def test_a_cache_folder_written_without_a_cap_keeps_working_under_one(tmp_path):
+    """Entries an older jaxdrive wrote have no last-use file; JAX's capped cache then fails to write new ones
+    ("Error writing persistent compilation cache entry"). ``enable`` gives them one: new programs are written."""
+    before, _ = _compile(tmp_path, "uncapped-by-hand", 1, 3)
+    after, err = _compile(tmp_path, "enable", 3, 5)
+    assert "Error writing persistent compilation cache" not in err, err
+    assert after > before
+    folder = next((tmp_path / ".cache" / "jaxdrive" / "xla").iterdir())
+    entries = sorted(p.name[: -len("-cache")] for p in folder.glob("*-cache"))
+    assert entries == sorted(p.name[: -len("-atime")] for p in folder.glob("*-atime"))
 
 
 def test_traced_programs_beyond_the_cap_go_least_recently_used_first(tmp_path, monkeypatch):
