@@ -229,8 +229,9 @@ def main() -> None:
     ap.add_argument("--trace", default="", help="folder for a jax.profiler trace of three steps at the first "
                     "--step-proposals of the first K (TensorBoard / xprof: kernel_stats names the costly kernels)")
     ap.add_argument("--parts", action="store_true",
-                    help="also time the step's broad phase alone and the unculled rules (no broad phase), at the "
-                         "first --step-proposals")
+                    help="also time the step's parts, each its own program, at the first --step-proposals: the "
+                         "broad phase, the map predicates, NC, TTC, all the rules on the packed scene, and the rules "
+                         "on the unculled scene")
     args = ap.parse_args()
     if args.quick:
         args.proposals, args.reps = 2048, 2
@@ -351,7 +352,7 @@ def main() -> None:
           "the whole run, all threads of this process; faults: minor page faults of the run (thousands; e2e#N: the same run again in this process); prop/cpu-s: proposals per CPU second (all threads) after the "
           "first batch (e2e) or of the best batch (step), less sensitive to load than wall rates. step: best batch time, device-resident "
           f"batch, at its own capacities; step@run: the same at the capacities the end-to-end run fixed from all its "
-          f"batches (what it executes; shown when they differ); step@run all: one pass looping back to back over every batch of the run at those capacities (device-resident, best of two passes; wall and cpu s of the pass): the ceiling of the end-to-end rate, as batches differ in cost; host-packed: numpy broad phase + two-program step per batch. load average at the end "
+          f"batches (what it executes; shown when they differ); with --step-proposals, one step row per batch size ("failed": the device could not run it, e.g. out of memory); --parts: broad phase, map areas, nc, ttc, rules (on the packed scene) and unculled (the rules without the broad phase), each its own program on the first step row's batch; step@run all: one pass looping back to back over every batch of the run at those capacities (device-resident, best of two passes; wall and cpu s of the pass): the ceiling of the end-to-end rate, as batches differ in cost; host-packed: numpy broad phase + two-program step per batch. load average at the end "
           f"{os.getloadavg()[0]:.1f}")
 
 
