@@ -82,3 +82,12 @@ def test_a_crashed_or_hung_test_fails_alone_and_the_run_finishes(tmp_path):
     for name in ("test_crashes_every_time", "test_plain_failure_is_not_rerun", "test_hangs"):
         assert f"FAILED test_trouble.py::{name}" in out, out
     assert (tmp_path / "failure_runs").read_text() == "x"  # an assertion failure ran once
+
+
+def test_every_benchmark_script_compiles():
+    """Benchmarks run by hand (and on borrowed accelerators, where a broken script wastes the lease): each one must
+    at least compile. One commit once broke ``score_end_to_end.py``'s legend with a stray quote."""
+    scripts = sorted((REPO / "benchmarks").glob("*.py"))
+    assert len(scripts) >= 5
+    for script in scripts:
+        compile(script.read_text(), str(script), "exec")  # a SyntaxError names the file and line
