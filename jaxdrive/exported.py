@@ -16,6 +16,8 @@ from typing import Callable, Sequence
 import jax
 import numpy as np
 
+from jaxdrive import atomic
+
 _SOURCES_HASH: str | None = None
 
 
@@ -92,9 +94,7 @@ def _store(path: Path, exp) -> None:
     ``cache_max_bytes()``; an unwritable cache is skipped."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(exp.serialize())
-        os.replace(tmp, path)
+        atomic.write_bytes(path, exp.serialize())
         prune(path.parent, cache_max_bytes())
     except OSError:
         pass

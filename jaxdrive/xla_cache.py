@@ -15,6 +15,8 @@ import os
 import platform
 from pathlib import Path
 
+from jaxdrive import atomic
+
 MIN_COMPILE_TIME_S = 1.0  # programs that compile faster are not written
 
 
@@ -74,8 +76,6 @@ def add_missing_use_times(folder: Path) -> None:
         if use.exists():
             continue
         try:
-            tmp = use.with_name(f"{use.name}.{os.getpid()}.tmp")
-            tmp.write_bytes(entry.stat().st_mtime_ns.to_bytes(8, "little"))
-            os.replace(tmp, use)
+            atomic.write_bytes(use, entry.stat().st_mtime_ns.to_bytes(8, "little"))
         except OSError:  # removed meanwhile, or a read-only cache: JAX reports what it cannot do
             pass

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import orjson
 
+from jaxdrive import atomic
 from jaxdrive import constants as C
 
 from jaxdrive.scene import (NUM_STEPS, STATE_DIM, STATE_FIELDS, Agent, AgentType, Area, AreaKind, HostScene, Lane,
@@ -290,11 +291,7 @@ def read_scene(path: str | os.PathLike, validate: bool = True) -> HostScene:
 
 def write_scene(scene: HostScene, path: str | os.PathLike) -> None:
     """Write atomically (temp file + rename)."""
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(scene_to_dict(scene), f, separators=(",", ":"))
-    os.replace(tmp, path)
+    atomic.write_text(path, json.dumps(scene_to_dict(scene), separators=(",", ":")))
 
 
 #: JSON files that sit beside scene files but are not scenes (a fixture folder's index)

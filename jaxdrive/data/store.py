@@ -31,6 +31,7 @@ from typing import Iterable
 
 import numpy as np
 
+from jaxdrive import atomic
 from jaxdrive.scene import (NUM_HISTORY, NUM_STEPS, STATE_DIM, Agent, AgentType, Area, AreaKind, HostScene, Lane,
                             LaneKind, PadSpec, validate_host_scene)
 
@@ -273,14 +274,9 @@ def refresh_store(path: str | os.PathLike) -> str:
     if copy.needs is not None:
         return f"{store.path}: up to date ({len(store)} scenes)"
     rows = _scene_needs(copy.leaves, len(store))
-    tmp = copy.directory / (NEEDS_FILE + ".tmp")
-    with open(tmp, "wb") as f:
+    with atomic.replacing(copy.directory / NEEDS_FILE) as tmp, open(tmp, "wb") as f:
         np.save(f, rows)
-    os.replace(tmp, copy.directory / NEEDS_FILE)
-    index = {**copy.index, "needs": needs_fingerprint()}
-    tmp = copy.directory / (PADDED_INDEX + ".tmp")
-    tmp.write_text(json.dumps(index))
-    os.replace(tmp, copy.directory / PADDED_INDEX)
+    atomic.write_text(copy.directory / PADDED_INDEX, json.dumps({**copy.index, "needs": needs_fingerprint()}))
     return f"{store.path}: rewrote the broad-phase needs of its {len(store)} scenes"
 
 

@@ -7,8 +7,8 @@ Layout of ``OUT``::
     errors.jsonl             scenes that could not be read (by name), one JSON object per line (the manifest's
                              record of the completed shards' errors, rewritten with it: never duplicated by a resume)
 
-A shard file is written to ``part-i.parquet.tmp`` and renamed into place, then the manifest is rewritten (also via a
-temp file). A run killed at any point therefore leaves only complete shard files; on ``--resume`` the shards named in
+A shard file is written to a temporary ``part-i.parquet.<pid>.tmp`` and renamed into place (``jaxdrive.atomic``),
+then the manifest is rewritten the same way. A run killed at any point therefore leaves only complete shard files; on ``--resume`` the shards named in
 the manifest are kept, every other shard (even a complete file written just before the kill) is recomputed, so the
 union of rows equals an uninterrupted run's, none missing and none duplicated.
 
@@ -29,6 +29,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from jaxdrive import atomic
+
 MANIFEST = "manifest.json"
 ERRORS = "errors.jsonl"
 PROGRESS = "progress"  # per-process records of a multi-process run (folded into the manifest at its end)
@@ -37,15 +39,6 @@ MANIFEST_VERSION = 2  # 2: per-shard error records in the manifest; shards witho
 
 class RunDirError(RuntimeError):
     """The output directory cannot be used (unwritable, or holds a different run)."""
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def shard_name(index: int) -> str:
@@ -111,16 +104,15 @@ class RunDir:
     def _write_manifest(self) -> None:
         manifest = {"version": MANIFEST_VERSION, "identity": self.identity,
                     "completed": dict(sorted(self.completed.items(), key=lambda kv: int(kv[0])))}
-        _atomic_write_text(self.path / MANIFEST, json.dumps(manifest, indent=1))
+        atomic.write_text(self.path / MANIFEST, json.dumps(manifest, indent=1), fsync=True)
 
     def write_shard(self, shard: int, columns: dict[str, np.ndarray], errors: list[dict]) -> None:
         """Write one shard's rows atomically (no file when it has none) and record it as complete."""
         rows = int(len(next(iter(columns.values())))) if columns else 0
         name = shard_name(shard) if rows else None
         if name:
-            tmp = self.path / (name + ".tmp")
-            pq.write_table(pa.table(columns), tmp)
-            os.replace(tmp, self.path / name)
+            with atomic.replacing(self.path / name) as tmp:
+                pq.write_table(pa.table(columns), tmp)
         self.completed[str(shard)] = {"file": name, "rows": rows, "errors": [dict(e) for e in errors]}
         if self.process_count == 1:
             self._write_manifest()
@@ -137,7 +129,8 @@ class RunDir:
     def _write_progress(self) -> None:
         record = {"version": MANIFEST_VERSION, "identity": self.identity,
                   "completed": dict(sorted(self.mine.items(), key=lambda kv: int(kv[0])))}
-        _atomic_write_text(self.path / PROGRESS / f"process-{self.process_index}.json", json.dumps(record, indent=1))
+        atomic.write_text(self.path / PROGRESS / f"process-{self.process_index}.json", json.dumps(record, indent=1),
+                          fsync=True)
 
     def finish(self) -> None:
         """Multi-process runs: waits until every process has committed its shards, then process 0 writes the one
@@ -165,7 +158,7 @@ class RunDir:
                 for e in v.get("errors", [])]
 
     def _write_errors(self) -> None:
-        _atomic_write_text(self.path / ERRORS, "".join(json.dumps(e) + "\n" for e in self.errors()))
+        atomic.write_text(self.path / ERRORS, "".join(json.dumps(e) + "\n" for e in self.errors()), fsync=True)
 
     def shard_files(self) -> list[Path]:
         return [self.path / v["file"] for _, v in sorted(self.completed.items(), key=lambda kv: int(kv[0])) if v["file"]]

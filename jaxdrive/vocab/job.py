@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
 import pickle
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Callable
 
 import numpy as np
 
+from jaxdrive import atomic
 from jaxdrive.scene import HostScene, PadSpec
 from jaxdrive.scoring.outputs import RunDir, read_results
 from jaxdrive.scoring.sources import SceneSource, SourceError
@@ -175,8 +175,5 @@ def export_gtrs(run_dir, path) -> Path:
         rows = rows.sort_values("proposal")
         table[str(token)] = {key: rows[col].to_numpy(np.float16) for key, col in GTRS_KEYS.items()}
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        pickle.dump(table, f, protocol=4)
-    os.replace(tmp, path)
+    atomic.write_bytes(path, pickle.dumps(table, protocol=4))
     return path
