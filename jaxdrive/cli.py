@@ -158,11 +158,13 @@ def _run_score(args) -> int:
 def _add_scenes(sub) -> None:
     p = sub.add_parser("scenes", help="generate or preview scenes")
     ssub = p.add_subparsers(dest="scenes_cmd", required=True)
-    g = ssub.add_parser("generate", help="write synthetic scenes as epdms-scene/1 JSON files")
-    g.add_argument("--count", type=int, default=10)
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--proposals", type=int, default=16)
-    g.add_argument("--out", type=Path, required=True)
+    g = ssub.add_parser("generate", help="write synthetic scenes as epdms-scene/1 JSON files", formatter_class=_Help)
+    g.add_argument("--count", type=int, default=10, metavar="N", help="number of synthetic scenes")
+    g.add_argument("--seed", type=int, default=0, help="scene i is generated from seed + i (the scenes of "
+                   "`jaxdrive score --seed`)")
+    g.add_argument("--num-proposals", "--proposals", dest="proposals", metavar="K", type=int, default=16,
+                   help="proposals per scene (as `jaxdrive score --num-proposals`)")
+    g.add_argument("--out", type=Path, required=True, help="directory of the JSON files (created), or of the store")
     g.add_argument("--store", action="store_true", help="write one binary scene store (jaxdrive.data.store) to --out")
     g.set_defaults(func=_run_generate)
     from jaxdrive.data.store import add_convert_parser, add_refresh_parser
@@ -186,6 +188,10 @@ def _run_generate(args) -> int:
     from jaxdrive.data.scene_json import write_scene
     from jaxdrive.data.synthetic import iter_scenes
 
+    if args.count < 1:
+        raise ValueError(f"--count: expected a positive number of scenes, got {args.count}")
+    if args.proposals < 1:
+        raise ValueError(f"--num-proposals: expected a positive number of proposals per scene, got {args.proposals}")
     if args.store:
         from jaxdrive.data.store import write_store
 

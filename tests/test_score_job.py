@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from jaxdrive.cli import EXIT_PARTIAL, EXIT_USAGE, main
+from jaxdrive.data.scene_json import read_scene
 from jaxdrive.scoring.outputs import MANIFEST, read_results
 from jaxdrive.scoring.runner import ScoreOptions, score_source
 from jaxdrive.scoring.sources import SceneDirSource, SyntheticSource
@@ -191,12 +192,21 @@ def test_simulate_option_scores_navsim_tracked_states(tmp_path):
 
 
 def test_scenes_generate_and_preview_coloured_by_kernel_scores(tmp_path):
-    assert main(["scenes", "generate", "--count", "2", "--seed", "4", "--out", str(tmp_path / "gen")]) == 0
+    assert main(["scenes", "generate", "--count", "2", "--seed", "4", "--num-proposals", "3",
+                 "--out", str(tmp_path / "gen")]) == 0
     files = sorted((tmp_path / "gen").glob("*.json"))
-    assert len(files) == 2
+    assert len(files) == 2 and read_scene(files[0]).num_proposals == 3
     png = tmp_path / "p.png"
     assert main(["scenes", "preview", "--scene", str(files[0]), "--color-by", "epdms", "--out", str(png)]) == 0
     assert png.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("flag,value", [("--count", "0"), ("--num-proposals", "0"), ("--proposals", "-1")])
+def test_scenes_generate_rejects_a_count_below_one_by_flag(tmp_path, capsys, flag, value):
+    assert main(["scenes", "generate", flag, value, "--out", str(tmp_path / "gen")]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert ("--count" if flag == "--count" else "--num-proposals") in err and "got" in err
+    assert not (tmp_path / "gen").exists()
 
 
 def test_summary_names_an_input_bound_run(tmp_path, monkeypatch):
