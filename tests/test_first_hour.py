@@ -161,6 +161,21 @@ def test_help_texts():
         assert line.count("default") <= 1, line
 
 
+def test_every_command_option_says_what_it_is_for():
+    """Every option and positional argument of every (sub-)command has a help text."""
+    import argparse
+
+    def silent(parser, path):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from silent(sub, f"{path} {name}")
+            elif not action.help and not isinstance(action, argparse._HelpAction):
+                yield f"{path} {'/'.join(action.option_strings) or action.dest}"
+
+    assert list(silent(build_parser(), "jaxdrive")) == []
+
+
 def test_preview_lists_score_fields(capsys):
     assert main(["scenes", "preview", "--color-by", "foo", "--out", "/dev/null"]) == EXIT_USAGE
     err = capsys.readouterr().err

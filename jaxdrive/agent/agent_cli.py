@@ -11,13 +11,15 @@ def add_agent_subcommands(sub) -> None:
     asub = p.add_subparsers(dest="agent_command", required=True)
     r = asub.add_parser("run", help="answer the synthetic MCQ set through the Think-Action-Observation-Update loop")
     r.add_argument("--scenes", type=int, default=8, help="generated scenes (5 questions each)")
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--seed", type=int, default=0, help="seed of the generated scenes and questions")
     r.add_argument("--memory", type=Path, help="long-term memory store to retrieve from (top-4, same scene excluded)")
     r.add_argument("--out", type=Path, required=True, help="trajectories JSONL")
     r.set_defaults(func=_run)
     c = asub.add_parser("convert", help="stepwise conversion of verified trajectories into SFT records")
-    c.add_argument("--trajectories", type=Path, required=True)
-    c.add_argument("--phase", type=int, choices=[1, 2], required=True)
+    c.add_argument("--trajectories", type=Path, required=True, help="JSONL trajectories written by `jaxdrive agent run`")
+    c.add_argument("--phase", type=int, choices=[1, 2], required=True,
+                   help="1: tool-decision records (the action JSON is the target); 2: observation-grounded "
+                        "reasoning (full replies, answer turn included); paper Sec. 3.4")
     c.add_argument("--out", type=Path, required=True, help="records JSONL")
     c.set_defaults(func=_convert)
 

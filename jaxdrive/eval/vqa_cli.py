@@ -10,7 +10,7 @@ from pathlib import Path
 
 def add_eval_vqa_subcommand(sub) -> None:
     p = sub.add_parser("vqa", help="score VQA predictions: DriveLMM-o1 MCQ, DriveMLLM (AccS), STSBench")
-    p.add_argument("benchmark", choices=["drivelmm", "drivemllm", "stsbench"])
+    p.add_argument("benchmark", choices=["drivelmm", "drivemllm", "stsbench"], help="the benchmark's scorer")
     p.add_argument("--predictions", type=Path, required=True, help="JSONL rows (see `jaxdrive.eval.vqa_cli`)")
     p.set_defaults(func=_run)
 

@@ -52,11 +52,11 @@ def add_data(jsub) -> None:
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.add_argument("--train", type=int, default=200, help="training scenes")
     p.add_argument("--test", type=int, default=60, help="held-out test scenes")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the generated scenes and labels")
     p.add_argument("--per-scene", type=int, default=4, help="labelled trajectories per scene (at most)")
     p.add_argument("--image-size", type=int, default=64, help="BEV image side (pixels)")
     p.add_argument("--batch-size", type=int, default=8, help="scenes scored and rendered per batch")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run_data)
 
 
@@ -64,7 +64,7 @@ def add_baselines(jsub) -> None:
     p = jsub.add_parser("baselines", help="write EPDMS / oracle-gate (DQC, TPS) and ADE / FDE (TPS) prediction "
                         "parquets for 'jaxdrive eval dqc|tps'")
     p.add_argument("--data", type=Path, required=True, help="dataset directory (records.jsonl, pairs.jsonl)")
-    p.add_argument("--split", default="test", choices=["train", "test"])
+    p.add_argument("--split", default="test", choices=["train", "test"], help="which split's records")
     p.add_argument("--out", type=Path, help="output directory (default: DATA/baselines)")
     p.add_argument("--direct-model", type=Path, help="also the VLM direct-score baseline of this pretrained directory "
                    "(e.g. trained with configs/judge_direct_sft_tiny.py)")
