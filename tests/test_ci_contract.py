@@ -86,8 +86,11 @@ def test_a_crashed_or_hung_test_fails_alone_and_the_run_finishes(tmp_path):
 
 def test_every_benchmark_script_compiles():
     """Benchmarks run by hand (and on borrowed accelerators, where a broken script wastes the lease): each one must
-    at least compile. One commit once broke ``score_end_to_end.py``'s legend with a stray quote."""
+    at least compile (Python) or parse (``bash -n``). One commit once broke ``score_end_to_end.py``'s legend with a stray quote."""
     scripts = sorted((REPO / "benchmarks").glob("*.py"))
     assert len(scripts) >= 5
     for script in scripts:
         compile(script.read_text(), str(script), "exec")  # a SyntaxError names the file and line
+    for script in sorted((REPO / "benchmarks").glob("*.sh")):
+        check = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        assert check.returncode == 0, check.stderr

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The scorer's accelerator checks in one call, for a borrowed GPU whose minutes are few (docs/scoring-at-scale.md,
+# "Measured on one NVIDIA H200"): the step-only figures at K = 4,096 (benchmarks/score_end_to_end.py, with a
+# jax.profiler trace of the first batch size) and the NAVSIM parity tests run on the device.
+#
+# The device machine has no network. Prepare on the host, in the checkout (both folders are git-ignored):
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+#     -d .whl orjson shapely                      # what the device's image lacks (it had jax, flax, numpy, pytest)
+#   mkdir -p .gpu/fixtures && cp -r ../shared/fixtures/epdms .gpu/fixtures/   # the parity fixtures
+# then run `bash benchmarks/device_check.sh` there, carrying .whl and .gpu. Results go to $OUT (or /tmp/device_check):
+# bench.txt, tests.txt and trace/. Environment: PROPOSALS (step batch sizes, default 65536,262144), PARTS=1 (also
+# time the step's parts: ~70 s of GPU compile each), BENCH_S and TESTS_S (time limits in seconds, default 300, 240).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/device_check}
+mkdir -p "$out"
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --target /tmp/device_check_site .whl/*.whl
+  export PYTHONPATH=/tmp/device_check_site${PYTHONPATH:+:$PYTHONPATH}
+fi
+if [ -d .gpu/fixtures/epdms ]; then export JAXDRIVE_SHARED=$PWD/.gpu; fi
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+python3 -c "import jax; print('jax', jax.__version__, jax.devices())"
+parts=()
+if [ "${PARTS:-0}" = 1 ]; then parts=(--parts); fi
+timeout "${BENCH_S:-300}" python3 benchmarks/score_end_to_end.py --ks 4096 --step-only \
+  --step-proposals "${PROPOSALS:-65536,262144}" --replicas 0 --reps 5 --trace "$out/trace" "${parts[@]}" \
+  2>&1 | tee "$out/bench.txt"
+echo "benchmark exit: ${PIPESTATUS[0]} (124: over BENCH_S)" | tee -a "$out/bench.txt"
+timeout "${TESTS_S:-240}" python3 -m pytest -q -p no:rerunfailures -p no:cacheprovider -o addopts="-ra" \
+  tests/test_epdms_parity.py tests/test_scorer.py 2>&1 | tail -25 | tee "$out/tests.txt"
+echo "tests exit: ${PIPESTATUS[0]} (124: over TESTS_S)" | tee -a "$out/tests.txt"
