@@ -62,15 +62,27 @@ def _add_score(sub) -> None:
                    help="NAVSIM's human penalty filter (scenes with a logged human future)")
     p.add_argument("--simulate", action="store_true",
                    help="run NAVSIM's LQR tracker + bicycle model on each proposal before scoring")
-    p.add_argument("--workers", type=int, default=1,
+    p.add_argument("--workers", type=_workers, default="auto",
                    help="processes that read / generate and pad scenes (1: one reader thread beside the device); "
-                        "from JSON files 2 reader processes are ~1.7x faster than 1 on a 2-core machine")
+                        "auto: one per core (at most 4) for runs of 512 scenes or more read from JSON files or "
+                        "generated, else 1. From JSON files 2 reader processes are ~1.7x faster than 1 on a 2-core "
+                        "machine")
     p.add_argument("--devices", type=int, help="number of local devices for the data mesh axis (all if omitted)")
     p.add_argument("--cpu-devices", type=int,
                    help="split the host CPU into N JAX devices (sets XLA_FLAGS=--xla_force_host_platform_device_count=N "
                         "before JAX starts), e.g. --cpu-devices 8 --devices 8 to try data sharding on a laptop")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_run_score)
+
+
+def _workers(text: str) -> int | str:
+    """``--workers``: "auto" or a whole number (checked by ``ScoreOptions.validate``)."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of processes or 'auto', got {text!r}") from None
 
 
 def _load_json(path: Path, what: str):
@@ -88,7 +100,7 @@ def _run_score(args) -> int:
         distributed.require_single_process("jaxdrive score --predictions")
         return run_predictions(args)
     from jaxdrive.scoring.outputs import RunDirError
-    from jaxdrive.scoring.runner import ScoreOptions, score_source
+    from jaxdrive.scoring.runner import ScoreOptions, auto_workers, score_source
     from jaxdrive.data.store import is_store
     from jaxdrive.scoring.sources import SceneDirSource, SceneStoreSource, SyntheticSource
     from jaxdrive.scoring.summary import plot_summary, summary_table, whole_run_stats
@@ -111,7 +123,8 @@ def _run_score(args) -> int:
               f"(e.g. {source.skipped[0]})", file=sys.stderr)
     gates = _load_json(args.gates, "--gates") if args.gates and not str(args.gates).startswith("judge:") else None
     options = ScoreOptions(batch_size=args.batch_size, shard_size=args.shard_size, ep_mode=args.ep_mode,
-                           simulate=args.simulate, num_devices=args.devices, gates=gates, workers=args.workers,
+                           simulate=args.simulate, num_devices=args.devices, gates=gates,
+                           workers=1 if args.workers == "auto" else args.workers,
                            human_filter=args.human_filter,
                            reference_progress=_load_json(args.reference_progress, "--reference-progress")
                            if args.reference_progress else None)
@@ -124,6 +137,8 @@ def _run_score(args) -> int:
         note = None if args.simulate else source.refresh_note(options.pad)
         if note:
             print(f"--scenes {args.scenes}: {note}", file=sys.stderr)
+    if args.workers == "auto":
+        options.workers = auto_workers(source, options.pad)
     out = args.out or Path("runs") / time.strftime("score-%Y%m%d-%H%M%S")
     if args.gates and str(args.gates).startswith("judge:"):  # per-proposal gates from a DriveJudge model
         from jaxdrive.judge.score_gates import gates_from_judge

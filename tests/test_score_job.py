@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -216,6 +217,7 @@ def test_summary_names_an_input_bound_run(tmp_path, monkeypatch):
     from jaxdrive.data.synthetic import pad_spec
 
     monkeypatch.setattr(runner, "CAPACITY_HEADROOM", 4.0)  # no unscanned batch overflows (a recompile mid-run)
+    monkeypatch.setattr(runner, "READ_AHEAD_BYTES", 0)  # two batches ahead: the slow reads are not all done
     from jaxdrive.scoring.runner import RunStats
     from jaxdrive.scoring.summary import summary_table
 
@@ -224,11 +226,11 @@ def test_summary_names_an_input_bound_run(tmp_path, monkeypatch):
             time.sleep(0.05)
             return super().load(i)
 
-    stats = score_source(SlowSource(64, seed=1, num_proposals=2), tmp_path / "slow",
+    stats = score_source(SlowSource(128, seed=1, num_proposals=2), tmp_path / "slow",
                          ScoreOptions(batch_size=2, pad=pad_spec(2)), progress=False)
     assert stats.compiles == 1
-    # 32 batches: the 16 prescanned ones are kept (scored in a few ms each, not read again), each of the other 16
-    # waits ~0.1 s for its scenes
+    # 64 batches: the 16 prescanned ones are kept (scored in a few ms each, not read again); of the other 48, those
+    # beyond the few read ahead (two in the reader, two in the queue) each wait ~0.1 s for their scenes
     assert 0.5 * stats.score_s <= stats.input_wait_s <= stats.score_s
     assert "input-bound:" in summary_table(stats) and "--workers N" in summary_table(stats)
     busy = RunStats(compile_s=1.0, score_s=2.0, scored_after_compile=100, input_wait_s=0.2)
@@ -276,6 +278,93 @@ def test_prescanned_batches_are_scored_without_reading_them_again(tmp_path, monk
         twice = {i for b in picks[:grew] for i in (2 * b, 2 * b + 1)}
         assert {i for i, n in kept.reads.items() if n == 2} == twice and max(kept.reads.values()) == 2
     pd.testing.assert_frame_equal(_sorted(read_results(tmp_path / "kept")), _sorted(read_results(tmp_path / "again")))
+
+
+def test_the_reader_reads_the_run_ahead_while_the_first_batch_compiles(tmp_path, monkeypatch):
+    """40 batches, 16 of them prescanned: the first step waits until every scene has been read, which happens only
+    if the reader reads on while the device is busy (up to ``READ_AHEAD_BYTES``: here the whole run; with a
+    read-ahead of two batches it would wait out its minute and fail)."""
+    import jaxdrive.scoring.runner as runner
+    from jaxdrive.data.synthetic import pad_spec
+
+    source = _CountingSource(80)
+    everything_read = threading.Event()
+    load = source.load
+
+    def load_and_count(i):
+        scene = load(i)
+        if len(source.reads) == len(source):
+            everything_read.set()
+        return scene
+
+    source.load = load_and_count
+    build, waited = runner.build_step, []
+
+    def build_first_waits(*args, **kwargs):
+        step = build(*args, **kwargs)
+
+        def first_waits(*arrays):
+            if not waited:
+                waited.append(everything_read.wait(timeout=60))
+            return step(*arrays)
+        return first_waits
+
+    options = ScoreOptions(batch_size=2, shard_size=8, pad=pad_spec(2))
+    monkeypatch.setattr(runner, "build_step", build_first_waits)
+    score_source(source, tmp_path / "ahead", options, progress=False)
+    assert waited == [True] and set(source.reads.values()) == {1}
+    assert len(read_results(tmp_path / "ahead")) == 80 * 2
+
+
+def test_reader_processes_receive_the_source_once_not_with_every_batch(monkeypatch):
+    """Six batches read by two reader processes: the source is pickled once per process (at its start), not with
+    each batch (a 10,000-file directory's list took ~0.1 s per batch to unpickle); the batches come back in order,
+    padded as the in-process reader pads them."""
+    from jaxdrive.data.synthetic import pad_spec
+    from jaxdrive.scoring.runner import Readers, read_batches
+
+    sent = []
+
+    def getstate(self):
+        sent.append(1)
+        return dict(self.__dict__)
+
+    monkeypatch.setattr(SyntheticSource, "__getstate__", getstate, raising=False)
+    source = SyntheticSource(12, seed=2, num_proposals=2)
+    ranges = [(i, i + 2) for i in range(0, 12, 2)]
+    got = {}
+    for workers in (2, 1):
+        readers = Readers(source, workers)
+        try:
+            got[workers] = list(read_batches(readers, ranges, lambda: pad_spec(2), 2, ahead=4))
+        finally:
+            readers.shutdown()
+    assert 1 <= len(sent) <= 2
+    want = [[f"syn_default_{i}" for i in range(a + 2, b + 2)] for a, b in ranges]  # seed 2
+    assert [r[1].ids for r in got[2]] == [r[1].ids for r in got[1]] == want
+    for (_, _, a), (_, _, b) in zip(got[2], got[1]):
+        jax.tree.map(np.testing.assert_array_equal, a, b)
+
+
+def test_auto_workers_start_reader_processes_only_for_long_runs_that_read(tmp_path, monkeypatch):
+    """``--workers auto``: one reader process per core (at most ``MAX_AUTO_READERS``) for a run of at least
+    ``AUTO_READER_SCENES`` scenes to read or generate; 1 for shorter runs and for a store's padded copy."""
+    import jaxdrive.scoring.runner as runner
+    from jaxdrive.data.store import write_store
+    from jaxdrive.data.synthetic import iter_scenes, pad_spec
+    from jaxdrive.scoring.sources import SceneStoreSource
+
+    long = runner.AUTO_READER_SCENES
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert runner.auto_workers(SyntheticSource(long - 1), pad_spec(16)) == 1
+    assert runner.auto_workers(SyntheticSource(long), pad_spec(16)) == 2
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    assert runner.auto_workers(SyntheticSource(long), pad_spec(16)) == runner.MAX_AUTO_READERS
+    write_store(iter_scenes(3, 0, 2), tmp_path / "store")
+    store = SceneStoreSource(tmp_path / "store")
+    monkeypatch.setattr(runner, "AUTO_READER_SCENES", 3)
+    assert runner.auto_workers(store, store.pad_spec()) == 1  # batches are slices of the padded copy
+    assert runner.auto_workers(store, pad_spec(64)) == runner.MAX_AUTO_READERS  # no copy at that PadSpec: decoded
 
 
 @pytest.mark.slow  # five scoring runs, four compiles
