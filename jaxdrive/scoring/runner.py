@@ -300,7 +300,7 @@ class _Producer(threading.Thread):
         self.pad = options.pad
         self.capacity: PackSpec | None = None  # fixed by _prescan before the first batch is queued
         # a store's padded copy at this run's PadSpec: batches are slices of it (no scene decoded or padded)
-        self.padded = source.padded(self.pad) if hasattr(source, "padded") else None
+        self.padded = source.padded(self.pad)
         self.failure: BaseException | None = None
         self.stop = threading.Event()
         self.ahead = 2 * options.workers  # batches read ahead by the readers (``read_ahead`` once one was read)
@@ -577,7 +577,7 @@ def auto_workers(source: SceneSource, pad: PadSpec) -> int:
     reader thread): a shorter run would spend more on starting processes than they save, and a store's padded copy
     has nothing to read (its batches are slices of memory maps). On 2 cores this took the default job (1,024
     synthetic scenes) from 14.3-18.5 s to 10.0-11.8 s when its program is cached (docs/scoring-at-scale.md)."""
-    if len(source) < AUTO_READER_SCENES or (hasattr(source, "padded") and source.padded(pad) is not None):
+    if len(source) < AUTO_READER_SCENES or source.padded(pad) is not None:
         return 1
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, min(MAX_AUTO_READERS, cores))

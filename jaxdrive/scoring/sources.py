@@ -38,6 +38,11 @@ class SceneSource:
         for i in range(start, min(stop, len(self))):
             yield self.load(i)
 
+    def padded(self, pad):
+        """A copy of the scenes already padded at ``pad`` (``jaxdrive.data.store.PaddedStore``: batches are slices of
+        it, nothing read or padded), or None: the scenes are read and padded per batch."""
+        return None
+
 
 class SyntheticSource(SceneSource):
     """``count`` synthetic scenes; scene i is ``generate_scene(seed + i)`` (the scene ``jaxdrive scenes preview

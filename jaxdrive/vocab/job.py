@@ -175,5 +175,6 @@ def export_gtrs(run_dir, path) -> Path:
         rows = rows.sort_values("proposal")
         table[str(token)] = {key: rows[col].to_numpy(np.float16) for key, col in GTRS_KEYS.items()}
     path = Path(path)
-    atomic.write_bytes(path, pickle.dumps(table, protocol=4))
+    with atomic.replacing(path) as tmp, open(tmp, "wb") as f:  # streamed: navtrain x 16,384 is tens of GB
+        pickle.dump(table, f, protocol=4)
     return path
