@@ -231,7 +231,8 @@ def preview_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Ar
                    help=f"'family', 'none', a kernel score ({', '.join(SCORE_FIELDS)}: the scene is scored first), "
                         f"a state field ({', '.join(sorted(DERIVED_FIELDS))}) or an expected key of a scored scene file")
     p.add_argument("--profile", type=str, default="default", help="synthetic profile (default | hard)")
-    p.add_argument("--num-proposals", type=int, default=16, help="proposals of the synthetic scene (ignored with --scene)")
+    p.add_argument("--num-proposals", type=int, default=16,
+                   help="proposals of the synthetic scene (ignored with --scene)")
     p.add_argument("--extent", type=float, default=60.0, help="half-width of the view, m")
     return p
 

@@ -16,7 +16,8 @@ def add_agent_subcommands(sub) -> None:
     r.add_argument("--out", type=Path, required=True, help="trajectories JSONL")
     r.set_defaults(func=_run)
     c = asub.add_parser("convert", help="stepwise conversion of verified trajectories into SFT records")
-    c.add_argument("--trajectories", type=Path, required=True, help="JSONL trajectories written by `jaxdrive agent run`")
+    c.add_argument("--trajectories", type=Path, required=True,
+                   help="JSONL trajectories written by `jaxdrive agent run`")
     c.add_argument("--phase", type=int, choices=[1, 2], required=True,
                    help="1: tool-decision records (the action JSON is the target); 2: observation-grounded "
                         "reasoning (full replies, answer turn included); paper Sec. 3.4")

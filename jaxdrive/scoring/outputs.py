@@ -8,9 +8,9 @@ Layout of ``OUT``::
                              record of the completed shards' errors, rewritten with it: never duplicated by a resume)
 
 A shard file is written to a temporary ``part-i.parquet.<pid>.tmp`` and renamed into place (``jaxdrive.atomic``),
-then the manifest is rewritten the same way. A run killed at any point therefore leaves only complete shard files; on ``--resume`` the shards named in
-the manifest are kept, every other shard (even a complete file written just before the kill) is recomputed, so the
-union of rows equals an uninterrupted run's, none missing and none duplicated.
+then the manifest is rewritten the same way. A run killed at any point therefore leaves only complete shard files;
+on ``--resume`` the shards named in the manifest are kept, every other shard (even a complete file written just
+before the kill) is recomputed, so the union of rows equals an uninterrupted run's, none missing and none duplicated.
 
 Multi-process runs (``jaxdrive.distributed``): process p scores the shards i with i % N == p and records each one it
 commits in its own ``progress/process-<p>.json`` (same record format); the manifest is written once, by process 0,
