@@ -76,6 +76,14 @@ def test_a_crashed_or_hung_test_fails_alone_and_the_run_finishes(tmp_path):
            "-p", "no:cacheprovider", str(tmp_path / "test_fine.py"), str(tmp_path / "test_trouble.py")]
     run = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     out = run.stdout + run.stderr
+    if "INTERNALERROR" in out and "cannot send (already closed?)" in out:
+        # pytest-xdist issue 204: when both workers crash at once (likelier on a loaded machine: seen once in a full
+        # CI run), the scheduler sends work to a dead worker and the run ends with an internal error (it ends; it
+        # does not hang). The toy suite is run again from the start to check the rest of the contract.
+        for leftover in ("crashed_once", "failure_runs"):
+            (tmp_path / leftover).unlink(missing_ok=True)
+        run = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        out = run.stdout + run.stderr
     assert run.returncode == 1, out
     summary = run.stdout.strip().splitlines()[-1]
     assert "3 failed, 5 passed" in summary and "rerun" in summary, summary
