@@ -9,8 +9,11 @@
 #     -d .whl orjson shapely                      # what the device's image lacks (it had jax, flax, numpy, pytest)
 #   mkdir -p .gpu/fixtures && cp -r ../shared/fixtures/epdms .gpu/fixtures/   # the parity fixtures
 # then run `bash benchmarks/device_check.sh` there, carrying .whl and .gpu. Results go to $OUT (or /tmp/device_check):
-# bench.txt, tests.txt and trace/. Environment: PROPOSALS (step batch sizes, default 65536,262144), PARTS=1 (also
-# time the step's parts: ~70 s of GPU compile each), BENCH_S and TESTS_S (time limits in seconds, default 300, 240).
+# bench.txt, tests.txt and step.xplane.pb (the trace, copied out of the profiler's plugins/profile/<time>/ folders:
+# only files at most two folders down come back). Read it with xprof:
+# `xprof.convert.raw_to_tool_data.xspace_to_tool_data([path], "kernel_stats", {})`.
+# Environment: PROPOSALS (step batch sizes, default 65536,262144), PARTS=1 (also time the step's parts: ~70 s of GPU
+# compile each), BENCH_S and TESTS_S (time limits in seconds, default 300, 240).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/device_check}
@@ -22,12 +25,15 @@ fi
 if [ -d .gpu/fixtures/epdms ]; then export JAXDRIVE_SHARED=$PWD/.gpu; fi
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import jax; print('jax', jax.__version__, jax.devices())"
+export PYTHONUNBUFFERED=1
+rm -rf /tmp/device_check_trace
 parts=()
 if [ "${PARTS:-0}" = 1 ]; then parts=(--parts); fi
 timeout "${BENCH_S:-300}" python3 benchmarks/score_end_to_end.py --ks 4096 --step-only \
-  --step-proposals "${PROPOSALS:-65536,262144}" --replicas 0 --reps 5 --trace "$out/trace" "${parts[@]}" \
+  --step-proposals "${PROPOSALS:-65536,262144}" --replicas 0 --reps 5 --trace /tmp/device_check_trace "${parts[@]}" \
   2>&1 | tee "$out/bench.txt"
 echo "benchmark exit: ${PIPESTATUS[0]} (124: over BENCH_S)" | tee -a "$out/bench.txt"
+find /tmp/device_check_trace -name "*.xplane.pb" -exec cp {} "$out/step.xplane.pb" \; 2>/dev/null
 timeout "${TESTS_S:-240}" python3 -m pytest -q -p no:rerunfailures -p no:cacheprovider -o addopts="-ra" \
   tests/test_epdms_parity.py tests/test_scorer.py 2>&1 | tail -25 | tee "$out/tests.txt"
 echo "tests exit: ${PIPESTATUS[0]} (124: over TESTS_S)" | tee -a "$out/tests.txt"

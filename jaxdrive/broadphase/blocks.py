@@ -6,6 +6,8 @@ step costs several kernel launches and, on a GPU, a host round trip for the loop
 step (K = 4,096 x 64 scenes, docs/scoring-at-scale.md) counted ~630 steps (276 over the lane tiles alone, blocks of
 16,384) and ~12 ms of its 59 ms between kernels. There a block is large enough that a loop over the whole capacity
 takes at most ``ACCELERATOR_TRIPS`` steps (the same results: a loop's sums and minima do not depend on its blocks).
+Measured on the H200 at 262,144 proposals: 8 steps 5.15 M proposals/s (from 4.22 M), 2 steps 4.18 M (a last step
+scores up to half a capacity of unused entries), 1 step 4.67 M.
 """
 
 from __future__ import annotations
