@@ -144,12 +144,14 @@ def step_only(scenes, pad, batch: int, reps: int, capacity=None, trace: str | No
 
 
 def step_parts(scenes, pad, batch: int, reps: int):
-    """Seconds per batch (best of ``reps``) and compile seconds of the step's parts, each its own program on
-    device-resident inputs: the broad phase (``pack_on_device`` at the batch's capacities); on its packed scene the
-    map predicates (``batch_ego_areas``), NC's and TTC's contact kernels and all the rules together
-    (``epdms.score``: those three plus DDC, TLC, EP, LK, comfort and the aggregation); and the rules on the unculled
-    scene (no broad phase: every proposal against every polygon, lane and agent). Says where the step's time goes,
-    and whether culling pays on this device."""
+    """Yield (name, seconds per batch (best of ``reps``), compile seconds, None) for each of the step's parts, each
+    its own program on device-resident inputs, as it is measured: the broad phase (``pack_on_device`` at the batch's
+    capacities); on its packed scene the map predicates (``batch_ego_areas``), NC's and TTC's contact kernels and all
+    the rules together (``epdms.score``: those three plus DDC, TLC, EP, LK, comfort and the aggregation); and the
+    rules on the unculled scene (no broad phase: every proposal against every polygon, lane and agent). A part the
+    device cannot run (e.g. the unculled rules out of memory) yields (name, None, None, the error's first line);
+    the parts that need its output are then skipped. Says where the step's time goes, and whether culling pays on
+    this device."""
     from jaxdrive.broadphase.device import pack_on_device
     from jaxdrive.rules import epdms
 
@@ -157,16 +159,24 @@ def step_parts(scenes, pad, batch: int, reps: int):
     groups = jax.device_count()
     capacity = capacity_for(needs(sc, pr, groups))
     sc, pr = jax.device_put((sc, pr))
-    times = {}
-    times["broad phase"] = timed(jax.jit(lambda s, p: pack_on_device(s, p, capacity, groups)), (sc, pr), reps)
-    packed = times["broad phase"][3][0]
-    times["map areas"] = timed(jax.jit(lambda s, x: epdms.batch_ego_areas(s.map, x)), (packed, pr.states), reps)
-    areas = times["map areas"][3]
-    times["nc"] = timed(jax.jit(epdms.batch_no_at_fault_collisions), (packed, pr.states, areas), reps)
-    times["ttc"] = timed(jax.jit(epdms.batch_time_to_collision), (packed, pr.states, areas), reps)
-    times["rules"] = timed(jax.jit(lambda s, p: epdms.score(s, p)), (packed, pr), reps)
-    times["unculled"] = timed(jax.jit(lambda s, p: epdms.score(s, p)), (sc, pr), 1)  # ~100x slower: one rep
-    return {name: t[:2] for name, t in times.items()}
+    out = {}
+
+    def part(name, fn, args, runs):
+        try:
+            best, first, _, out[name] = timed(jax.jit(fn), args, runs)
+        except jax.errors.JaxRuntimeError as e:
+            return name, None, None, str(e).splitlines()[0][:120]
+        return name, best, first, None
+
+    yield part("broad phase", lambda s, p: pack_on_device(s, p, capacity, groups), (sc, pr), reps)
+    if "broad phase" in out:
+        packed = out["broad phase"][0]
+        yield part("map areas", lambda s, x: epdms.batch_ego_areas(s.map, x), (packed, pr.states), reps)
+        if "map areas" in out:
+            yield part("nc", epdms.batch_no_at_fault_collisions, (packed, pr.states, out["map areas"]), reps)
+            yield part("ttc", epdms.batch_time_to_collision, (packed, pr.states, out["map areas"]), reps)
+        yield part("rules", lambda s, p: epdms.score(s, p), (packed, pr), reps)
+    yield part("unculled", lambda s, p: epdms.score(s, p), (sc, pr), 1)  # ~100x slower: one rep
 
 
 def step_all(scenes, pad, batch: int, capacity, passes: int = 2):
@@ -303,8 +313,9 @@ def main() -> None:
                 print(rows[-1], flush=True)
             if args.parts:
                 b = step_batches[0]
-                for name, (best, first) in step_parts(step_scenes, step_pad, b, args.reps).items():
-                    rows.append(f"{k:>5} {name:<12} {b:>6} {b * k:>9} {best:>7.3f} {first:>9.1f} "
+                for name, best, first, error in step_parts(step_scenes, step_pad, b, args.reps):
+                    rows.append(f"{k:>5} {name:<12} {b:>6} {b * k:>9} failed: {error}" if error else
+                                f"{k:>5} {name:<12} {b:>6} {b * k:>9} {best:>7.3f} {first:>9.1f} "
                                 f"{b * k / best:>10,.0f} {'':>13} {'':>12} {b * k / best * ref_s:>8,.0f}")
                     print(rows[-1], flush=True)
             n = min(batch, count) * k
