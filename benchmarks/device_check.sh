@@ -14,7 +14,8 @@
 # `xprof.convert.raw_to_tool_data.xspace_to_tool_data([path], "kernel_stats", {})`.
 # Environment: PROPOSALS (step batch sizes, default 262144,1048576), PARTS=1 (also time the step's parts: ~70 s of
 # GPU compile each), BENCH_S and TESTS_S (time limits in seconds, default 340, 200). With the defaults the script took
-# 417 s on the H200 (2026-12-04): two ~100 s compiles, the parity tests 128 s.
+# 417 s on the H200 (2026-12-04): two ~100 s compiles, the parity tests 128 s. TRIPS="16 32" (say) adds one step row
+# at 262,144 proposals per value of the broad-phase loops' ACCELERATOR_TRIPS (default 8), ~130 s each (trips.txt).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/device_check}
@@ -35,6 +36,10 @@ timeout "${BENCH_S:-340}" python3 benchmarks/score_end_to_end.py --ks 4096 --ste
   2>&1 | tee "$out/bench.txt"
 echo "benchmark exit: ${PIPESTATUS[0]} (124: over BENCH_S)" | tee -a "$out/bench.txt"
 find /tmp/device_check_trace -name "*.xplane.pb" -exec cp {} "$out/step.xplane.pb" \; 2>/dev/null
+for trips in ${TRIPS:-}; do
+  timeout 200 python3 benchmarks/score_end_to_end.py --ks 4096 --step-only --step-proposals 262144 --replicas 0 \
+    --reps 3 --ref-scenes 1 --accelerator-trips "$trips" 2>&1 | grep -E "^device|^ *4096|rror" | tee -a "$out/trips.txt"
+done
 timeout "${TESTS_S:-200}" python3 -m pytest -q -p no:rerunfailures -p no:cacheprovider -o addopts="-ra" \
   tests/test_epdms_parity.py tests/test_scorer.py 2>&1 | tail -25 | tee "$out/tests.txt"
 echo "tests exit: ${PIPESTATUS[0]} (124: over TESTS_S)" | tee -a "$out/tests.txt"

@@ -242,7 +242,17 @@ def main() -> None:
                     help="also time the step's parts, each its own program, at the first --step-proposals: the "
                          "broad phase, the map predicates, NC, TTC, all the rules on the packed scene, and the rules "
                          "on the unculled scene")
+    ap.add_argument("--accelerator-trips", type=int, default=0,
+                    help="off the CPU, the most steps a broad-phase loop takes (jaxdrive.broadphase.blocks."
+                         "ACCELERATOR_TRIPS; 0: its default) — to compare settings on a GPU")
     args = ap.parse_args()
+    if args.accelerator_trips < 0:
+        ap.error(f"--accelerator-trips: expected 0 (the default) or a positive number of steps, "
+                 f"got {args.accelerator_trips}")
+    if args.accelerator_trips:
+        from jaxdrive.broadphase import blocks
+
+        blocks.ACCELERATOR_TRIPS = args.accelerator_trips  # read when the programs are traced, below
     if args.quick:
         args.proposals, args.reps = 2048, 2
 
@@ -251,8 +261,11 @@ def main() -> None:
     xla_cache.enable()  # as `jaxdrive score` does: a program compiled by an earlier run is reused
     ndev = jax.device_count()
     load = os.getloadavg()
+    from jaxdrive.broadphase import blocks
+
+    trips = "" if blocks.on_cpu() else f"; broad-phase loops of at most {blocks.ACCELERATOR_TRIPS} steps"
     print(f"device: {jax.devices()[0].platform} x{ndev} ({jax.devices()[0].device_kind}); cpu cores "
-          f"{os.cpu_count()}; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
+          f"{os.cpu_count()}; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}{trips}")
     ref_s = reference_per_proposal_s(make_scenes(16, args.ref_scenes, args.ref_scenes))
     print(f"reference (shapely/numpy per proposal): {1 / ref_s:,.1f} proposals/s ({ref_s * 1e3:.1f} ms/proposal)\n")
     tmp = tempfile.mkdtemp(prefix="jaxdrive-e2e-")
