@@ -15,7 +15,8 @@
 # Environment: PROPOSALS (step batch sizes, default 262144,1048576), PARTS=1 (also time the step's parts: ~70 s of
 # GPU compile each), BENCH_S and TESTS_S (time limits in seconds, default 340, 200). With the defaults the script took
 # 417 s on the H200 (2026-12-04): two ~100 s compiles, the parity tests 128 s. TRIPS="16 32" (say) adds one step row
-# at 262,144 proposals per value of the broad-phase loops' ACCELERATOR_TRIPS (default 8), ~130 s each (trips.txt).
+# at 262,144 proposals per value of the broad-phase loops' ACCELERATOR_TRIPS (default 8), ~130 s each (trips.txt);
+# PALLAS=1 one more with the Pallas edge-tile kernel (JAXDRIVE_KERNELS=pallas; never yet run on a GPU).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/device_check}
@@ -40,6 +41,11 @@ for trips in ${TRIPS:-}; do
   timeout 200 python3 benchmarks/score_end_to_end.py --ks 4096 --step-only --step-proposals 262144 --replicas 0 \
     --reps 3 --ref-scenes 1 --accelerator-trips "$trips" 2>&1 | grep -E "^device|^ *4096|rror" | tee -a "$out/trips.txt"
 done
+if [ "${PALLAS:-0}" = 1 ]; then
+  JAXDRIVE_KERNELS=pallas timeout 200 python3 benchmarks/score_end_to_end.py --ks 4096 --step-only \
+    --step-proposals 262144 --replicas 0 --reps 3 --ref-scenes 1 2>&1 | grep -E "^device|^ *4096|rror" \
+    | sed 's/^/pallas: /' | tee -a "$out/trips.txt"
+fi
 timeout "${TESTS_S:-200}" python3 -m pytest -q -p no:rerunfailures -p no:cacheprovider -o addopts="-ra" \
   tests/test_epdms_parity.py tests/test_scorer.py 2>&1 | tail -25 | tee "$out/tests.txt"
 echo "tests exit: ${PIPESTATUS[0]} (124: over TESTS_S)" | tee -a "$out/tests.txt"
