@@ -279,6 +279,33 @@ def test_pad_scene_equals_a_per_polygon_per_agent_loop(scenes):
                                                                          int(a.type))
 
 
+@pytest.mark.parametrize("axes", ["proposals", "agents", "areas", "area_vertices", "lanes", "lane_vertices",
+                                  "centerline", "all"])
+def test_a_padded_batch_grown_to_a_larger_spec_equals_one_padded_there(scenes, axes):
+    """``grow_batch`` (the scoring job's re-padding when a later scene grows the run's PadSpec) gives bit for bit
+    the batch ``batch_scenes`` pads at the larger spec, for each axis grown alone and all at once (fixture scenes of
+    several sizes, with and without previous plans, and synthetic ones with human futures)."""
+    import dataclasses
+
+    from jaxdrive.data.synthetic import generate_scene
+    from jaxdrive.scene import grow_batch
+
+    batch = scenes[:5] + [generate_scene(i, num_proposals=3) for i in range(3)]
+    small = PadSpec.fit(batch)
+    grow = [f.name for f in dataclasses.fields(PadSpec)] if axes == "all" else [axes]
+    big = dataclasses.replace(small, **{name: getattr(small, name) + 24 for name in grow})
+    want = batch_scenes(batch, big, validate=False)[:2]
+    got = grow_batch(*batch_scenes(batch, small, validate=False)[:2], big)
+    paths = lambda tree: [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(tree)]
+    assert paths(got) == paths(want)
+    for path, g, w in zip(paths(got), jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert g.dtype == w.dtype and g.shape == w.shape, path
+        np.testing.assert_array_equal(g, w, err_msg=path)
+    assert grow_batch(*want, small)[0] is not None  # a smaller spec changes nothing
+    for path, g, w in zip(paths(want), jax.tree.leaves(grow_batch(*want, small)), jax.tree.leaves(want)):
+        np.testing.assert_array_equal(g, w, err_msg=path)
+
+
 def test_boolean_search_equals_the_element_walk():
     """The one-pass type check of numeric arrays finds a JSON boolean exactly where the element-by-element walk does,
     whatever the nesting (rows of numbers, deeper lists, strings, nulls, objects)."""

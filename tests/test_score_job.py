@@ -240,18 +240,18 @@ def test_summary_names_an_input_bound_run(tmp_path, monkeypatch):
 
 
 class _CountingSource(SyntheticSource):
-    """Synthetic scenes that count their reads; from scene ``grow_from`` on 10 proposals instead of 2 (PadSpec.fit
-    rounds to multiples of 8: a larger PadSpec)."""
+    """Synthetic scenes that count their reads; from scene ``grow_from`` on (or only the scenes in ``grow_only``)
+    10 proposals instead of 2 (PadSpec.fit rounds to multiples of 8: a larger PadSpec)."""
 
-    def __init__(self, count: int, grow_from: int | None = None):
+    def __init__(self, count: int, grow_from: int | None = None, grow_only: frozenset = frozenset()):
         super().__init__(count, seed=3, num_proposals=2)
-        self.grow_from, self.reads = grow_from, collections.Counter()
+        self.grow_from, self.grow_only, self.reads = grow_from, grow_only, collections.Counter()
 
     def load(self, i):
         from jaxdrive.data.synthetic import generate_scene
 
         self.reads[i] += 1
-        more = self.grow_from is not None and i >= self.grow_from
+        more = (self.grow_from is not None and i >= self.grow_from) or i in self.grow_only
         return generate_scene(self.seed + i, num_proposals=10 if more else self.num_proposals, validate=False)
 
 
@@ -259,7 +259,8 @@ class _CountingSource(SyntheticSource):
 def test_prescanned_batches_are_scored_without_reading_them_again(tmp_path, monkeypatch, grow_from):
     """20 batches, 16 of them prescanned: each scene is read once and the prescanned batches' padded arrays are
     scored as kept. When a later scan grows the PadSpec (scenes 30.. have 10 proposals), the batches padded before
-    it are read again at the grown PadSpec. Rows equal a run that keeps nothing (every prescanned batch read twice)."""
+    it are re-padded at the grown PadSpec (``grow_batch``), not read again. Rows equal a run that keeps nothing
+    (every prescanned batch read twice)."""
     import jaxdrive.scoring.runner as runner
     from jaxdrive.data.synthetic import pad_spec
 
@@ -271,13 +272,32 @@ def test_prescanned_batches_are_scored_without_reading_them_again(tmp_path, monk
     score_source(again, tmp_path / "again", options, progress=False)
     picks = runner.prescan_picks(20, runner.PRESCAN_BATCHES)
     assert sorted(again.reads.values()) == [1] * 8 + [2] * 32  # the old behaviour: 16 batches of 2 read twice
-    if grow_from is None:
-        assert set(kept.reads.values()) == {1}
-    else:  # the scan that grew the PadSpec: the first pick holding scene 30 or later; batches kept before it re-read
-        grew = next(n for n, b in enumerate(picks) if 2 * b + 1 >= grow_from)
-        twice = {i for b in picks[:grew] for i in (2 * b, 2 * b + 1)}
-        assert {i for i, n in kept.reads.items() if n == 2} == twice and max(kept.reads.values()) == 2
+    assert set(kept.reads.values()) == {1} and len(kept.reads) == 40
+    if grow_from is not None:  # the scan that grew the PadSpec came after some kept batches (re-padded, not re-read)
+        assert 0 < next(n for n, b in enumerate(picks) if 2 * b + 1 >= grow_from) < len(picks)
     pd.testing.assert_frame_equal(_sorted(read_results(tmp_path / "kept")), _sorted(read_results(tmp_path / "again")))
+
+
+def test_batches_read_ahead_before_a_scene_grew_the_padspec_are_re_padded_not_read_again(tmp_path):
+    """The prescan misses one batch whose scenes have 10 proposals; the batches after it were read ahead at the
+    PadSpec of 2 before that batch grew it. They are re-padded (``grow_batch``), so every scene is read once (they
+    used to be read again, one by one in the producer), and the rows equal a run padded for 10 proposals from the
+    start."""
+    import jaxdrive.scoring.runner as runner
+    from jaxdrive.data.synthetic import pad_spec
+
+    picks = set(runner.prescan_picks(20, runner.PRESCAN_BATCHES))
+    unpicked = [b for b in range(20) if b not in picks]
+    assert len(unpicked) >= 2  # one to grow, at least one read ahead after it
+    grow = frozenset({2 * unpicked[0], 2 * unpicked[0] + 1})
+    source = _CountingSource(40, grow_only=grow)
+    stats = score_source(source, tmp_path / "grown", ScoreOptions(batch_size=2, shard_size=8, pad=pad_spec(2)),
+                         progress=False)
+    assert set(source.reads.values()) == {1} and len(source.reads) == 40
+    assert stats.compiles > 1  # the grown PadSpec is another shape
+    wide = _CountingSource(40, grow_only=grow)
+    score_source(wide, tmp_path / "wide", ScoreOptions(batch_size=2, shard_size=8, pad=pad_spec(10)), progress=False)
+    pd.testing.assert_frame_equal(_sorted(read_results(tmp_path / "grown")), _sorted(read_results(tmp_path / "wide")))
 
 
 def test_the_reader_reads_the_run_ahead_while_the_first_batch_compiles(tmp_path, monkeypatch):

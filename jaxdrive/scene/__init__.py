@@ -19,7 +19,7 @@ State layout: NAVSIM's ``StateIndex`` (``StateIndex`` below), all ego states at 
 """
 
 from jaxdrive.scene.device import (FAR, Agents, BatchInfo, MapData, PadSpec, Polygons, Proposals, Scene, batch_scenes,
-                                   pad_scene, validate_batch)
+                                   grow_batch, pad_scene, validate_batch)
 from jaxdrive.scene.host import (DT, HISTORY_TIMES, NUM_HISTORY, NUM_HISTORY_PADDED, NUM_STEPS, STATE_DIM, STATE_FIELDS,
                                  Agent, AgentType, Area, AreaKind, HostScene, Lane, LaneKind, SceneValidationError,
                                  StateIndex, pad_history, validate_host_scene, wrap_angle)
@@ -27,6 +27,6 @@ from jaxdrive.scene.host import (DT, HISTORY_TIMES, NUM_HISTORY, NUM_HISTORY_PAD
 __all__ = [
     "DT", "FAR", "HISTORY_TIMES", "NUM_HISTORY", "NUM_HISTORY_PADDED", "NUM_STEPS", "STATE_DIM", "STATE_FIELDS",
     "Agent", "AgentType", "Agents", "Area", "AreaKind", "BatchInfo", "HostScene", "Lane", "LaneKind", "MapData",
-    "PadSpec", "Polygons", "Proposals", "Scene", "SceneValidationError", "StateIndex", "batch_scenes", "pad_history",
-    "pad_scene", "validate_batch", "validate_host_scene", "wrap_angle",
+    "PadSpec", "Polygons", "Proposals", "Scene", "SceneValidationError", "StateIndex", "batch_scenes", "grow_batch",
+    "pad_history", "pad_scene", "validate_batch", "validate_host_scene", "wrap_angle",
 ]

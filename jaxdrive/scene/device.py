@@ -272,6 +272,53 @@ def batch_scenes(scenes: Sequence[HostScene], spec: PadSpec | None = None,
     return _build(stacked_scene), Proposals(**stacked_props), info
 
 
+def _grow(x: np.ndarray, axis: int, size: int, fill) -> np.ndarray:
+    """``x`` grown along ``axis`` (counted from the batch's first axis) to ``size`` entries: ``fill`` a scalar, or
+    "first" / "last" to repeat that entry (the padding conventions of ``pad_scene``)."""
+    have = x.shape[axis]
+    if size <= have:
+        return x
+    shape = list(x.shape)
+    shape[axis] = size - have
+    if fill in ("first", "last"):
+        edge = np.take(x, [0 if fill == "first" else have - 1], axis=axis)
+        extra = np.broadcast_to(edge, shape)
+    else:
+        extra = np.full(shape, fill, x.dtype)
+    return np.concatenate([x, extra], axis=axis)
+
+
+def grow_batch(scene: Scene, proposals: Proposals, spec: PadSpec) -> tuple[Scene, Proposals]:
+    """A padded host batch (numpy ``Scene[B]``, ``Proposals[B, K]`` of ``batch_scenes``) re-padded to the larger
+    ``spec``: bit for bit what ``batch_scenes`` gives at ``spec`` (same padding values), without the host scenes.
+    Axes already at least ``spec``'s size are kept. The scoring job uses it when a later scene grows the run's
+    ``PadSpec`` after batches were padded at the old one."""
+    def polygons(p: Polygons, count: int, verts: int) -> Polygons:
+        v = _grow(p.vertices, 2, verts, "first")  # padded vertices repeat a polygon's first (FAR for padded ones)
+        vm = _grow(p.vertex_valid, 2, verts, False)
+        return Polygons(vertices=_grow(v, 1, count, FAR), vertex_valid=_grow(vm, 1, count, False),
+                        valid=_grow(p.valid, 1, count, False))
+
+    m, a = scene.map, scene.agents
+    grown_map = MapData(
+        areas=polygons(m.areas, spec.areas, spec.area_vertices), area_kind=_grow(m.area_kind, 1, spec.areas, 0),
+        lanes=polygons(m.lanes, spec.lanes, spec.lane_vertices), lane_kind=_grow(m.lane_kind, 1, spec.lanes, 0),
+        lane_on_route=_grow(m.lane_on_route, 1, spec.lanes, False), lane_red=_grow(m.lane_red, 1, spec.lanes, False),
+        centerline=_grow(m.centerline, 1, spec.centerline, "last"),
+        centerline_valid=_grow(m.centerline_valid, 1, spec.centerline, False))
+    n = spec.agents
+    agents = Agents(center=_grow(a.center, 1, n, FAR), heading=_grow(a.heading, 1, n, 0),
+                    velocity=_grow(a.velocity, 1, n, 0), length=_grow(a.length, 1, n, 1), width=_grow(a.width, 1, n, 1),
+                    type=_grow(a.type, 1, n, 0), present=_grow(a.present, 1, n, False),
+                    valid=_grow(a.valid, 1, n, False))
+    k = spec.proposals
+    grown = Proposals(states=_grow(proposals.states, 1, k, "first"),  # padded proposals copy proposal 0
+                      previous=_grow(proposals.previous, 1, k, 0),
+                      has_previous=_grow(proposals.has_previous, 1, k, False),
+                      valid=_grow(proposals.valid, 1, k, False))
+    return scene.replace(map=grown_map, agents=agents), grown
+
+
 def validate_batch(scene: Scene, proposals: Proposals) -> None:
     """Host-side check of a padded batch built outside ``batch_scenes`` (shapes consistent, values finite)."""
     states = np.asarray(proposals.states)

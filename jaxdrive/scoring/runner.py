@@ -44,7 +44,7 @@ from jaxdrive.broadphase.device import needs, needs_of
 from jaxdrive.metrics import AGGREGATES, GATES, STEPS
 from jaxdrive.rules.epdms import SubScores
 from jaxdrive.scorer import capacity_for, score_with_overflow
-from jaxdrive.scene import HostScene, PadSpec, batch_scenes
+from jaxdrive.scene import HostScene, PadSpec, batch_scenes, grow_batch
 from jaxdrive.scoring.outputs import RunDir
 from jaxdrive.scoring.sources import SceneSource, SourceError
 
@@ -311,16 +311,17 @@ class _Producer(threading.Thread):
         return -(-max(self.options.batch_size, n) // ndev) * ndev
 
     def _adopt(self, start: int, stop: int, read: tuple):
-        """(``_Batch``, padded host arrays or None) of a ``read_padded`` result for items ``start:stop``: the run's
-        PadSpec grows to cover it (rarely: a recompile); one padded smaller than the run's PadSpec (read before
-        another batch grew it) is read again here at the run's."""
+        """(``_Batch``, padded host (scene, proposals) or None) of a ``read_padded`` result for items ``start:stop``:
+        the run's PadSpec grows to cover it (rarely: a recompile); one padded smaller than the run's PadSpec (read
+        before another batch grew it) is re-padded to the run's (``grow_batch``: the same arrays, nothing read
+        again). ``_complete`` turns the arrays into the step's inputs."""
         pad, batch, arrays = read
         if arrays is None:
             return batch, None
         self.pad = self.pad.union(pad)
         if pad != self.pad:
-            pad, batch, arrays = read_padded(self.source, start, stop, self.pad, self._rows(stop - start))
-        return batch, self._complete(*arrays, batch.ids, batch.counts)
+            arrays = grow_batch(*arrays, self.pad)
+        return batch, arrays
 
     def _reads(self, ranges: list[tuple[int, int]], readers: Readers) -> Iterator[tuple]:
         """``read_padded`` results of ``ranges``, in order, each padded to the run's PadSpec when it was submitted."""
@@ -336,6 +337,10 @@ class _Producer(threading.Thread):
         scene, props = self.padded.batch(start, stop, self._rows(stop - start))
         return self._complete(_build(scene), Proposals(**props), self.padded.ids[start:stop],
                               self.padded.counts[start:stop])
+
+    def _inputs(self, batch: "_Batch", padded: tuple | None):
+        """The step's inputs (``_complete``) of a read batch's padded (scene, proposals), or None (no scene read)."""
+        return None if padded is None else self._complete(*padded, batch.ids, batch.counts)
 
     def _complete(self, scene, props, ids: list[str], counts: list[int]):
         """(scene, proposals, gates, reference) of a padded batch whose first ``len(ids)`` scenes are real."""
@@ -383,13 +388,14 @@ class _Producer(threading.Thread):
                 scanned = list(threads.map(lambda i: needs(*self._padded_batch(*ranges[i])[:2], ndev), picks))
         else:
             for i, read in zip(picks, self._reads([ranges[i] for i in picks], readers)):
-                batch, arrays = self._adopt(*ranges[i], read)
+                batch, padded = self._adopt(*ranges[i], read)
+                arrays = self._inputs(batch, padded)
                 if arrays is not None:
                     scanned.append(needs(*arrays[:2], ndev))
                 size = sum(leaf.nbytes for leaf in jax.tree.leaves(arrays))
                 largest = max(largest, size)
-                if kept_bytes + size <= PRESCAN_KEEP_BYTES:
-                    kept[i], kept_bytes = (self.pad, batch, arrays), kept_bytes + size
+                if kept_bytes + size <= PRESCAN_KEEP_BYTES:  # the padded arrays too (shared unless --simulate)
+                    kept[i], kept_bytes = (self.pad, batch, padded, arrays), kept_bytes + size
         if largest:
             self.ahead = read_ahead(largest, self.options.workers)
         most = PackSpec(**{f.name: 1 for f in dataclasses.fields(PackSpec)}).union(*scanned)
@@ -441,12 +447,12 @@ class _Producer(threading.Thread):
                     self._emit(batch, arrays)
                     continue
                 if i not in kept:
-                    batch, arrays = self._adopt(start, stop, next(reads))
+                    batch, padded = self._adopt(start, stop, next(reads))
+                    arrays = self._inputs(batch, padded)
                 else:
-                    pad, batch, arrays = kept.pop(i)
-                    if pad != self.pad:  # padded before a later scan grew the PadSpec: read again at the run's
-                        batch, arrays = self._adopt(start, stop, read_padded(self.source, start, stop, self.pad,
-                                                                             self._rows(stop - start)))
+                    pad, batch, padded, arrays = kept.pop(i)
+                    if padded is not None and pad != self.pad:  # padded before a later scan grew the PadSpec
+                        arrays = self._inputs(batch, grow_batch(*padded, self.pad))
                 self._emit(dataclasses.replace(batch, shard=shard, last_in_shard=last), arrays)
         except BaseException as e:  # surfaced in the main thread
             self.failure = e
