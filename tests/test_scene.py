@@ -301,8 +301,7 @@ def test_a_padded_batch_grown_to_a_larger_spec_equals_one_padded_there(scenes, a
     for path, g, w in zip(paths(got), jax.tree.leaves(got), jax.tree.leaves(want)):
         assert g.dtype == w.dtype and g.shape == w.shape, path
         np.testing.assert_array_equal(g, w, err_msg=path)
-    assert grow_batch(*want, small)[0] is not None  # a smaller spec changes nothing
-    for path, g, w in zip(paths(want), jax.tree.leaves(grow_batch(*want, small)), jax.tree.leaves(want)):
+    for path, g, w in zip(paths(want), jax.tree.leaves(grow_batch(*want, small)), jax.tree.leaves(want)):  # smaller
         np.testing.assert_array_equal(g, w, err_msg=path)
 
 

@@ -1,6 +1,6 @@
 """Device pytrees of padded, ego-centred batches (``Scene``, ``Proposals``), their fixed sizes (``PadSpec``) and the
-padding of host scenes into them (``pad_scene``, ``batch_scenes``). Conventions: see ``jaxdrive.scene``. Import these
-names from ``jaxdrive.scene``."""
+padding of host scenes into them (``pad_scene``, ``batch_scenes``; ``grow_batch`` re-pads a batch to a larger
+``PadSpec``). Conventions: see ``jaxdrive.scene``. Import these names from ``jaxdrive.scene``."""
 
 from __future__ import annotations
 
@@ -289,10 +289,10 @@ def _grow(x: np.ndarray, axis: int, size: int, fill) -> np.ndarray:
 
 
 def grow_batch(scene: Scene, proposals: Proposals, spec: PadSpec) -> tuple[Scene, Proposals]:
-    """A padded host batch (numpy ``Scene[B]``, ``Proposals[B, K]`` of ``batch_scenes``) re-padded to the larger
-    ``spec``: bit for bit what ``batch_scenes`` gives at ``spec`` (same padding values), without the host scenes.
-    Axes already at least ``spec``'s size are kept. The scoring job uses it when a later scene grows the run's
-    ``PadSpec`` after batches were padded at the old one."""
+    """A padded host batch (numpy ``Scene[B]``, ``Proposals[B, K]`` of ``batch_scenes``: one batch axis) re-padded
+    to the larger ``spec``: bit for bit what ``batch_scenes`` gives at ``spec`` (same padding values), without the
+    host scenes. Axes already at least ``spec``'s size are kept. The scoring job uses it when a later scene grows
+    the run's ``PadSpec`` after batches were padded at the old one."""
     def polygons(p: Polygons, count: int, verts: int) -> Polygons:
         v = _grow(p.vertices, 2, verts, "first")  # padded vertices repeat a polygon's first (FAR for padded ones)
         vm = _grow(p.vertex_valid, 2, verts, False)
