@@ -37,15 +37,13 @@ timeout "${BENCH_S:-340}" python3 benchmarks/score_end_to_end.py --ks 4096 --ste
   2>&1 | tee "$out/bench.txt"
 echo "benchmark exit: ${PIPESTATUS[0]} (124: over BENCH_S)" | tee -a "$out/bench.txt"
 find /tmp/device_check_trace -name "*.xplane.pb" -exec cp {} "$out/step.xplane.pb" \; 2>/dev/null
-for trips in ${TRIPS:-}; do
+one_row() {  # one step row at 262,144 proposals, extra arguments passed on; appended to trips.txt with a label
+  local label=$1; shift
   timeout 200 python3 benchmarks/score_end_to_end.py --ks 4096 --step-only --step-proposals 262144 --replicas 0 \
-    --reps 3 --ref-scenes 1 --accelerator-trips "$trips" 2>&1 | grep -E "^device|^ *4096|rror" | tee -a "$out/trips.txt"
-done
-if [ "${PALLAS:-0}" = 1 ]; then
-  JAXDRIVE_KERNELS=pallas timeout 200 python3 benchmarks/score_end_to_end.py --ks 4096 --step-only \
-    --step-proposals 262144 --replicas 0 --reps 3 --ref-scenes 1 2>&1 | grep -E "^device|^ *4096|rror" \
-    | sed 's/^/pallas: /' | tee -a "$out/trips.txt"
-fi
+    --reps 3 --ref-scenes 1 "$@" 2>&1 | grep -E "^device|^ *4096|rror" | sed "s/^/$label: /" | tee -a "$out/trips.txt"
+}
+for trips in ${TRIPS:-}; do one_row "trips $trips" --accelerator-trips "$trips"; done
+if [ "${PALLAS:-0}" = 1 ]; then JAXDRIVE_KERNELS=pallas one_row pallas; fi
 timeout "${TESTS_S:-200}" python3 -m pytest -q -p no:rerunfailures -p no:cacheprovider -o addopts="-ra" \
   tests/test_epdms_parity.py tests/test_scorer.py 2>&1 | tail -25 | tee "$out/tests.txt"
 echo "tests exit: ${PIPESTATUS[0]} (124: over TESTS_S)" | tee -a "$out/tests.txt"

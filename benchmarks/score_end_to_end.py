@@ -249,9 +249,9 @@ def main() -> None:
     if args.accelerator_trips < 0:
         ap.error(f"--accelerator-trips: expected 0 (the default) or a positive number of steps, "
                  f"got {args.accelerator_trips}")
-    if args.accelerator_trips:
-        from jaxdrive.broadphase import blocks
+    from jaxdrive.broadphase import blocks
 
+    if args.accelerator_trips:
         blocks.ACCELERATOR_TRIPS = args.accelerator_trips  # read when the programs are traced, below
     if args.quick:
         args.proposals, args.reps = 2048, 2
@@ -261,8 +261,6 @@ def main() -> None:
     xla_cache.enable()  # as `jaxdrive score` does: a program compiled by an earlier run is reused
     ndev = jax.device_count()
     load = os.getloadavg()
-    from jaxdrive.broadphase import blocks
-
     trips = "" if blocks.on_cpu() else f"; broad-phase loops of at most {blocks.ACCELERATOR_TRIPS} steps"
     print(f"device: {jax.devices()[0].platform} x{ndev} ({jax.devices()[0].device_kind}); cpu cores "
           f"{os.cpu_count()}; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}{trips}")

@@ -310,9 +310,8 @@ class _Producer(threading.Thread):
         ndev = self.mesh.devices.size
         return -(-max(self.options.batch_size, n) // ndev) * ndev
 
-    def _adopt(self, start: int, stop: int, read: tuple):
-        """(``_Batch``, padded host (scene, proposals) or None) of a ``read_padded`` result for items ``start:stop``:
-        the run's PadSpec grows to cover it (rarely: a recompile); one padded smaller than the run's PadSpec (read
+    def _adopt(self, read: tuple):
+        """(``_Batch``, padded host (scene, proposals) or None) of a ``read_padded`` result: the run's PadSpec grows to cover it (rarely: a recompile); one padded smaller than the run's PadSpec (read
         before another batch grew it) is re-padded to the run's (``grow_batch``: the same arrays, nothing read
         again). ``_complete`` turns the arrays into the step's inputs."""
         pad, batch, arrays = read
@@ -388,7 +387,7 @@ class _Producer(threading.Thread):
                 scanned = list(threads.map(lambda i: needs(*self._padded_batch(*ranges[i])[:2], ndev), picks))
         else:
             for i, read in zip(picks, self._reads([ranges[i] for i in picks], readers)):
-                batch, padded = self._adopt(*ranges[i], read)
+                batch, padded = self._adopt(read)
                 arrays = self._inputs(batch, padded)
                 if arrays is not None:
                     scanned.append(needs(*arrays[:2], ndev))
@@ -447,7 +446,7 @@ class _Producer(threading.Thread):
                     self._emit(batch, arrays)
                     continue
                 if i not in kept:
-                    batch, padded = self._adopt(start, stop, next(reads))
+                    batch, padded = self._adopt(next(reads))
                     arrays = self._inputs(batch, padded)
                 else:
                     pad, batch, padded, arrays = kept.pop(i)
