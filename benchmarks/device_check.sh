@@ -9,9 +9,10 @@
 #     -d .whl orjson shapely                      # what the device's image lacks (it had jax, flax, numpy, pytest)
 #   mkdir -p .gpu/fixtures && cp -r ../shared/fixtures/epdms .gpu/fixtures/   # the parity fixtures
 # then run `bash benchmarks/device_check.sh` there, carrying .whl and .gpu. Results go to $OUT (or /tmp/device_check):
-# bench.txt, tests.txt and step.xplane.pb (the trace, copied out of the profiler's plugins/profile/<time>/ folders:
-# only files at most two folders down come back). Read it with xprof:
-# `xprof.convert.raw_to_tool_data.xspace_to_tool_data([path], "kernel_stats", {})`.
+# bench.txt, tests.txt, step.xplane.pb (the trace, copied out of the profiler's plugins/profile/<time>/ folders:
+# only files at most two folders down come back), step_hlo.txt.gz (the traced program's optimized HLO) and
+# kernels.txt: the costliest kernels of the trace, each with the source lines it comes from
+# (benchmarks/kernel_sources.py on the two files; rerun it here with --top 60 for more rows).
 # Environment: PROPOSALS (step batch sizes, default 262144,1048576), PARTS=1 (also time the step's parts: ~70 s of
 # GPU compile each), BENCH_S and TESTS_S (time limits in seconds, default 340, 200). With the defaults the script took
 # 417 s on the H200 (2026-12-04): two ~100 s compiles, the parity tests 128 s. TRIPS="16 32" (say) adds one step row
@@ -37,6 +38,11 @@ timeout "${BENCH_S:-340}" python3 benchmarks/score_end_to_end.py --ks 4096 --ste
   2>&1 | tee "$out/bench.txt"
 echo "benchmark exit: ${PIPESTATUS[0]} (124: over BENCH_S)" | tee -a "$out/bench.txt"
 find /tmp/device_check_trace -name "*.xplane.pb" -exec cp {} "$out/step.xplane.pb" \; 2>/dev/null
+if [ -f /tmp/device_check_trace/step_hlo.txt ]; then
+  gzip -c /tmp/device_check_trace/step_hlo.txt > "$out/step_hlo.txt.gz"
+  timeout 120 python3 benchmarks/kernel_sources.py "$out/step.xplane.pb" "$out/step_hlo.txt.gz" --steps 3 --top 30 \
+    2>&1 | tee "$out/kernels.txt"
+fi
 one_row() {  # one step row at 262,144 proposals, extra arguments passed on; appended to trips.txt with a label
   local label=$1; shift
   timeout 200 python3 benchmarks/score_end_to_end.py --ks 4096 --step-only --step-proposals 262144 --replicas 0 \

@@ -40,11 +40,13 @@ import shutil
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import jax
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRACED_STEPS = 3  # runs of the step program in a --trace
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
@@ -131,16 +133,20 @@ def timed(fn, args, reps: int):
 def step_only(scenes, pad, batch: int, reps: int, capacity=None, trace: str | None = None):
     """Seconds per batch of the jitted scorer on a device-resident batch (best of ``reps``), and its compile; at the
     batch's own capacities, or at ``capacity`` (e.g. those the end-to-end run fixed from all its batches). ``trace``:
-    a folder for a ``jax.profiler`` trace of three more steps (read it with TensorBoard / xprof)."""
+    a folder for a ``jax.profiler`` trace of three more steps and the program's optimized HLO (``step_hlo.txt``):
+    ``benchmarks/kernel_sources.py`` names the source lines of the costliest kernels from the two."""
     sc, pr = device_batch(scenes[:batch], pad, batch)
-    fn = culled_step(capacity or capacity_for(needs(sc, pr, jax.device_count())))
     args = jax.device_put((sc, pr))
+    t0 = time.perf_counter()
+    fn = culled_step(capacity or capacity_for(needs(sc, pr, jax.device_count()))).lower(*args).compile()
+    compile_s = time.perf_counter() - t0
     best, first, best_cpu, (_, overflow) = timed(fn, args, reps)
     if trace:
         with jax.profiler.trace(trace):
-            for _ in range(3):
+            for _ in range(TRACED_STEPS):
                 jax.block_until_ready(fn(*args))
-    return best, first, bool(overflow), best_cpu
+        Path(trace, "step_hlo.txt").write_text(fn.as_text())
+    return best, compile_s + first, bool(overflow), best_cpu
 
 
 def step_parts(scenes, pad, batch: int, reps: int):
@@ -237,7 +243,8 @@ def main() -> None:
                     help="comma-separated proposals per batch of the step rows (default: --batch-proposals); with "
                          "--step-only, e.g. 131072,1048576 on a GPU")
     ap.add_argument("--trace", default="", help="folder for a jax.profiler trace of three steps at the first "
-                    "--step-proposals of the first K (TensorBoard / xprof: kernel_stats names the costly kernels)")
+                    "--step-proposals of the first K, and the program's optimized HLO (DIR/step_hlo.txt): "
+                    "benchmarks/kernel_sources.py names the costly kernels' source lines from the two")
     ap.add_argument("--parts", action="store_true",
                     help="also time the step's parts, each its own program, at the first --step-proposals: the "
                          "broad phase, the map predicates, NC, TTC, all the rules on the packed scene, and the rules "
