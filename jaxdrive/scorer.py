@@ -116,10 +116,16 @@ def score_with_overflow(scene: Scene, proposals: Proposals, *, capacity: PackSpe
     re-score it (e.g. at ``capacity_for(needs(...))``).
     """
     _check(scene, proposals, groups)
+    # numpy leaves (a batch_scenes batch closed over by a user's jitted function) become constants here: the broad
+    # phase indexes them with traced indices
+    scene, proposals = jax.tree_util.tree_map(jnp.asarray, (scene, proposals))
     capacity = capacity or default_capacity(proposals.states.shape[1])
     packed, overflow = pack_on_device(scene, proposals, capacity, groups)
+    # outside the lax.cond: read no map, and under jax.vmap (batched predicate) a branch is re-batched after its
+    # scoped float64 (comfort_precision) has ended
+    comfort = epdms.batch_comfort_metrics(scene, proposals, comfort_precision=comfort_precision)
     rules = lambda sc: epdms.score(sc, proposals, ep_mode=ep_mode, reference_progress=reference_progress,
-                                   comfort_precision=comfort_precision)
+                                   comfort_precision=comfort_precision, comfort=comfort)
     out = jax.lax.cond(overflow, lambda: rules(scene), lambda: rules(packed)) if fallback else rules(packed)
     if apply_human_filter:  # the human future is scored on the unculled map (one trajectory per scene)
         human = epdms._human_scores(scene, comfort_precision)

@@ -142,6 +142,45 @@ def test_the_accelerator_loop_settings_score_the_fixtures_identically(batch, tra
     assert all(1 <= t <= blocks.ACCELERATOR_TRIPS for t in trips), trips
 
 
+@pytest.mark.slow  # a compile of the vmapped scorer
+def test_the_scorer_vmapped_or_closed_over_in_user_code(batch, trained):
+    """A user's ``jax.vmap`` over ``jaxdrive.score`` (a stack of batches; float64 comfort, whose scoped x64 must not
+    sit inside the overflow ``lax.cond`` that vmap turns into a select) gives the fixtures' rows; a user's jitted
+    loss that closes over a ``batch_scenes`` batch (numpy leaves, indexed by traced indices in the broad phase)
+    traces, and so does its gradient."""
+    _, _, sc, pr, capacity = batch
+    _, culled, _ = trained
+    stack = lambda t: jax.tree_util.tree_map(lambda x: np.asarray(x)[:4].reshape((2, 2) + x.shape[1:]), t)
+    out = jax.jit(jax.vmap(lambda s, p: jaxdrive.score(s, p, capacity=capacity)))(stack(sc), stack(pr))
+    _same_rows(jax.tree_util.tree_map(lambda x: np.asarray(x).reshape((4,) + x.shape[2:]), out),
+               jax.tree_util.tree_map(lambda x: np.asarray(x)[:4], culled))
+    one_scene, one, _ = batch_scenes([read_scene(FILES[0])])
+    loss = lambda states: jnp.nansum(jaxdrive.score(one_scene, one.replace(states=states)).epdms)
+    jax.jit(loss).lower(one.states)
+    jax.jit(jax.grad(loss)).lower(one.states)
+
+
+@pytest.mark.slow  # a compile of the scorer in a fresh interpreter
+def test_the_scorer_first_imported_inside_a_users_jit_traces_again(tmp_path):
+    """``jaxdrive.score`` is imported on first use: when that is inside a user's ``jax.jit``, no module-level array
+    may be made then (it would be that trace's tracer, leaked into every later trace: a second batch size failed)."""
+    code = f"""
+import jax, jax.numpy as jnp, sys
+import jaxdrive
+from jaxdrive.data.scene_json import read_scene
+from jaxdrive.scene import batch_scenes
+assert "jaxdrive.scorer" not in sys.modules
+reward = jax.jit(lambda scene, proposals: jnp.nanmean(jaxdrive.score(scene, proposals).epdms))
+scene, proposals, _ = batch_scenes([read_scene(f) for f in {FILES[:1]!r}])
+reward.lower(scene, proposals)  # the first trace imports the scorer
+scene, proposals, _ = batch_scenes([read_scene(f) for f in {FILES[1:3]!r}])
+print(float(reward(scene, proposals)))  # another batch size: a second trace, compiled and run
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert 0.0 <= float(run.stdout.split()[-1]) <= 1.0
+
+
 def test_default_capacities_cover_the_fixtures_and_the_reference_mix(batch):
     """``jaxdrive.score`` without ``capacity`` must not fall back on the unculled kernels (~30x slower) on NAVSIM-like
     scenes: the defaults cover the needs of the 61 fixtures and of the synthetic reference mix at K = 16."""

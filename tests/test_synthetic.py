@@ -232,6 +232,20 @@ def test_proposal_count_and_streaming():
         generate_scene(0, profile="nope")
 
 
+@pytest.mark.parametrize("profile", ["default", "hard", "reference"])
+def test_more_proposals_than_distinct_candidates_are_all_delivered(profile):
+    """Past the ~30 feasible candidates of a scene, ``--num-proposals`` (up to 256) still gets that many proposals:
+    small perturbations of the chosen ones, uniquely named, mostly distinct trajectories, valid scenes (the scenes
+    of fewer proposals draw as before: 16 proposals on seeds 0-5 hashed the same before and after this was added)."""
+    for seed in range(4):
+        many = generate_scene(seed, num_proposals=256, profile=profile)
+        assert many.num_proposals == 256 and len(set(many.proposal_names)) == 256
+        assert len(np.unique(many.proposal_states.round(6), axis=0)) > 128  # mostly distinct, not repeats
+        assert generate_scene(seed, num_proposals=64, profile=profile).num_proposals == 64
+    few = generate_scene(3, num_proposals=24, profile=profile)
+    assert few.num_proposals == 24 and few.proposal_names[0] == "follow_nominal"
+
+
 def test_reference_profile_is_the_dense_benchmark_mix():
     """The throughput benchmark's mix: ~32 agents and about 60 map polygons, valid and within the default PadSpec."""
     from jaxdrive.data.synthetic import generate_scene, pad_spec

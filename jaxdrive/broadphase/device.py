@@ -40,7 +40,9 @@ from jaxdrive.geometry import EGO_LENGTH, EGO_REAR_AXLE_TO_CENTER, EGO_WIDTH, he
 from jaxdrive.materialize import materialize
 from jaxdrive.scene import FAR, Agents, AreaKind, Polygons, Proposals, Scene
 
-_EMPTY = jnp.array([jnp.inf, jnp.inf, -jnp.inf, -jnp.inf], jnp.float32)  # overlaps nothing
+# overlaps nothing. A numpy constant: a jnp array made at import would be a tracer when the first import happens
+# inside a user's jax.jit (``jaxdrive.score`` is imported lazily), and leak into every later trace.
+_EMPTY = np.array([np.inf, np.inf, -np.inf, -np.inf], np.float32)
 
 
 _PREFIX_BLOCK = 128
@@ -398,7 +400,7 @@ def scene_needs(scene: Scene, proposals: Proposals) -> np.ndarray:
     valid = np.asarray(proposals.valid)
     nb = states.shape[0]
     m = scene.map
-    box = np.where(valid[..., None, None], ego_chunk_bboxes(states, MAP_CHUNK_STEPS), np.asarray(_EMPTY))
+    box = np.where(valid[..., None, None], ego_chunk_bboxes(states, MAP_CHUNK_STEPS), _EMPTY)
 
     def units(polys: Polygons, extra=None):
         keep = overlaps(box, polygon_bboxes(polys), polys.valid)  # [B, K, C, P]
@@ -408,7 +410,7 @@ def scene_needs(scene: Scene, proposals: Proposals) -> np.ndarray:
         tiles = -(-np.count_nonzero(edge, axis=-1) // TILE_EDGES)
         return np.bincount(ub, minlength=nb), np.bincount(ub, weights=tiles, minlength=nb).astype(np.int64)
 
-    swept = np.where(valid[..., None], swept_bboxes(states), np.asarray(_EMPTY))
+    swept = np.where(valid[..., None], swept_bboxes(states), _EMPTY)
     cl = np.asarray(m.centerline, np.float64)
     seg = np.concatenate([np.minimum(cl[:, :-1], cl[:, 1:]), np.maximum(cl[:, :-1], cl[:, 1:])], axis=-1)
     reach = swept + np.array([-1.0, -1.0, 1.0, 1.0]) * (CENTERLINE_REACH_M + MARGIN_M)

@@ -177,7 +177,9 @@ def _feasible(spec: Spec, kappa_max: dict[str, float]) -> bool:
 
 def select(rng: np.random.Generator, road: RoadMap, pdm: list[Spec], special: list[Spec], k: int,
            paths: dict[str, Paths]) -> list[Spec]:
-    """``follow_nominal`` first, then a share of the PDM grid and the rest specials (each at most once)."""
+    """``follow_nominal`` first, then a share of the PDM grid and the rest specials (each at most once); past the
+    ~30 feasible candidates, small perturbations of the chosen ones (or repeats, where a perturbation is not
+    feasible) until there are ``k``. The draws for ``k`` up to the candidates are those of before."""
     kappa_max = {key: float(np.max(np.abs(p.kappa[0, road.ego_index:]))) for key, p in paths.items()}
     pdm = [s for s in pdm if _feasible(s, kappa_max)]
     special = [s for s in special if _feasible(s, kappa_max)]
@@ -190,11 +192,21 @@ def select(rng: np.random.Generator, road: RoadMap, pdm: list[Spec], special: li
     chosen += rest_pdm[n_pdm:n_pdm + (k - len(chosen))]
     head, tail = chosen[:1], chosen[1:]
     chosen = head + [tail[i] for i in rng.permutation(len(tail))]
+    while len(chosen) < k:
+        base = chosen[int(rng.integers(len(chosen)))]
+        variant = _perturb(rng, base, "small")
+        chosen.append(variant if _feasible(variant, kappa_max) else base)
     seen: dict[str, int] = {}
+    taken = {s.name for s in chosen}
     for i, s in enumerate(chosen):
         seen[s.name] = seen.get(s.name, 0) + 1
         if seen[s.name] > 1:
-            chosen[i] = dataclasses.replace(s, name=f"{s.name}_{seen[s.name]}")
+            name = f"{s.name}_{seen[s.name]}"
+            while name in taken:  # a candidate's own name may end in _2
+                seen[s.name] += 1
+                name = f"{s.name}_{seen[s.name]}"
+            taken.add(name)
+            chosen[i] = dataclasses.replace(s, name=name)
     return chosen
 
 

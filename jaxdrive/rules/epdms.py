@@ -81,8 +81,26 @@ class SubScores:
     lk_step: Int[Array, "*b"]
 
 
+def comfort_metrics(history_padded: Float[Array, "14 11"], proposals: Proposals, *,
+                    comfort_precision: str = "float64") -> tuple[Array, ...]:
+    """(hc [K], hc_checks [K, 6], ec [K], comfort_v1 [K]) of one scene's K proposals: the sub-metrics that read
+    neither the map nor the agents (``comfort_precision`` "float64": scoped x64, NAVSIM parity)."""
+    states = proposals.states
+    hc, hc_checks = history_comfort(history_padded, states, precision=comfort_precision)
+    ec = extended_comfort(states, proposals.previous, proposals.has_previous, precision=comfort_precision)
+    return hc, hc_checks, ec, comfort_v1(states, precision=comfort_precision)
+
+
+def batch_comfort_metrics(scene: Scene, proposals: Proposals, *,
+                          comfort_precision: str = "float64") -> tuple[Array, ...]:
+    """``comfort_metrics`` of a batch ([B, K] each, hc_checks [B, K, 6]), for ``score(..., comfort=...)``."""
+    return jax.vmap(lambda h, pr: comfort_metrics(h, pr, comfort_precision=comfort_precision))(
+        scene.history_padded, proposals)
+
+
 def compute_metrics(scene: Scene, proposals: Proposals, areas: EgoAreas | None = None, *,
-                    comfort_precision: str = "float64", collisions: tuple[Array, ...] | None = None) -> SubScores:
+                    comfort_precision: str = "float64", collisions: tuple[Array, ...] | None = None,
+                    comfort: tuple[Array, ...] | None = None) -> SubScores:
     """All sub-metrics of one scene's K proposals (``scene`` and ``proposals`` unbatched).
 
     ``areas``: the proposals' ego-area flags [K, T] if already computed (required with a broad-phase ``PackedMap``,
@@ -91,7 +109,7 @@ def compute_metrics(scene: Scene, proposals: Proposals, areas: EgoAreas | None =
     ``aggregate``. ``comfort_precision`` is passed to the comfort kernels ("float64": scoped x64, NAVSIM parity).
     ``collisions``: (nc, nc_step, ttc, ttc_step) [K] if already computed (required with the broad phase's
     ``PackedAgents``, whose contact triples ``batch_no_at_fault_collisions`` / ``batch_time_to_collision`` test for
-    the whole batch).
+    the whole batch). ``comfort``: ``comfort_metrics`` of these proposals if already computed.
     """
     states = proposals.states
     if areas is None:
@@ -104,12 +122,13 @@ def compute_metrics(scene: Scene, proposals: Proposals, areas: EgoAreas | None =
     tlc, tlc_step = traffic_light_compliance(scene, states, areas)
     lk, lk_step = lane_keeping(scene, states, areas)
     raw = raw_progress(scene, states, areas)
-    hc, hc_checks = history_comfort(scene.history_padded, states, precision=comfort_precision)
-    ec = extended_comfort(states, proposals.previous, proposals.has_previous, precision=comfort_precision)
+    if comfort is None:
+        comfort = comfort_metrics(scene.history_padded, proposals, comfort_precision=comfort_precision)
+    hc, hc_checks, ec, c_v1 = comfort
     zero = jnp.zeros_like(nc)
     return SubScores(nc=nc, dac=dac, ddc=ddc, tlc=tlc, ep=raw, ttc=ttc, lk=lk, hc=hc, ec=ec, raw_progress=raw,
                      multiplier=nc * dac * ddc * tlc, pdm_score=zero, epdms=zero, pdms=zero,
-                     comfort_v1=comfort_v1(states, precision=comfort_precision), hc_checks=hc_checks,
+                     comfort_v1=c_v1, hc_checks=hc_checks,
                      nc_step=nc_step, dac_step=dac_step, ddc_step=ddc_step, tlc_step=tlc_step, ttc_step=ttc_step,
                      lk_step=lk_step)
 
@@ -208,7 +227,7 @@ def human_filter(agent: SubScores, human: SubScores, apply: Bool[Array, "*b"] | 
 def score(scene: Scene, proposals: Proposals, *, ep_mode: EpMode = "scene",
           reference_progress: Float[Array, "B"] | None = None, gates: Bool[Array, "B K 9"] | None = None,
           apply_human_filter: bool = False, comfort_precision: str = "float64",
-          areas: EgoAreas | None = None) -> SubScores:
+          areas: EgoAreas | None = None, comfort: tuple[Array, ...] | None = None) -> SubScores:
     """Score a padded batch: ``Scene[B]``, ``Proposals[B, K]`` -> ``SubScores[B, K]`` (jittable; static options).
 
     Args:
@@ -222,6 +241,9 @@ def score(scene: Scene, proposals: Proposals, *, ep_mode: EpMode = "scene",
       areas: the batch's map predicates ``batch_ego_areas(scene.map, proposals.states)`` [B, K, T] if computed
         already; ``jaxdrive.scoring`` jits that call and this one separately (on CPU XLA fuses the two badly at some
         shapes).
+      comfort: ``batch_comfort_metrics(scene, proposals)`` if computed already (``jaxdrive.score`` computes them
+        outside its overflow ``lax.cond``: they read no map, and float64 code inside a branch would be re-batched
+        outside its x64 scope under ``jax.vmap``).
 
     Padded proposals (``proposals.valid`` False) never enter the EP normaliser; their rows are masked: every float
     field NaN, every ``*_step`` -1, ``hc_checks`` False (``proposals.valid`` tells the real ones).
@@ -234,8 +256,11 @@ def score(scene: Scene, proposals: Proposals, *, ep_mode: EpMode = "scene",
     collisions = (batch_no_at_fault_collisions(scene, proposals.states, areas)
                   + batch_time_to_collision(scene, proposals.states, areas))
     per_scene = scene.replace(agents=scene.agents.agents) if isinstance(scene.agents, PackedAgents) else scene
-    raw = jax.vmap(lambda sc, pr, ar, co: compute_metrics(sc, pr, ar, comfort_precision=comfort_precision,
-                                                          collisions=co))(per_scene, proposals, areas, collisions)
+    if comfort is None:
+        comfort = batch_comfort_metrics(scene, proposals, comfort_precision=comfort_precision)
+    raw = jax.vmap(lambda sc, pr, ar, co, cf: compute_metrics(sc, pr, ar, comfort_precision=comfort_precision,
+                                                              collisions=co, comfort=cf))(
+        per_scene, proposals, areas, collisions, comfort)
     ep = normalize_progress(raw.raw_progress, raw.multiplier, proposals.valid, ep_mode, reference_progress)
     out = aggregate(raw.replace(ep=ep), proposals.valid)
     if apply_human_filter:
