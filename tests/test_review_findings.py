@@ -58,6 +58,29 @@ def test_manifest_identity_holds_batch_composition(tmp_path):
         RunDir(tmp_path, b, resume=True)
 
 
+def test_large_gate_tables_enter_the_manifest_as_a_digest(tmp_path):
+    """The manifest is rewritten after every shard: a judge's per-proposal gate table (3,000 scenes x 16 x 9 here,
+    ~5 MB of JSON before) and a large reference map are stored as their SHA-256, which still tells a changed table
+    on resume; a global vector and small tables stay readable."""
+    table = {f"syn_default_{i}": [[True] * 9] * 16 for i in range(3000)}
+    ident = ScoreOptions(gates=table).identity()
+    assert set(ident["gates"]) == {"sha256", "json_bytes"} and ident["gates"]["json_bytes"] > 1_000_000
+    RunDir(tmp_path, ident, resume=False)
+    assert (tmp_path / "manifest.json").stat().st_size < 4096
+    RunDir(tmp_path, ScoreOptions(gates=dict(table)).identity(), resume=True)  # the same table: resumes
+    changed = dict(table, syn_default_7=[[True] * 8 + [False]] * 16)
+    with pytest.raises(RunDirError, match="gates"):
+        RunDir(tmp_path, ScoreOptions(gates=changed).identity(), resume=True)
+    reference = {f"s{i}": float(i) for i in range(1000)}
+    assert set(ScoreOptions(ep_mode="reference", reference_progress=reference).identity()["reference_progress"]) == \
+        {"sha256", "json_bytes"}
+    assert ScoreOptions(gates=np.ones(9, bool)).identity()["gates"] == [True] * 9
+    assert ScoreOptions(gates={"a": [True] * 9}).identity()["gates"] == {"a": [True] * 9}
+    with pytest.raises(ValueError, match=r"got \[\[1, 2\]") as err:
+        ScoreOptions(gates={"a": [[1, 2]] * 100_000}).validate()
+    assert len(str(err.value)) < 600  # not the whole value echoed
+
+
 @pytest.mark.parametrize("value, what", [(float("nan"), "nan"), ("far", "far"), (True, "True")])
 def test_bad_reference_progress_names_flag_and_scene(tmp_path, capsys, value, what):
     ref = tmp_path / "ref.json"

@@ -85,6 +85,10 @@ def test_bad_gates_are_one_line_errors(scenes_dir, tmp_path, capsys, gates, need
     err = capsys.readouterr().err
     assert rc == EXIT_USAGE and "--gates" in err and needle in err, err
     assert "Traceback" not in err
+    # found before or during the run, a bad --gates leaves no run behind: the same --out takes the next command
+    assert not (tmp_path / "out").exists()
+    rc, _ = run(scenes_dir, tmp_path, gates)
+    assert rc == EXIT_USAGE and "already holds a run" not in capsys.readouterr().err
 
 
 def test_per_proposal_gates_of_the_wrong_length_are_refused(scenes_dir, tmp_path, capsys):
@@ -93,3 +97,4 @@ def test_per_proposal_gates_of_the_wrong_length_are_refused(scenes_dir, tmp_path
     rc, _ = run(scenes_dir, tmp_path, gates)
     err = capsys.readouterr().err
     assert rc == EXIT_USAGE and "--gates" in err and "rows (one per proposal)" in err, err
+    assert not (tmp_path / "out").exists()

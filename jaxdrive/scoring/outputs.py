@@ -53,6 +53,7 @@ class RunDir:
         self.path = Path(path)
         self.identity = identity
         self.process_index, self.process_count = process_index, process_count
+        self.created = not self.path.exists()
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             probe = self.path / f".write_probe.{process_index}"
@@ -97,6 +98,18 @@ class RunDir:
             distributed.barrier("scoring run directory read")
             (self.path / PROGRESS).mkdir(exist_ok=True)
             self._write_progress()
+
+    def discard_if_unused(self) -> None:
+        """Remove what this run wrote (its manifest, its empty errors file, the directory if it made it) when no
+        shard of it was ever completed; a run with completed shards is kept (single-process runs only)."""
+        if self.completed or self.process_count != 1:
+            return
+        for name in (MANIFEST, ERRORS):
+            f = self.path / name
+            if f.exists() and (name == MANIFEST or f.stat().st_size == 0):
+                f.unlink()
+        if self.created and not any(self.path.iterdir()):
+            self.path.rmdir()
 
     def is_done(self, shard: int) -> bool:
         return str(shard) in self.completed

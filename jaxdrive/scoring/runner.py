@@ -25,7 +25,9 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
+import hashlib
 import itertools
+import json
 import math
 import os
 import queue
@@ -103,14 +105,28 @@ class ScoreOptions:
                                  f"per scene ({{scene id: [[...] per proposal]}})")
 
     def identity(self) -> dict:
-        """The options that change results (stored in the manifest; a resume must match them)."""
+        """The options that change results (stored in the manifest; a resume must match them). A per-scene gate
+        table or reference map larger than ``INLINE_IDENTITY_BYTES`` is stored as its digest (``_digest``)."""
+        gates = None if self.gates is None else {k: np.asarray(v).tolist() for k, v in self.gates.items()} \
+            if isinstance(self.gates, dict) else np.asarray(self.gates).tolist()
         return {"ep_mode": self.ep_mode, "simulate": self.simulate, "shard_size": self.shard_size,
                 # with --ep-mode batch a proposal's EP depends on the other scenes of its batch
                 "batch_size": self.batch_size if self.ep_mode == "batch" else None,
-                "gates": None if self.gates is None else {k: np.asarray(v).tolist() for k, v in self.gates.items()}
-                if isinstance(self.gates, dict) else np.asarray(self.gates).tolist(),
+                "gates": _digest(gates),
                 "human_filter": self.human_filter,
-                "reference_progress": self.reference_progress}
+                "reference_progress": _digest(self.reference_progress)}
+
+
+INLINE_IDENTITY_BYTES = 4096  # larger identity values go into the manifest as a digest
+
+
+def _digest(value):
+    """``value`` itself when its canonical JSON is at most ``INLINE_IDENTITY_BYTES``, else its SHA-256 and size: the
+    manifest is rewritten after every shard, and a judge's per-proposal gate table for 100,000 scenes is ~180 MB."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    if len(text) <= INLINE_IDENTITY_BYTES:
+        return value
+    return {"sha256": hashlib.sha256(text.encode()).hexdigest(), "json_bytes": len(text)}
 
 
 def _gate_rows(g, what: str) -> np.ndarray:
@@ -118,8 +134,9 @@ def _gate_rows(g, what: str) -> np.ndarray:
     arr = np.asarray(g, dtype=object)
     if arr.ndim not in (1, 2) or arr.shape[-1] != len(METRICS) or not all(isinstance(x, (bool, np.bool_))
                                                                             for x in arr.ravel()):
+        got = repr(g)
         raise ValueError(f"{what}: expected {len(METRICS)} booleans in the order {', '.join(METRICS)} (or one such "
-                         f"list per proposal), got {g!r}")
+                         f"list per proposal), got {got if len(got) <= 200 else got[:200] + '...'}")
     return arr.astype(bool)
 
 
@@ -620,14 +637,25 @@ def _round_up(n: int) -> int:
 def score_source(source: SceneSource, out_dir, options: ScoreOptions, *, resume: bool = False,
                  progress: bool = True, on_shard: Callable[[int], None] | None = None) -> RunStats:
     """Score every scene of ``source`` into ``out_dir``; returns the run's statistics."""
-    from tqdm.auto import tqdm
-
     options.validate()
     from jaxdrive import distributed
 
     identity = {"source": source.describe(), **options.identity()}
     run = RunDir(out_dir, identity, resume=resume, process_index=distributed.process_index(),
                  process_count=distributed.process_count())
+    try:
+        return _score_run(source, run, options, progress=progress, on_shard=on_shard)
+    except ValueError:  # bad input found mid-run (a scene without --gates / --reference-progress entry): exit 2
+        run.discard_if_unused()  # a run that scored nothing leaves no directory to block the corrected command
+        raise
+
+
+def _score_run(source: SceneSource, run: RunDir, options: ScoreOptions, *, progress: bool,
+               on_shard: Callable[[int], None] | None) -> RunStats:
+    from tqdm.auto import tqdm
+
+    from jaxdrive import distributed
+
     mesh = make_mesh(options.num_devices)
     stats = RunStats()
     step = None  # built when the first batch arrives (the producer has fixed the capacities by then)
