@@ -51,7 +51,9 @@ def _add_score(sub) -> None:
                    help="scenes per batch, sharded over the devices (CPU: 16 keeps reading or generating beside "
                         "the scoring; from a scene store at K = 16, 64 scored ~1.9x faster after compile on 2 cores; "
                         "accelerators: raise it)")
-    p.add_argument("--shard-size", type=int, default=256, help="scenes per parquet shard (unit of resume)")
+    p.add_argument("--shard-size", type=int, default=256,
+                   help="scenes per parquet shard (unit of resume); with --ep-mode batch a batch never spans two "
+                        "shards, so the shard size also changes which scenes share a normaliser")
     p.add_argument("--ep-mode", default="scene", choices=["scene", "batch", "reference"],
                    help="EP normaliser: max over the scene's proposals (NAVSIM), over the batch, or a fixed reference")
     p.add_argument("--reference-progress", type=Path, help="JSON {scene_id: metres} for --ep-mode reference")
@@ -109,6 +111,9 @@ def _run_score(args) -> int:
         raise ValueError("--resume: name the run to continue with --out DIR")
     if args.proposals and not args.scenes:
         raise ValueError("--proposals: needs --scenes DIR (the scenes the arrays belong to)")
+    if args.proposals and is_store(args.scenes):
+        raise ValueError(f"--proposals: pairs arrays with a folder of scene JSON files; {args.scenes} is a scene "
+                         f"store (score its scenes' own proposals with --scenes alone)")
     if args.proposals:
         from jaxdrive.scoring.proposal_files import SceneDirProposalSource
 

@@ -58,6 +58,52 @@ def test_manifest_identity_holds_batch_composition(tmp_path):
         RunDir(tmp_path, b, resume=True)
 
 
+def test_scene_folders_skip_the_json_of_stores_and_runs_inside_them(tmp_path):
+    """``jaxdrive score --scenes DIR`` searches DIR recursively: the JSON metadata of a scene store converted into a
+    subfolder (``jaxdrive_store.json``, ``features.json``, ...) and of a scoring run written there (manifest,
+    gate table) are not scenes, and are listed as skipped rather than reported unreadable."""
+    from jaxdrive.data.scene_json import scene_files, write_scene
+    from jaxdrive.scoring.sources import SceneDirSource
+
+    for i, f in enumerate(sorted(glob.glob(f"{EPDMS_FIXTURES}/*.json"))[:2]):
+        (tmp_path / "a").mkdir(exist_ok=True)
+        write_scene(read_scene(f), tmp_path / "a" / f"s{i}.json")
+    store, run = tmp_path / "store", tmp_path / "runs" / "r1"
+    for folder, names in ((store, ["jaxdrive_store.json", "features.json", "dataset_info.json"]),
+                          (store / "padded", ["x.json"]),
+                          (run, ["manifest.json", "judge_gates.json"])):
+        folder.mkdir(parents=True)
+        for name in names:
+            (folder / name).write_text("{}")
+    (run / "errors.jsonl").write_text("")
+    (tmp_path / "index.json").write_text("{}")
+    assert [p.relative_to(tmp_path).as_posix() for p in scene_files(tmp_path)] == ["a/s0.json", "a/s1.json"]
+    assert SceneDirSource(tmp_path).skipped == ["index.json", "runs/r1/judge_gates.json", "runs/r1/manifest.json",
+                                                "store/dataset_info.json", "store/features.json",
+                                                "store/jaxdrive_store.json", "store/padded/x.json"]
+    (run / "errors.jsonl").unlink()  # a manifest.json alone may be a user's scene file name
+    assert "runs/r1/manifest.json" in [p.relative_to(tmp_path).as_posix() for p in scene_files(tmp_path)]
+
+
+def test_options_that_would_be_ignored_are_usage_errors(tmp_path, capsys):
+    """``--reference-progress`` without ``--ep-mode reference`` (it was read, recorded and ignored), and
+    ``--proposals`` with a scene store (it was read as a JSON folder: every store file "unreadable")."""
+    ref = tmp_path / "ref.json"
+    ref.write_text(json.dumps({"scene-x": 30.0}))
+    rc = main(["score", "--scenes", str(EPDMS_FIXTURES), "--reference-progress", str(ref), "--out",
+               str(tmp_path / "o1"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == EXIT_USAGE and "--reference-progress" in err and "--ep-mode reference" in err, err
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "jaxdrive_store.json").write_text("{}")
+    rc = main(["score", "--scenes", str(store), "--proposals", str(tmp_path / "p.npz"), "--out", str(tmp_path / "o2"),
+               "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == EXIT_USAGE and "--proposals" in err and "scene store" in err, err
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+
+
 def test_large_gate_tables_enter_the_manifest_as_a_digest(tmp_path):
     """The manifest is rewritten after every shard: a judge's per-proposal gate table (3,000 scenes x 16 x 9 here,
     ~5 MB of JSON before) and a large reference map are stored as their SHA-256, which still tells a changed table

@@ -16,6 +16,7 @@ from __future__ import annotations
 import glob
 import json
 import shutil
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -153,7 +154,7 @@ def test_malformed_value_is_named_in_errors_and_the_rest_completes(runs):
     assert "height" in errors[0]["error"] or "tall" in errors[0]["error"], errors
 
 
-def test_convert_cli_and_synthetic_store_round_trip(tmp_path):
+def test_convert_cli_and_synthetic_store_round_trip(tmp_path, capsys):
     src = tmp_path / "json"
     src.mkdir()
     for f in FILES[:3]:
@@ -170,6 +171,11 @@ def test_convert_cli_and_synthetic_store_round_trip(tmp_path):
     assert back[0].history_states[-1, :2].tolist() == [0.0, 0.0]  # ego-centred
     assert all(getattr(back.pad_spec(), k) >= getattr(PadSpec.fit(originals), k) for k in spec.__dataclass_fields__)
     assert main(["scenes", "convert", str(src), "--out", str(tmp_path / "store")]) == 2  # refuses to overwrite
+    shutil.copy(FILES[1], src / "zz_copy_of_the_second.json")  # one scene id in two files
+    assert main(["scenes", "convert", str(src), "--out", str(tmp_path / "dup"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "in two files" in err and "zz_copy_of_the_second.json" in err and Path(FILES[1]).name in err, err
+    assert not (tmp_path / "dup").exists()  # no half-written store left behind
 
     assert main(["scenes", "generate", "--count", "2", "--seed", "5", "--proposals", "3", "--store",
                  "--out", str(tmp_path / "synthetic")]) == 0

@@ -298,12 +298,28 @@ def write_scene(scene: HostScene, path: str | os.PathLike) -> None:
 NOT_SCENE_FILES = ("index.json",)
 
 
+#: files that mark a folder whose JSON files are not scenes: a scene store (``jaxdrive.data.store.STORE_META``), a
+#: scoring run (its manifest and errors file side by side)
+NOT_SCENE_FOLDER_MARKS = (("jaxdrive_store.json",), ("manifest.json", "errors.jsonl"))
+
+
+def not_scene_files(directory: str | os.PathLike) -> list[Path]:
+    """The ``*.json`` files under ``directory`` known not to be scenes: ``index.json`` files, and the files of scene
+    store and scoring run folders (``NOT_SCENE_FOLDER_MARKS``) and of the folders below them."""
+    directory = Path(directory)
+    marked = {f.parent for marks in NOT_SCENE_FOLDER_MARKS for f in directory.rglob(marks[0])
+              if all((f.parent / m).is_file() for m in marks)}
+    return sorted(p for p in directory.rglob("*.json") if p.is_file() and (
+        p.name in NOT_SCENE_FILES or any(folder in marked for folder in (p.parent, *p.parent.parents))))
+
+
 def scene_files(directory: str | os.PathLike) -> list[Path]:
-    """Scene JSON files of a directory and its subfolders, sorted by relative path (``index.json`` files excluded)."""
+    """Scene JSON files of a directory and its subfolders, sorted by relative path (``not_scene_files`` excluded)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise SceneFileError(f"{directory}: not a directory")
-    return sorted((p for p in directory.rglob("*.json") if p.is_file() and p.name not in NOT_SCENE_FILES),
+    skip = set(not_scene_files(directory))
+    return sorted((p for p in directory.rglob("*.json") if p.is_file() and p not in skip),
                   key=lambda p: p.relative_to(directory).parts)
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Iterable
 
@@ -422,6 +423,24 @@ def _run_convert(args) -> int:
     files = scene_files(args.json_dir) if Path(args.json_dir).is_dir() else []
     if not files:
         raise ValueError(f"scenes convert {args.json_dir}: no *.json scene files found")
-    meta = write_store((read_scene(f) for f in files), args.out, progress=not args.no_progress)
+    first_file: dict[str, Path] = {}
+
+    def scenes():
+        for f in files:
+            scene = read_scene(f)
+            if scene.id in first_file:  # a store is read by scene id (gates, reference progress, proposals)
+                raise ValueError(f"scenes convert: scene id {scene.id!r} is in two files: {first_file[scene.id]} "
+                                 f"and {f}")
+            first_file[scene.id] = f
+            yield scene
+
+    out = Path(args.out)
+    created = not out.exists()
+    try:
+        meta = write_store(scenes(), out, progress=not args.no_progress)
+    except BaseException:
+        if created:  # a bad file stops the conversion: no half-written store is left
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     print(f"wrote {meta['scenes']} scenes to {args.out}")
     return 0

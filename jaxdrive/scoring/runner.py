@@ -88,6 +88,9 @@ class ScoreOptions:
             raise ValueError(f"--ep-mode: expected one of {', '.join(EP_MODES)}, got {self.ep_mode!r}")
         if self.ep_mode == "reference" and not self.reference_progress:
             raise ValueError("--ep-mode reference needs --reference-progress FILE (scene id -> metres)")
+        if self.reference_progress is not None and self.ep_mode != "reference":
+            raise ValueError(f"--reference-progress: used only with --ep-mode reference (this run's EP normaliser is "
+                             f"{self.ep_mode!r}); add --ep-mode reference or leave the file out")
         if self.reference_progress is not None and not isinstance(self.reference_progress, dict):
             raise ValueError(f"--reference-progress: expected a JSON object {{scene id: metres}}, "
                              f"got {type(self.reference_progress).__name__}")

@@ -72,18 +72,18 @@ class SyntheticSource(SceneSource):
 
 class SceneDirSource(SceneSource):
     """Every ``*.json`` scene file of a directory and its subfolders, in relative-path order (``index.json`` files
-    are not scenes: they are listed in ``skipped``). A malformed file becomes a ``SourceError``."""
+    and the JSON files of scene stores and scoring runs inside it are not scenes: they are listed in ``skipped``). A
+    malformed file becomes a ``SourceError``."""
 
     def __init__(self, directory: str | Path):
-        from jaxdrive.data.scene_json import NOT_SCENE_FILES, SceneFileError, scene_files
+        from jaxdrive.data.scene_json import SceneFileError, not_scene_files, scene_files
 
         self.directory = Path(directory)
         try:
             self.files = scene_files(self.directory)
         except SceneFileError as e:
             raise ValueError(f"--scenes {e}") from None
-        self.skipped = sorted(str(p.relative_to(self.directory)) for name in NOT_SCENE_FILES
-                              for p in self.directory.rglob(name))
+        self.skipped = [str(p.relative_to(self.directory)) for p in not_scene_files(self.directory)]
         if not self.files:
             raise ValueError(f"--scenes {self.directory}: no *.json scene files found (searched recursively)")
 
