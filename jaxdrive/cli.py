@@ -164,7 +164,7 @@ def _run_score(args) -> int:
     stats = whole_run_stats(out, live)
     for e in stats.errors:
         named = e["error"] if e["name"] in e["error"] else f"{e['name']}: {e['error']}"
-        print(f"unreadable scene {named}", file=sys.stderr)
+        print(f"not scored: {named}", file=sys.stderr)
     if stats.proposals == 0:
         print(f"no scenes scored: none of the {len(source)} inputs could be read (see {out}/errors.jsonl)",
               file=sys.stderr)

@@ -74,7 +74,7 @@ def test_resume_report_covers_the_whole_run(tmp_path, capsys):
     assert main(args) == EXIT_PARTIAL
     first = capsys.readouterr()
     n_rows = len(read_results(out))
-    assert f"proposals {n_rows:,}" in first.out and "scenes 5" in first.out and "unreadable scenes 1" in first.out
+    assert f"proposals {n_rows:,}" in first.out and "scenes 5" in first.out and "not scored (errors.jsonl) 1" in first.out
     assert first.err.count("scene_0000.json") == 1  # named once, not twice
     assert (out / "summary.png").stat().st_size > 10_000
     png_before = (out / "summary.png").stat().st_size

@@ -123,15 +123,22 @@ def test_bad_scene_file_is_named_and_rest_is_kept(tmp_path, capsys):
     for f in sorted(FIXTURES.glob("scene_000*.json"))[:4]:
         shutil.copy(f, scenes / f.name)
     (scenes / "scene_0002.json").write_text('{"format": "epdms-scene/1", "id": "broken"}')
+    # one scene id in two files, in one batch and in a later one: the first file is scored, the others named
+    shutil.copy(scenes / "scene_0000.json", scenes / "scene_0000a.json")
+    shutil.copy(scenes / "scene_0001.json", scenes / "zz_copy.json")
     out = tmp_path / "out"
     rc = main(["score", "--scenes", str(scenes), "--out", str(out), "--no-progress", "--batch-size", "2"])
     assert rc == EXIT_PARTIAL
-    err = capsys.readouterr().err
-    assert "scene_0002.json" in err and "'ego'" in err
+    captured = capsys.readouterr()
+    assert "scene_0002.json" in captured.err and "'ego'" in captured.err
+    assert "scenes 3 " in captured.out and "not scored (errors.jsonl) 3" in captured.out, captured.out
     df = read_results(out)
     assert sorted(df.scene_id.unique()) == ["scene_0000", "scene_0001", "scene_0003"]
+    assert not df.duplicated(["scene_id", "proposal"]).any()
     logged = [json.loads(line) for line in (out / "errors.jsonl").read_text().splitlines()]
-    assert [Path(e["name"]).name for e in logged] == ["scene_0002.json"]
+    assert sorted(Path(e["name"]).name for e in logged) == ["scene_0000a.json", "scene_0002.json", "zz_copy.json"]
+    repeated = {Path(e["name"]).name: e["error"] for e in logged if "already scored" in e["error"]}
+    assert "scene_0000.json" in repeated["scene_0000a.json"] and "scene_0001.json" in repeated["zz_copy.json"]
 
 
 def test_unwritable_output_dir(tmp_path, capsys):

@@ -160,10 +160,15 @@ def write_store(scenes: Iterable[HostScene], out: str | os.PathLike, *, progress
         raise ValueError(f"--out {out}: already holds a scene store; choose another directory")
     sizes = None
 
+    ids = set()
+
     def examples():
         nonlocal sizes
         for scene in scenes:
             validate_host_scene(scene)
+            if scene.id in ids:  # a store is read by scene id (SceneStoreSource.unique_ids)
+                raise ValueError(f"scene store: scene id {scene.id!r} given twice")
+            ids.add(scene.id)
             fit = PadSpec.fit([scene], multiple=1)
             sizes = fit if sizes is None else PadSpec(**{k: max(getattr(sizes, k), getattr(fit, k))
                                                          for k in fit.__dataclass_fields__})

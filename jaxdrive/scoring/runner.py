@@ -270,6 +270,37 @@ def _columns(sub: SubScores, ids: Sequence[str], names: Sequence[Sequence[str]],
     return cols
 
 
+def _scored_ids(run: RunDir) -> dict[str, str]:
+    """{scene id: where it came from} of the scenes in the run's completed shards (a resumed run)."""
+    import pyarrow.parquet as pq
+
+    return {sid: "an earlier invocation of this run" for f in run.shard_files()
+            for sid in pq.read_table(f, columns=["scene_id"]).column("scene_id").to_pylist()}
+
+
+def _repeated_ids(batch: "_Batch", first_seen: dict[str, str] | None) -> list[tuple[int, dict]]:
+    """(index in the batch, error record) of each scene whose id this run has scored already (two scene files with
+    one id: only the first is scored, the others are named in errors.jsonl); records the batch's new ids. None:
+    the source's ids are unique."""
+    if first_seen is None:
+        return []
+    repeated = []
+    for j, sid in enumerate(batch.ids):
+        where = batch.sources[j] if j < len(batch.sources) else f"scene {sid!r}"
+        if sid in first_seen:
+            repeated.append((j, {"name": where, "error": f"scene id {sid!r} was already scored in this run (from "
+                                                         f"{first_seen[sid]}): each scene id is scored once"}))
+        else:
+            first_seen[sid] = where
+    return repeated
+
+
+def _drop_scenes(cols: dict, counts: Sequence[int], drop: Sequence[int]) -> dict:
+    """``_columns`` rows without those of the scenes at ``drop`` (indices into the batch)."""
+    keep = ~np.isin(np.repeat(np.arange(len(counts)), counts), drop)
+    return {k: v[keep] for k, v in cols.items()}
+
+
 def _empty_columns() -> dict:
     cols = {"scene_id": np.asarray([], object), "proposal": np.zeros(0, np.int32), "proposal_name": np.asarray([], object)}
     for f in METRICS + AGGREGATES + ("raw_progress",):
@@ -294,6 +325,7 @@ class _Batch:
     names: list
     counts: list
     errors: list
+    sources: list = dataclasses.field(default_factory=list)  # where each scene comes from (``SceneSource.name``)
 
 
 def prescan_picks(batches: int, count: int) -> list[int]:
@@ -548,7 +580,8 @@ def read_padded(source: SceneSource, start: int, stop: int, pad: PadSpec, rows: 
     scenes = [s for s in items if isinstance(s, HostScene)]
     batch = _Batch(-1, False, None, [s.id for s in scenes], [s.proposal_names for s in scenes],
                    [s.num_proposals for s in scenes],
-                   [{"name": e.name, "error": e.message} for e in items if isinstance(e, SourceError)])
+                   [{"name": e.name, "error": e.message} for e in items if isinstance(e, SourceError)],
+                   [source.name(start + j) for j, s in enumerate(items) if isinstance(s, HostScene)])
     if not scenes:
         return pad, batch, None
     pad = grown_pad(pad, scenes)
@@ -660,6 +693,8 @@ def _score_run(source: SceneSource, run: RunDir, options: ScoreOptions, *, progr
     from jaxdrive import distributed
 
     mesh = make_mesh(options.num_devices)
+    # scene id -> where it was first read: a run scores each scene id once (sources of files may repeat one)
+    first_seen = None if source.unique_ids else _scored_ids(run)
     stats = RunStats()
     step = None  # built when the first batch arrives (the producer has fixed the capacities by then)
     q: queue.Queue = queue.Queue(maxsize=2)
@@ -692,12 +727,15 @@ def _score_run(source: SceneSource, run: RunDir, options: ScoreOptions, *, progr
 
     def finish(batch: _Batch, result) -> None:
         nonlocal shard_parts, shard_errors, t_first_done, c_first_done
+        repeated = _repeated_ids(batch, first_seen)
         if result is not None:
             result, overflow = result
             if bool(overflow):
                 stats.overflow_batches += 1
                 result = rescore_grown(batch.arrays)
             cols = _columns(result, batch.ids, batch.names, batch.counts)
+            if repeated:
+                cols = _drop_scenes(cols, batch.counts, [j for j, _ in repeated])
             shard_parts.append(cols)
             stats.add(cols)
             if t_first_done is None:
@@ -706,9 +744,10 @@ def _score_run(source: SceneSource, run: RunDir, options: ScoreOptions, *, progr
                 stats.scored_after_compile += len(cols["epdms"])
                 stats.score_s = time.perf_counter() - t_first_done
                 stats.score_cpu_s = time.process_time() - c_first_done
-        shard_errors.extend(batch.errors)
-        stats.errors.extend(batch.errors)
-        stats.scenes += len(batch.ids)
+        errors = batch.errors + [e for _, e in repeated]
+        shard_errors.extend(errors)
+        stats.errors.extend(errors)
+        stats.scenes += len(batch.ids) - len(repeated)
         bar.update(len(batch.ids) + len(batch.errors))
         bar.set_postfix(prop_per_s=f"{stats.proposals_per_s:,.0f}" if stats.score_s else "compiling")
         if batch.last_in_shard:

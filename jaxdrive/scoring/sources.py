@@ -24,6 +24,8 @@ class SourceError:
 class SceneSource:
     """An indexable stream of scenes. Subclasses define ``__len__``, ``load(i)`` and ``describe()``."""
 
+    unique_ids = False  # whether no two items can hold one scene id (else a run checks: files can repeat one)
+
     def __len__(self) -> int:
         raise NotImplementedError
 
@@ -33,6 +35,10 @@ class SceneSource:
     def describe(self) -> dict:
         """A JSON-able identity of the source, stored in the run manifest so a resume with other inputs is refused."""
         raise NotImplementedError
+
+    def name(self, i: int) -> str:
+        """Where item ``i`` comes from, for messages (a file path where there is one)."""
+        return f"item {i}"
 
     def iter_range(self, start: int, stop: int) -> Iterator[HostScene | SourceError]:
         for i in range(start, min(stop, len(self))):
@@ -47,6 +53,8 @@ class SceneSource:
 class SyntheticSource(SceneSource):
     """``count`` synthetic scenes; scene i is ``generate_scene(seed + i)`` (the scene ``jaxdrive scenes preview
     --seed`` shows), so any slice is reproducible alone."""
+
+    unique_ids = True  # syn_<profile>_<seed + i>
 
     def __init__(self, count: int, seed: int = 0, num_proposals: int = 16):
         if count < 1:
@@ -101,6 +109,9 @@ class SceneDirSource(SceneSource):
         except Exception as e:  # any other per-file failure (a bad value the reader did not anticipate) is named too
             return SourceError(name=str(self.files[i]), message=f"{type(e).__name__}: {e}")
 
+    def name(self, i: int) -> str:
+        return str(self.files[i])
+
     def load(self, i: int) -> HostScene | SourceError:
         scene = self.read(i)
         if isinstance(scene, SourceError):
@@ -117,6 +128,8 @@ class SceneDirSource(SceneSource):
 class SceneStoreSource(SceneSource):
     """The scenes of a binary scene store (``jaxdrive.data.store``), in stored order (already validated). Pickles by
     path (worker processes reopen the store)."""
+
+    unique_ids = True  # ``jaxdrive scenes convert`` refuses a repeated scene id
 
     def __init__(self, path: str | Path):
         from jaxdrive.data.store import SceneStore

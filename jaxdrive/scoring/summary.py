@@ -42,7 +42,7 @@ def summary_table(stats: RunStats) -> str:
     lines.append(rule)
     lines.append("share < 1: proposals scoring below 1; a violation for the rule metrics,")
     lines.append("           progress short of the normaliser for the continuous ep")
-    lines.append(f"scenes {stats.scenes:,}   proposals {stats.proposals:,}   unreadable scenes {len(stats.errors)}"
+    lines.append(f"scenes {stats.scenes:,}   proposals {stats.proposals:,}   not scored (errors.jsonl) {len(stats.errors)}"
                  + (f"   shards already complete (resumed) {stats.skipped_shards}" if stats.skipped_shards else ""))
     if stats.compile_s == 0.0:
         lines.append("this invocation scored nothing: every shard was already complete")
