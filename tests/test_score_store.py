@@ -186,6 +186,21 @@ def test_convert_cli_and_synthetic_store_round_trip(tmp_path, capsys):
     np.testing.assert_array_equal(got.proposal_states[..., :2], want.proposal_states[..., :2] - want.origin)
 
 
+def test_a_damaged_store_names_its_unreadable_scenes_instead_of_a_traceback(tmp_path, capsys):
+    """A store whose record file was truncated (a partial copy): each scene it cannot read is named in errors.jsonl
+    (exit 3, "no scenes scored" when none is left), not a traceback."""
+    write_store([read_scene(f) for f in FILES[:3]], tmp_path / "store")
+    (record,) = (tmp_path / "store").glob("*.array_record-*")
+    with open(record, "r+b") as f:
+        f.truncate(record.stat().st_size // 5)
+    shutil.rmtree(tmp_path / "store" / "padded")  # the padded copy would not read the records at all
+    rc = main(["score", "--scenes", str(tmp_path / "store"), "--out", str(tmp_path / "out"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 3 and "Traceback" not in err, err
+    logged = [json.loads(line) for line in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
+    assert logged and all("corrupt store record" in e["error"] and "(scene " in e["name"] for e in logged), logged
+
+
 @pytest.mark.slow  # two compiles (the prescanned capacities, then grown ones)
 def test_a_batch_beyond_the_prescanned_capacities_is_rescored_with_identical_rows(runs, tmp_path, monkeypatch):
     """Only the first batch (the 8 scenes with fewest proposals) is prescanned (a store without its scenes' needs);

@@ -146,8 +146,15 @@ class SceneStoreSource(SceneSource):
     def __len__(self) -> int:
         return len(self.store)
 
-    def load(self, i: int) -> HostScene:
-        return self.store[i]
+    def name(self, i: int) -> str:
+        return f"{self.path} (scene {i})"
+
+    def load(self, i: int) -> HostScene | SourceError:
+        try:
+            return self.store[i]
+        except Exception as e:  # a damaged record file (e.g. a truncated copy): named, the rest still scored
+            return SourceError(name=self.name(i), message=f"corrupt store record ({type(e).__name__}: {e}); "
+                                                          f"convert the scenes again")
 
     def pad_spec(self):
         """A ``PadSpec`` holding every scene (from the store's metadata)."""
