@@ -42,7 +42,8 @@ def _add_score(sub) -> None:
     src.add_argument("--seed", type=int, default=0, help="seed of the synthetic scenes")
     src.add_argument("--num-proposals", type=int, default=16, help="proposals per synthetic scene")
     src.add_argument("--proposals", type=Path, help="with --scenes: .npz of one [K, 41, 11] state array per scene id "
-                     "(global frame), scored in row order instead of the files' proposals")
+                     "(global frame), scored in row order instead of the files' proposals (no previous plans: EC is "
+                     "NaN and EPDMS its /14 form)")
     src.add_argument("--predictions", type=Path, help="with --scenes (converted metric caches): .npz or .parquet of "
                      "token -> (8, 3) agent poses at 2 Hz; NAVSIM's official per-token evaluation and summary table")
     p.add_argument("--out", type=Path, help="output directory (default: runs/score-<time>)")
@@ -145,6 +146,8 @@ def _run_score(args) -> int:
     if args.workers == "auto":
         options.workers = auto_workers(source, options.pad)
     out = args.out or Path("runs") / time.strftime("score-%Y%m%d-%H%M%S")
+    if args.resume and not any((Path(out) / name).exists() for name in ("manifest.json", "progress")):
+        print(f"--resume: {out} holds no run yet (a new directory?); starting the run there", file=sys.stderr)
     if args.gates and str(args.gates).startswith("judge:"):  # per-proposal gates from a DriveJudge model
         from jaxdrive.judge.score_gates import gates_from_judge
 

@@ -75,9 +75,13 @@ def capacity_for(needed: PackSpec, headroom: float = 1.25) -> PackSpec:
     return PackSpec(**{f.name: up(f.name, getattr(needed, f.name)) for f in dataclasses.fields(PackSpec)})
 
 
-def _check(scene: Scene, proposals: Proposals, groups: int) -> None:
-    """Static (shape) checks; values cannot be checked inside a jitted program."""
+def _check(scene: Scene, proposals: Proposals, groups: int, gates=None) -> None:
+    """Static (shape and dtype) checks; values cannot be checked inside a jitted program."""
     s = proposals.states
+    if gates is not None and jnp.result_type(gates) != jnp.bool_:
+        raise ValueError(f"jaxdrive.score: gates: expected booleans (on / off per metric), got dtype "
+                         f"{jnp.result_type(gates)}; DriveJudge's gate probabilities give gates as p > 0.5 "
+                         f"(jaxdrive.judge.gates.expected_score weighs by them instead)")
     if s.ndim != 4 or s.shape[2:] != (NUM_STEPS, STATE_DIM):
         raise ValueError(f"jaxdrive.score: proposals.states: expected shape (B, K, {NUM_STEPS}, {STATE_DIM}), "
                          f"got {s.shape}")
@@ -115,7 +119,7 @@ def score_with_overflow(scene: Scene, proposals: Proposals, *, capacity: PackSpe
     the unculled kernels are not compiled at all and the rows of an overflowing batch are NOT valid: the caller must
     re-score it (e.g. at ``capacity_for(needs(...))``).
     """
-    _check(scene, proposals, groups)
+    _check(scene, proposals, groups, gates)
     # numpy leaves (a batch_scenes batch closed over by a user's jitted function) become constants here: the broad
     # phase indexes them with traced indices
     scene, proposals = jax.tree_util.tree_map(jnp.asarray, (scene, proposals))

@@ -241,6 +241,8 @@ def preview_main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
     """Entry point of ``jaxdrive scenes preview``; accepts parsed args or an argv list. Returns the exit code."""
     if not isinstance(args, argparse.Namespace):
         args = preview_parser().parse_args(args)
+    if not args.extent > 0:
+        raise ValueError(f"--extent: expected a positive half-width in metres, got {args.extent}")
     if args.scene:
         from jaxdrive.data.scene_json import read_scene
 

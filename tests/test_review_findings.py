@@ -104,6 +104,22 @@ def test_options_that_would_be_ignored_are_usage_errors(tmp_path, capsys):
     assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
 
 
+def test_values_that_were_taken_silently(tmp_path, capsys):
+    """Float gates in the Python API (DriveJudge probabilities passed as gates were cast to bool: 0.3 -> on), a
+    non-positive ``scenes preview --extent`` (a mirrored picture), ``--resume`` into a directory without a run
+    (said nothing: a mistyped --out restarted from scratch silently)."""
+    import jaxdrive
+    from jaxdrive.scene import batch_scenes
+
+    sc, pr, _ = batch_scenes([read_scene(FILE)])
+    with pytest.raises(ValueError, match="gates: expected booleans"):
+        jaxdrive.score(sc, pr, gates=jnp.full(9, 0.5))
+    assert main(["scenes", "preview", "--extent", "-5", "--out", str(tmp_path / "p.png")]) == EXIT_USAGE
+    assert "--extent" in capsys.readouterr().err and not (tmp_path / "p.png").exists()
+    rc = main(["score", "--count", "1", "--batch-size", "0", "--resume", "--out", str(tmp_path / "new")])
+    assert rc == EXIT_USAGE and "holds no run yet" in capsys.readouterr().err
+
+
 def test_large_gate_tables_enter_the_manifest_as_a_digest(tmp_path):
     """The manifest is rewritten after every shard: a judge's per-proposal gate table (3,000 scenes x 16 x 9 here,
     ~5 MB of JSON before) and a large reference map are stored as their SHA-256, which still tells a changed table
@@ -127,7 +143,7 @@ def test_large_gate_tables_enter_the_manifest_as_a_digest(tmp_path):
     assert len(str(err.value)) < 600  # not the whole value echoed
 
 
-@pytest.mark.parametrize("value, what", [(float("nan"), "nan"), ("far", "far"), (True, "True")])
+@pytest.mark.parametrize("value, what", [(float("nan"), "nan"), ("far", "far"), (True, "True"), (-5.0, "-5.0")])
 def test_bad_reference_progress_names_flag_and_scene(tmp_path, capsys, value, what):
     ref = tmp_path / "ref.json"
     ref.write_text(json.dumps({"scene-x": value}, allow_nan=True))

@@ -95,9 +95,10 @@ class ScoreOptions:
             raise ValueError(f"--reference-progress: expected a JSON object {{scene id: metres}}, "
                              f"got {type(self.reference_progress).__name__}")
         for sid, value in (self.reference_progress or {}).items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"--reference-progress: scene {sid!r}: expected a finite number of metres, "
-                                 f"got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or value < 0:
+                raise ValueError(f"--reference-progress: scene {sid!r}: expected a finite, non-negative number of "
+                                 f"metres, got {value!r}")
         if isinstance(self.gates, dict):
             for sid, g in self.gates.items():
                 _gate_rows(g, f"--gates: scene {sid!r}")
