@@ -211,7 +211,7 @@ def _check_agent(scene_id: str, i: int, agent: Agent) -> None:
     if partial.any():
         t = int(np.argmax(partial))
         _fail(scene_id, f"agents[{i}].track[{t}]", "5 numbers (x, y, heading, vx, vy) or null (absent)",
-              f"a partial row {agent.track[t].tolist()}")
+              f"a row with NaN in it {agent.track[t].tolist()}")
     present = ~nan.any(axis=1)
     _check_finite(scene_id, f"agents[{i}].track (present rows)", agent.track[present])
     if np.any(np.abs(agent.track[present, 2]) > math.pi + 1e-3):

@@ -171,7 +171,8 @@ class SceneStoreSource(SceneSource):
         copy = self.padded(pad)
         if copy is not None and copy.needs is not None:
             return None
-        what = ("its broad-phase needs were measured by another jaxdrive: capacities come from a prescan" if copy
+        what = ("its scenes' broad-phase needs are missing, unreadable or were measured by another jaxdrive: "
+                "capacities come from a prescan" if copy
                 else "no current padded copy: scenes are decoded as they are read, capacities come from a prescan")
         return f"{what}; `jaxdrive scenes refresh {self.path}` rewrites them"
 
