@@ -26,7 +26,8 @@ Static options (Python values, part of the compiled program): ``ep_mode``, wheth
 are traced arrays), ``apply_human_filter``, ``comfort_precision``, ``capacity``, ``groups`` (and ``fallback``).
 
 Rows of invalid proposals (``proposals.valid`` False: padded proposals, filler scenes) are NaN (steps -1, HC checks
-False); they use no culling capacity and never enter the EP normaliser.
+False); they use no culling capacity and never enter the EP normaliser. So are the rows of proposals with a NaN or
+infinite state (``rules.epdms.finite_proposals``): one diverged policy sample does not move the others' scores.
 
 On CPU, start Python with ``GLIBC_TUNABLES=glibc.malloc.arena_max=1:glibc.malloc.mmap_threshold=4294967296:
 glibc.malloc.trim_threshold=4294967296`` (one line; ``jaxdrive.malloc_tunables``, which ``jaxdrive score`` applies
@@ -75,9 +76,23 @@ def capacity_for(needed: PackSpec, headroom: float = 1.25) -> PackSpec:
     return PackSpec(**{f.name: up(f.name, getattr(needed, f.name)) for f in dataclasses.fields(PackSpec)})
 
 
-def _check(scene: Scene, proposals: Proposals, groups: int, gates=None) -> None:
+def _check(scene: Scene, proposals: Proposals, groups: int, gates=None, ep_mode: str = "scene",
+           reference_progress=None) -> None:
     """Static (shape and dtype) checks; values cannot be checked inside a jitted program."""
     s = proposals.states
+    b, k = s.shape[:2] if s.ndim >= 2 else (None, None)
+    if jnp.result_type(proposals.valid) != jnp.bool_:
+        raise ValueError(f"jaxdrive.score: proposals.valid: expected booleans, got dtype "
+                         f"{jnp.result_type(proposals.valid)}")
+    if gates is not None and jnp.shape(gates) not in ((9,), (b, 1, 9), (b, k, 9)):
+        raise ValueError(f"jaxdrive.score: gates: expected shape (9,) (all proposals), ({b}, 1, 9) (per scene) or "
+                         f"({b}, {k}, 9) (per proposal), got {jnp.shape(gates)}")
+    if reference_progress is not None and ep_mode != "reference":
+        raise ValueError(f"jaxdrive.score: reference_progress: used only with ep_mode='reference' (got "
+                         f"ep_mode={ep_mode!r})")
+    if ep_mode == "reference" and reference_progress is not None and jnp.shape(reference_progress) != (b,):
+        raise ValueError(f"jaxdrive.score: reference_progress: expected shape ({b},) (metres per scene), got "
+                         f"{jnp.shape(reference_progress)}")
     if gates is not None and jnp.result_type(gates) != jnp.bool_:
         raise ValueError(f"jaxdrive.score: gates: expected booleans (on / off per metric), got dtype "
                          f"{jnp.result_type(gates)}; DriveJudge's gate probabilities give gates as p > 0.5 "
@@ -119,10 +134,11 @@ def score_with_overflow(scene: Scene, proposals: Proposals, *, capacity: PackSpe
     the unculled kernels are not compiled at all and the rows of an overflowing batch are NOT valid: the caller must
     re-score it (e.g. at ``capacity_for(needs(...))``).
     """
-    _check(scene, proposals, groups, gates)
+    _check(scene, proposals, groups, gates, ep_mode, reference_progress)
     # numpy leaves (a batch_scenes batch closed over by a user's jitted function) become constants here: the broad
     # phase indexes them with traced indices
     scene, proposals = jax.tree_util.tree_map(jnp.asarray, (scene, proposals))
+    proposals = proposals.replace(valid=epdms.finite_proposals(proposals))  # NaN states: padding (no capacity)
     capacity = capacity or default_capacity(proposals.states.shape[1])
     packed, overflow = pack_on_device(scene, proposals, capacity, groups)
     # outside the lax.cond: read no map, and under jax.vmap (batched predicate) a branch is re-batched after its

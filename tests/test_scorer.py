@@ -24,6 +24,7 @@ import jaxdrive
 from jaxdrive.broadphase import PackSpec
 from jaxdrive.broadphase.device import bit_words, compact, needs, nth_set_bit, pack_on_device, prefix_count
 from jaxdrive.data.scene_json import read_scene
+from jaxdrive.rules import epdms as epdms_rules
 from jaxdrive.rules.epdms import SubScores
 from jaxdrive.scene import PadSpec, batch_scenes
 from jaxdrive.scorer import capacity_for, default_capacity, score_with_overflow
@@ -158,6 +159,51 @@ def test_the_scorer_vmapped_or_closed_over_in_user_code(batch, trained):
     loss = lambda states: jnp.nansum(jaxdrive.score(one_scene, one.replace(states=states)).epdms)
     jax.jit(loss).lower(one.states)
     jax.jit(jax.grad(loss)).lower(one.states)
+
+
+@pytest.mark.slow  # one compile of the scorer (two calls of one shape)
+def test_a_proposal_with_nan_states_is_scored_as_padding_and_moves_no_other_row():
+    """An RL policy's diverged sample (NaN in one proposal's last x) used to make the scene's EP normaliser NaN, so
+    every EP of the scene (of the batch with ep_mode="batch") became 1 and the NaN proposal itself scored 0. Now its
+    row is NaN (steps -1) and every other row equals the run with that proposal marked invalid."""
+    sc, pr, _ = batch_scenes([read_scene(f) for f in FILES[:2]])
+    step = jax.jit(lambda s, p: jaxdrive.score(s, p, ep_mode="batch"))
+    nan = pr.replace(states=np.asarray(pr.states).copy())
+    nan.states[0, 1, 40, 0] = np.nan
+    masked = pr.replace(valid=np.asarray(pr.valid).copy())
+    masked.valid[0, 1] = False
+    got, want = jax.device_get(step(sc, nan)), jax.device_get(step(sc, masked))
+    assert np.isnan(got.epdms[0, 1]) and np.isnan(got.ep[0, 1]) and got.nc_step[0, 1] == -1
+    _same_rows(got, want)
+    assert np.isfinite(np.asarray(got.epdms)[np.asarray(masked.valid)]).all()
+    inf_previous = pr.replace(previous=np.asarray(pr.previous).copy(), has_previous=np.ones_like(pr.has_previous))
+    inf_previous.previous[1, 0, 3, 5] = np.inf
+    valid = np.asarray(epdms_rules.finite_proposals(inf_previous))
+    assert not valid[1, 0] and valid.sum() == np.asarray(pr.valid).sum() - 1
+
+
+def test_static_misuse_of_the_scorer_names_the_argument():
+    sc, pr, _ = batch_scenes([read_scene(f) for f in FILES[:2]])
+    b, k = pr.valid.shape
+    for kwargs, needle in (({"gates": np.ones((b, 9), bool)}, "gates: expected shape"),
+                           ({"gates": np.ones((k, 9), bool)}, "gates: expected shape"),
+                           ({"reference_progress": np.ones(b, np.float32)}, "only with ep_mode='reference'"),
+                           ({"ep_mode": "reference", "reference_progress": np.ones((b, k), np.float32)},
+                            r"reference_progress: expected shape \(2,\)")):
+        with pytest.raises(ValueError, match=needle):
+            jaxdrive.score(sc, pr, **kwargs)
+    with pytest.raises(ValueError, match="proposals.valid: expected booleans"):
+        jaxdrive.score(sc, pr.replace(valid=np.asarray(pr.valid, np.int32)))
+    with pytest.raises(ValueError, match="groups"):
+        needs(sc, pr, groups=3)
+    with pytest.raises(ValueError, match="outside jax.jit"):
+        jax.jit(lambda: needs(sc, pr))()
+    with pytest.raises(TypeError, match="list of HostScene"):
+        batch_scenes(read_scene(FILES[0]))
+    with pytest.raises(TypeError, match="HostScene items"):
+        batch_scenes([FILES[0]])
+    with pytest.raises(ValueError, match="agents: expected a positive integer"):
+        PadSpec(agents=-1)
 
 
 @pytest.mark.slow  # a compile of the scorer in a fresh interpreter

@@ -373,7 +373,15 @@ def needs(scene: Scene, proposals: Proposals, groups: int = 1) -> PackSpec:
     """The smallest capacities (per scene of the batch, like ``PackSpec``) with which ``pack_on_device`` does not
     overflow on this host batch (numpy leaves). For choosing a run's capacities from a few batches up front."""
     nb = np.shape(proposals.valid)[0]
-    return needs_of(scene_needs(scene, proposals), np.arange(nb) // (nb // groups), nb // groups)
+    if groups < 1 or nb % groups:
+        raise ValueError(f"needs: groups: expected a positive divisor of the batch size {nb}, got {groups}")
+    try:
+        rows = scene_needs(scene, proposals)
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        raise ValueError("needs: measures a host batch, outside jax.jit (inside a trace its counts are not values): "
+                         "call it before your jitted step and pass capacity_for(needs(...)) to jaxdrive.score as its "
+                         "static capacity") from None
+    return needs_of(rows, np.arange(nb) // (nb // groups), nb // groups)
 
 
 def needs_of(rows: np.ndarray, group: np.ndarray, per: int) -> PackSpec:

@@ -211,7 +211,7 @@ def aggregate(s: SubScores, valid: Bool[Array, "B K"], gates: Bool[Array, "B K 9
 def human_filter(agent: SubScores, human: SubScores, apply: Bool[Array, "*b"] | bool = True) -> SubScores:
     """NAVSIM's human penalty filter (spec §4.2): for NC, DAC, DDC, TLC, EP, TTC, LK, HC, where the human's value is
     exactly 0 the agent's becomes 1 (0.5 does not trigger); the multiplier and EPDMS are recomputed; ``pdm_score`` is
-    not updated (NAVSIM leaves it stale); EC is never filtered. ``human`` broadcasts against ``agent`` (e.g. [B, 1]
+    not updated (NAVSIM leaves it stale), nor is ``pdms`` (PDMS v1.1 has no human filter); EC is never filtered. ``human`` broadcasts against ``agent`` (e.g. [B, 1]
     against [B, K]); ``apply`` selects where the filter is on (original scenes with a logged human future).
     """
     apply = jnp.asarray(apply, bool)
@@ -246,8 +246,10 @@ def score(scene: Scene, proposals: Proposals, *, ep_mode: EpMode = "scene",
         outside its x64 scope under ``jax.vmap``).
 
     Padded proposals (``proposals.valid`` False) never enter the EP normaliser; their rows are masked: every float
-    field NaN, every ``*_step`` -1, ``hc_checks`` False (``proposals.valid`` tells the real ones).
+    field NaN, every ``*_step`` -1, ``hc_checks`` False (``proposals.valid`` tells the real ones). A proposal with a
+    non-finite state is scored the same way (``finite_proposals``).
     """
+    proposals = proposals.replace(valid=finite_proposals(proposals))
     if areas is None:
         areas = batch_ego_areas(scene.map, proposals.states)
     elif areas.multiple_lanes.shape != proposals.states.shape[:3]:
@@ -268,6 +270,14 @@ def score(scene: Scene, proposals: Proposals, *, ep_mode: EpMode = "scene",
     if gates is not None:
         out = out.replace(epdms=gated_score(out, gates))
     return mask_padded(out, proposals.valid)
+
+
+def finite_proposals(proposals: Proposals) -> Bool[Array, "B K"]:
+    """``proposals.valid`` less the proposals with a non-finite state (or previous plan, where given). ``score`` and
+    ``jaxdrive.score`` treat those as padding: their rows are NaN (steps -1) and they enter no EP normaliser, so one
+    diverged sample (an RL policy's NaN) neither scores 0 nor moves the EP of the others."""
+    finite = lambda x: jnp.all(jnp.isfinite(x), axis=(-2, -1))
+    return proposals.valid & finite(proposals.states) & (finite(proposals.previous) | ~proposals.has_previous)
 
 
 def mask_padded(sub: SubScores, valid: Bool[Array, "*b"]) -> SubScores:

@@ -84,9 +84,16 @@ class PadSpec:
     lane_vertices: int = 96
     centerline: int = 512
 
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"PadSpec: {f.name}: expected a positive integer size, got {value!r}")
+
     @staticmethod
     def fit(scenes: Sequence[HostScene], multiple: int = 8) -> "PadSpec":
         """The smallest spec holding every scene, each size rounded up to a multiple of ``multiple``."""
+        _check_scene_list(scenes, "PadSpec.fit")
 
         def up(n: int) -> int:
             return max(multiple, -(-n // multiple) * multiple)
@@ -249,13 +256,25 @@ def _build(tree: dict) -> Scene:
     )
 
 
+def _check_scene_list(scenes, what: str) -> None:
+    """A non-empty list of ``HostScene``s, or an error saying what was given instead."""
+    if isinstance(scenes, (HostScene, str, bytes)) or not isinstance(scenes, Sequence):
+        raise TypeError(f"{what}: expected a list of HostScene (e.g. [read_scene(path)]), got "
+                        f"{type(scenes).__name__}")
+    if not scenes:
+        raise SceneValidationError(f"{what}: expected at least one scene, got an empty list")
+    bad = next((s for s in scenes if not isinstance(s, HostScene)), None)
+    if bad is not None:
+        raise TypeError(f"{what}: expected HostScene items (jaxdrive.data.scene_json.read_scene(path) reads a file), "
+                        f"got a {type(bad).__name__}")
+
+
 def batch_scenes(scenes: Sequence[HostScene], spec: PadSpec | None = None,
                  validate: bool = True) -> tuple[Scene, Proposals, BatchInfo]:
     """Pad and stack host scenes into one batch: ``Scene[B]``, ``Proposals[B, K]`` (numpy leaves) and ``BatchInfo``."""
     import jax
 
-    if not scenes:
-        raise SceneValidationError("batch_scenes: expected at least one scene, got an empty list")
+    _check_scene_list(scenes, "batch_scenes")
     if validate:
         for s in scenes:
             validate_host_scene(s)
