@@ -174,7 +174,7 @@ def test_convert_cli_and_synthetic_store_round_trip(tmp_path, capsys):
     shutil.copy(FILES[1], src / "zz_copy_of_the_second.json")  # one scene id in two files
     assert main(["scenes", "convert", str(src), "--out", str(tmp_path / "dup"), "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert "in two files" in err and "zz_copy_of_the_second.json" in err and Path(FILES[1]).name in err, err
+    assert "in two inputs" in err and "zz_copy_of_the_second.json" in err and Path(FILES[1]).name in err, err
     assert not (tmp_path / "dup").exists()  # no half-written store left behind
 
     assert main(["scenes", "generate", "--count", "2", "--seed", "5", "--proposals", "3", "--store",

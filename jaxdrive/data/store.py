@@ -28,7 +28,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -150,9 +150,11 @@ def scene_from_example(ex: dict) -> HostScene:
 
 
 def write_store(scenes: Iterable[HostScene], out: str | os.PathLike, *, progress: bool = False,
-                padded: bool = True) -> dict:
+                padded: bool = True, label: Callable[[int], str] | None = None) -> dict:
     """Validate and write ``scenes`` as a store at ``out`` (created; must not hold one). Returns its metadata.
-    ``padded``: also write the padded copy (``STORE/padded``, see the module docstring)."""
+    ``padded``: also write the padded copy (``STORE/padded``, see the module docstring). A scene id given twice is
+    refused (a store is read by scene id: ``SceneStoreSource.unique_ids``), naming both inputs by ``label(i)``
+    (default: their positions)."""
     from jaxdrive.data.tfds_writer import EmptySplitError, write_tfds
 
     out = Path(out)
@@ -160,15 +162,17 @@ def write_store(scenes: Iterable[HostScene], out: str | os.PathLike, *, progress
         raise ValueError(f"--out {out}: already holds a scene store; choose another directory")
     sizes = None
 
-    ids = set()
+    label = label or (lambda i: f"scene #{i} of the input")
+    first: dict[str, int] = {}
 
     def examples():
         nonlocal sizes
-        for scene in scenes:
+        for i, scene in enumerate(scenes):
             validate_host_scene(scene)
-            if scene.id in ids:  # a store is read by scene id (SceneStoreSource.unique_ids)
-                raise ValueError(f"scene store: scene id {scene.id!r} given twice")
-            ids.add(scene.id)
+            if scene.id in first:
+                raise ValueError(f"scene store: scene id {scene.id!r} is in two inputs: {label(first[scene.id])} and "
+                                 f"{label(i)}")
+            first[scene.id] = i
             fit = PadSpec.fit([scene], multiple=1)
             sizes = fit if sizes is None else PadSpec(**{k: max(getattr(sizes, k), getattr(fit, k))
                                                          for k in fit.__dataclass_fields__})
@@ -428,21 +432,11 @@ def _run_convert(args) -> int:
     files = scene_files(args.json_dir) if Path(args.json_dir).is_dir() else []
     if not files:
         raise ValueError(f"scenes convert {args.json_dir}: no *.json scene files found")
-    first_file: dict[str, Path] = {}
-
-    def scenes():
-        for f in files:
-            scene = read_scene(f)
-            if scene.id in first_file:  # a store is read by scene id (gates, reference progress, proposals)
-                raise ValueError(f"scenes convert: scene id {scene.id!r} is in two files: {first_file[scene.id]} "
-                                 f"and {f}")
-            first_file[scene.id] = f
-            yield scene
-
     out = Path(args.out)
     created = not out.exists()
     try:
-        meta = write_store(scenes(), out, progress=not args.no_progress)
+        meta = write_store((read_scene(f) for f in files), out, progress=not args.no_progress,
+                           label=lambda i: str(files[i]))
     except BaseException:
         if created:  # a bad file stops the conversion: no half-written store is left
             shutil.rmtree(out, ignore_errors=True)
