@@ -13,11 +13,14 @@
 # only files at most two folders down come back), step_hlo.txt.gz (the traced program's optimized HLO) and
 # kernels.txt: the costliest kernels of the trace, each with the source lines it comes from
 # (benchmarks/kernel_sources.py on the two files; rerun it here with --top 60 for more rows).
-# Environment: PROPOSALS (step batch sizes, default 262144,1048576), PARTS=1 (also time the step's parts: ~70 s of
-# GPU compile each), BENCH_S and TESTS_S (time limits in seconds, default 340, 200). With the defaults the script took
-# 417 s on the H200 (2026-12-04): two ~100 s compiles, the parity tests 128 s. TRIPS="16 32" (say) adds one step row
-# at 262,144 proposals per value of the broad-phase loops' ACCELERATOR_TRIPS (default 8), ~130 s each (trips.txt);
-# PALLAS=1 one more with the Pallas edge-tile kernel (JAXDRIVE_KERNELS=pallas; never yet run on a GPU).
+# Environment: PROPOSALS (step batch sizes, default 262144; the 1,048,576 row was 5.43 M/s on 2026-12-04),
+# PARTS=1 (also time the step's parts: ~70 s of GPU compile each), BENCH_S and TESTS_S (time limits in seconds,
+# default 340, 200). Then one step row at 262,144 proposals (~130 s each, appended to trips.txt) per entry of:
+# SEGMENTS (default "scan": the broad phase's segment sums and minima without scatters, JAXDRIVE_SEGMENTS=scan,
+# jaxdrive/broadphase/segments.py; never yet run on a GPU; SEGMENTS= for none), TRIPS="16 32" (say: the broad-phase
+# loops' ACCELERATOR_TRIPS, default 8) and PALLAS=1 (the Pallas edge-tile kernel, JAXDRIVE_KERNELS=pallas; never yet
+# run on a GPU). The defaults should take ~450 s: the first run of 2026-12-04 (two batch sizes, no extra row) took
+# 417 s, two ~100 s compiles and the parity tests 128 s.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/device_check}
@@ -34,7 +37,7 @@ rm -rf /tmp/device_check_trace
 parts=()
 if [ "${PARTS:-0}" = 1 ]; then parts=(--parts); fi
 timeout "${BENCH_S:-340}" python3 benchmarks/score_end_to_end.py --ks 4096 --step-only \
-  --step-proposals "${PROPOSALS:-262144,1048576}" --replicas 0 --reps 5 --trace /tmp/device_check_trace "${parts[@]}" \
+  --step-proposals "${PROPOSALS:-262144}" --replicas 0 --reps 5 --trace /tmp/device_check_trace "${parts[@]}" \
   2>&1 | tee "$out/bench.txt"
 echo "benchmark exit: ${PIPESTATUS[0]} (124: over BENCH_S)" | tee -a "$out/bench.txt"
 find /tmp/device_check_trace -name "*.xplane.pb" -exec cp {} "$out/step.xplane.pb" \; 2>/dev/null
@@ -48,6 +51,7 @@ one_row() {  # one step row at 262,144 proposals, extra arguments passed on; app
   timeout 200 python3 benchmarks/score_end_to_end.py --ks 4096 --step-only --step-proposals 262144 --replicas 0 \
     --reps 3 --ref-scenes 1 "$@" 2>&1 | grep -E "^device|^ *4096|rror" | sed "s/^/$label: /" | tee -a "$out/trips.txt"
 }
+for impl in ${SEGMENTS-scan}; do JAXDRIVE_SEGMENTS=$impl one_row "segments $impl"; done
 for trips in ${TRIPS:-}; do one_row "trips $trips" --accelerator-trips "$trips"; done
 if [ "${PALLAS:-0}" = 1 ]; then JAXDRIVE_KERNELS=pallas one_row pallas; fi
 timeout "${TESTS_S:-200}" python3 -m pytest -q -p no:rerunfailures -p no:cacheprovider -o addopts="-ra" \

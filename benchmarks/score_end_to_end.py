@@ -256,7 +256,7 @@ def main() -> None:
     if args.accelerator_trips < 0:
         ap.error(f"--accelerator-trips: expected 0 (the default) or a positive number of steps, "
                  f"got {args.accelerator_trips}")
-    from jaxdrive.broadphase import blocks
+    from jaxdrive.broadphase import blocks, segments
 
     if args.accelerator_trips:
         blocks.ACCELERATOR_TRIPS = args.accelerator_trips  # read when the programs are traced, below
@@ -269,6 +269,7 @@ def main() -> None:
     ndev = jax.device_count()
     load = os.getloadavg()
     trips = "" if blocks.on_cpu() else f"; broad-phase loops of at most {blocks.ACCELERATOR_TRIPS} steps"
+    trips += f"; segment reductions by {segments.implementation()}"
     print(f"device: {jax.devices()[0].platform} x{ndev} ({jax.devices()[0].device_kind}); cpu cores "
           f"{os.cpu_count()}; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}{trips}")
     ref_s = reference_per_proposal_s(make_scenes(16, args.ref_scenes, args.ref_scenes))

@@ -19,6 +19,9 @@ import numpy as np
 from jaxdrive import atomic
 
 _SOURCES_HASH: str | None = None
+# Environment variables that jaxdrive reads while tracing a program (the edge-tile kernel, the broad phase's
+# segment reductions): part of every key, so a program traced under other settings is never called back.
+TRACE_ENV = ("JAXDRIVE_KERNELS", "JAXDRIVE_SEGMENTS")
 
 
 def files_hash(files: Sequence[Path], root: Path) -> str:
@@ -37,6 +40,10 @@ def _sources_hash() -> str:
         root = Path(__file__).resolve().parent
         _SOURCES_HASH = files_hash(sorted(root.rglob("*.py")), root)
     return _SOURCES_HASH
+
+
+def _trace_env() -> str:
+    return ",".join(f"{name}={os.environ.get(name, '')}" for name in TRACE_ENV)
 
 
 def cache_dir() -> Path:
@@ -103,12 +110,13 @@ def _store(path: Path, exp) -> None:
 def call_cached(name: str, fn: Callable[..., Sequence[jax.Array]], leaves: Sequence[np.ndarray]) -> list[jax.Array]:
     """``fn(*leaves)`` (a function of arrays returning a tuple of arrays) through a serialised export of it.
 
-    The first call for a (name, shapes, dtypes, jax version, sources) key traces, exports and stores the program;
+    The first call for a (name, shapes, dtypes, jax version, sources, ``TRACE_ENV``) key traces, exports and stores the program;
     later calls (other processes too) deserialise it and run it. An unreadable entry is re-exported."""
     from jax import export
 
     sig = "|".join(f"{np.shape(x)}:{np.asarray(x).dtype}" for x in leaves)
-    key = hashlib.sha256(f"{name}|{sig}|{jax.__version__}|{jax.default_backend()}|{_sources_hash()}".encode())
+    key = hashlib.sha256(
+        f"{name}|{sig}|{jax.__version__}|{jax.default_backend()}|{_sources_hash()}|{_trace_env()}".encode())
     path = cache_dir() / f"{name}-{key.hexdigest()[:24]}.bin"
     exp = _load(path)
     if exp is None:
@@ -124,7 +132,7 @@ def cached_jit(name: str, fn: Callable, key: str, in_sharding: jax.sharding.Shar
 
     The lowered program is kept on disk (``jax.export``), keyed by ``name``, ``key`` (the caller's static options:
     everything besides the inputs that changes the program), the inputs' tree, shapes, dtypes and sharding, the
-    device count and kind, the jax version and jaxdrive's sources; a later process calls it without tracing (XLA's
+    device count and kind, the jax version, jaxdrive's sources and ``TRACE_ENV``; a later process calls it without tracing (XLA's
     persistent cache then saves the compile). ``on_build()`` runs each time the process builds a program (traces
     ``fn`` or loads it). In a multi-process run, or when ``fn`` cannot be exported, it is the plain ``jax.jit``.
     """
@@ -156,7 +164,7 @@ def cached_jit(name: str, fn: Callable, key: str, in_sharding: jax.sharding.Shar
         text = "|".join([name, key, str(tree), ";".join(f"{np.shape(x)}:{np.dtype(x.dtype)}" for x in leaves),
                          repr(in_sharding), f"{len(devices)}x{next(iter(devices)).device_kind}",
                          f"x64={jax.config.jax_enable_x64}", f"matmul={jax.config.jax_default_matmul_precision}",
-                         jax.__version__, jax.default_backend(), _sources_hash()])
+                         jax.__version__, jax.default_backend(), _sources_hash(), _trace_env()])
         path = cache_dir() / f"{name}-{hashlib.sha256(text.encode()).hexdigest()[:24]}.bin"
         exp = _load(path)
         if exp is None:

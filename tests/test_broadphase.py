@@ -82,12 +82,12 @@ def synthetic_scenes():
     return [generate_scene(seed, num_proposals=2) for seed in range(NUM_SYNTHETIC)]
 
 
-def _assert_identical(scenes):
+def _assert_identical(scenes, packed_rules=RULES):
     spec = dataclasses.replace(PadSpec.fit(scenes), proposals=max(s.num_proposals for s in scenes))
     scene, props, _ = batch_scenes(scenes, spec, validate=False)
     dense = jax.device_get(RULES(scene, props.states))
     packed_scene, used = pack_batch(scene, props.states)
-    packed = jax.device_get(RULES(packed_scene, props.states))
+    packed = jax.device_get(packed_rules(packed_scene, props.states))
     valid = np.asarray(props.valid)
     for name, want in dense.items():
         got = packed[name]
@@ -107,6 +107,53 @@ def test_packed_identical_on_fixtures(fixture_scenes):
 
 def test_packed_identical_on_synthetic(synthetic_scenes):
     _assert_identical(synthetic_scenes)
+
+
+@pytest.mark.slow  # the rules traced and compiled again
+def test_segment_reductions_by_scans_score_identically(fixture_scenes, synthetic_scenes, monkeypatch):
+    """``JAXDRIVE_SEGMENTS=scan`` (``broadphase.segments``: the tile and slot sums as differenced prefix sums, the
+    contact rules' minima as segmented running minima; no scatter), traced as for an accelerator (loops of at most ``ACCELERATOR_TRIPS`` steps over capacity-sized
+    blocks, where it is meant to run): every packed flag, value and step of the 61 fixtures and 50 synthetic scenes
+    equals the dense batch's."""
+    monkeypatch.setenv("JAXDRIVE_SEGMENTS", "scan")
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    rules = jax.jit(lambda scene, states: _all_rules(scene, states))  # a new function: traced under these settings
+    _assert_identical(fixture_scenes, rules)
+    _assert_identical(synthetic_scenes[:50], rules)
+
+
+def test_sorted_segment_reductions_by_scans_equal_the_scatters(monkeypatch):
+    """``sorted_segment_sum`` / ``sorted_segment_min`` by scans equal numpy loops (and ``jax.ops.segment_sum`` /
+    ``segment_min``) on sorted ids with empty segments (minimum: the dtype's largest value) and ids outside [0, S)
+    (they count nowhere); sums of values whose running total wraps around int32; minima of ints and floats."""
+    from jaxdrive.broadphase import segments
+
+    rng = np.random.default_rng(0)
+    ids = np.sort(rng.integers(-3, 60, 400)).astype(np.int32)  # 0..49 kept; -3..-1 and 50..59 dropped
+    ids[ids == 13] = 12  # segment 13 empty
+    x = rng.integers(-2 ** 24, 2 ** 27, (400, 3)).astype(np.int32)  # mostly positive: the running total wraps
+    want = np.zeros((50, 3), np.int64)
+    for i, v in zip(ids, x):
+        if 0 <= i < 50:
+            want[i] += v
+    assert np.abs(want).max() < 2 ** 31 and np.abs(np.cumsum(x, axis=0, dtype=np.int64)).max() >= 2 ** 31
+    low_int = np.full(50, np.iinfo(np.int32).max)
+    low_float = np.full(50, np.inf, np.float32)
+    y = rng.normal(size=400).astype(np.float32)
+    for i, v, f in zip(ids, x[:, 0], y):
+        if 0 <= i < 50:
+            low_int[i], low_float[i] = min(low_int[i], v), min(low_float[i], f)
+    assert (low_int == np.iinfo(np.int32).max).any()  # an empty segment
+    for impl in segments.IMPLEMENTATIONS:
+        monkeypatch.setenv("JAXDRIVE_SEGMENTS", impl)
+        got = jax.jit(lambda v, i: segments.sorted_segment_sum(v, i, 50))(x, ids)
+        np.testing.assert_array_equal(got, want, err_msg=impl)
+        for values, low in ((x[:, 0], low_int), (y, low_float)):
+            got = jax.jit(lambda v, i: segments.sorted_segment_min(v, i, 50))(values, ids)
+            np.testing.assert_array_equal(got, low, err_msg=impl)
+    monkeypatch.setenv("JAXDRIVE_SEGMENTS", "atomic")
+    with pytest.raises(ValueError, match="JAXDRIVE_SEGMENTS"):
+        segments.sorted_segment_sum(x, ids, 50)
 
 
 def test_packed_identical_on_dense_traffic_in_groups():

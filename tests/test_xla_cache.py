@@ -127,3 +127,24 @@ def test_traced_programs_beyond_the_cap_go_least_recently_used_first(tmp_path, m
     exported.call_cached("f", fn, [np.ones(5, np.float32)])
     left = set(tmp_path.glob("f-*.bin"))
     assert first in left and second not in left and len(left) == 2
+
+
+def test_a_traced_program_is_not_reused_under_other_trace_settings(tmp_path, monkeypatch):
+    """``exported``: the environment jaxdrive reads while tracing (``TRACE_ENV``: the edge-tile kernel, the segment
+    reductions) is part of the key, so a program traced under ``JAXDRIVE_SEGMENTS=scatter`` is not called back under
+    ``scan`` (a run would silently have measured or used the other implementation)."""
+    import os
+
+    import numpy as np
+
+    from jaxdrive import exported
+
+    monkeypatch.setenv("JAXDRIVE_EXPORT_CACHE", str(tmp_path))
+    def fn():  # a new function per call, as in a new process (jax reuses its traces of one function object)
+        return lambda x: (x * (2.0 if os.environ.get("JAXDRIVE_SEGMENTS") == "scan" else 3.0),)
+
+    monkeypatch.setenv("JAXDRIVE_SEGMENTS", "scatter")
+    np.testing.assert_array_equal(exported.call_cached("f", fn(), [np.ones(3, np.float32)])[0], 3.0)
+    monkeypatch.setenv("JAXDRIVE_SEGMENTS", "scan")
+    np.testing.assert_array_equal(exported.call_cached("f", fn(), [np.ones(3, np.float32)])[0], 2.0)
+    assert len(list(tmp_path.glob("f-*.bin"))) == 2

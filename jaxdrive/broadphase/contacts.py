@@ -19,6 +19,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.broadphase.blocks import block_size, covering
 from jaxdrive.broadphase.host import ContactPairs, group_rows
+from jaxdrive.broadphase.segments import sorted_segment_min
 from jaxdrive.scene import Agents
 
 TRIPLE_BLOCK = 512  # triples per loop step over a group's used triples (CPU; see ``broadphase.blocks``)
@@ -69,14 +70,14 @@ def corners(rows: Float[Array, "*p F"]) -> tuple[list[Array], list[Array]]:
 def first_of_run(first: Int[Array, "P"], pairs: ContactPairs, none: int) -> Bool[Array, "P"]:
     """Whether each triple holds its (proposal, agent) run's first event (``first``: the triple's earliest event
     index, ``none`` if it has none)."""
-    run_min = jax.ops.segment_min(first, pairs.run, num_segments=first.shape[0], indices_are_sorted=True)
+    run_min = sorted_segment_min(first, pairs.run, first.shape[0])
     return (first < none) & (first == run_min[pairs.run])
 
 
 def per_proposal_min(x: Array, pairs: ContactPairs, num_proposals: int, empty) -> Array:
     """Minimum of per-triple values over each proposal's triples, capped at ``empty`` (the value of a proposal with
     no triples)."""
-    low = jax.ops.segment_min(x, pairs.owner, num_segments=num_proposals, indices_are_sorted=True)
+    low = sorted_segment_min(x, pairs.owner, num_proposals)
     return jnp.minimum(low, jnp.asarray(empty, x.dtype))
 
 

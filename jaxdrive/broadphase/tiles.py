@@ -23,6 +23,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.broadphase.blocks import block_size, covering
 from jaxdrive.broadphase.host import EdgeTiles
+from jaxdrive.broadphase.segments import implementation, sorted_segment_sum
 from jaxdrive.geometry import point_in_box, segments_intersect
 from jaxdrive.kernels.tile_crossings import ON_WEIGHT, tile_counts
 from jaxdrive.scene import FAR
@@ -32,7 +33,7 @@ TILE_BLOCK = 512  # tiles per loop step over a group's used tiles (CPU; see ``br
 
 def slot_sums(x: Int[Array, "P *n"], tiles: EdgeTiles, num_slots: int) -> Int[Array, "S *n"]:
     """Per-pair values summed per (proposal, chunk) slot (pairs are sorted by slot)."""
-    return jax.ops.segment_sum(x, tiles.pair_slot, num_segments=num_slots, indices_are_sorted=True)
+    return sorted_segment_sum(x, tiles.pair_slot, num_slots)
 
 
 def _block(tiles: EdgeTiles) -> int:
@@ -51,19 +52,29 @@ def used_blocks(tiles: EdgeTiles) -> Int[Array, ""]:
 def _sum_used_tiles(per_tile: Callable, tiles: EdgeTiles, blocks: Int[Array, ""] | None,
                     shape: tuple[int, ...]) -> Int[Array, "P *n"]:
     """sum over the tiles of each pair of ``per_tile(tile indices [TB]) -> [TB, *shape]``, [P, *shape], visiting
-    only the first ``blocks`` blocks of tiles (``used_blocks`` when None)."""
+    only the first ``blocks`` blocks of tiles (``used_blocks`` when None).
+
+    With ``broadphase.segments``' scatter sums each block is added into the pairs' sums as it is computed; with its
+    scans (prefix sums) the blocks fill a per-tile table ([NT, *shape], zeros past the last block) that is summed per pair
+    once, after the loop (tiles are sorted by pair)."""
     block = _block(tiles)
     nt, npair = tiles.tile_pair.shape[0], tiles.pair_slot.shape[0]
     blocks = used_blocks(tiles) if blocks is None else blocks
     pair = jnp.pad(tiles.tile_pair, (0, -nt % block), constant_values=npair - 1)
+    scatter = implementation() == "scatter"
 
     def body(i, acc):
         j = i * block + jnp.arange(block, dtype=jnp.int32)
         values = per_tile(jnp.minimum(j, nt - 1))  # a block's tail past NT repeats the last (unused) tile
         values = jnp.where((j < nt).reshape((block,) + (1,) * len(shape)), values, 0)
+        if not scatter:
+            return jax.lax.dynamic_update_slice_in_dim(acc, values, i * block, 0)
         return acc.at[jax.lax.dynamic_slice_in_dim(pair, i * block, block)].add(values, indices_are_sorted=True)
 
-    return jax.lax.fori_loop(0, blocks, body, jnp.zeros((npair,) + shape, jnp.int32))
+    if scatter:
+        return jax.lax.fori_loop(0, blocks, body, jnp.zeros((npair,) + shape, jnp.int32))
+    table = jax.lax.fori_loop(0, blocks, body, jnp.zeros(pair.shape + shape, jnp.int32))
+    return sorted_segment_sum(table, pair, npair)
 
 
 def points_in_tiles(points: Float[Array, "S N 2"], tiles: EdgeTiles,
