@@ -217,10 +217,14 @@ def test_from_navsim_store_output(tmp_path, capsys):
     evil = tmp_path / "cache" / "evil_token" / "metric_cache.pkl"
     evil.parent.mkdir(parents=True)
     evil.write_bytes(_pickle_bytes(pickle.dumps(_Evil(), protocol=5)))
+    for token, data in (("aa_empty", b""), ("ab_truncated", cache_map[tokens[0]].read_bytes()[:3000])):
+        (tmp_path / "cache" / token).mkdir()  # what an interrupted caching job leaves; sorted before the good ones
+        (tmp_path / "cache" / token / "metric_cache.pkl").write_bytes(data)
     out = tmp_path / "store"
     args = ["scenes", "from-navsim", str(tmp_path / "cache"), "--out", str(out), "--store", "--no-progress"]
     assert main(args) == EXIT_PARTIAL
-    assert "system" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "system" in err and "aa_empty" in err and "ab_truncated" in err, err
     store = SceneStore(out)
     assert sorted(store[i].id for i in range(len(store))) == sorted(tokens)
     for i in range(len(store)):

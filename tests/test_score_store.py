@@ -176,6 +176,10 @@ def test_convert_cli_and_synthetic_store_round_trip(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "in two inputs" in err and "zz_copy_of_the_second.json" in err and Path(FILES[1]).name in err, err
     assert not (tmp_path / "dup").exists()  # no half-written store left behind
+    (tmp_path / "dup2").mkdir()
+    (tmp_path / "dup2" / "notes.txt").write_text("mine")
+    assert main(["scenes", "convert", str(src), "--out", str(tmp_path / "dup2"), "--no-progress"]) == 2
+    assert [p.name for p in (tmp_path / "dup2").iterdir()] == ["notes.txt"]  # only what it wrote is removed
 
     assert main(["scenes", "generate", "--count", "2", "--seed", "5", "--proposals", "3", "--store",
                  "--out", str(tmp_path / "synthetic")]) == 0

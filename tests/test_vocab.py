@@ -1,5 +1,6 @@
-"""``jaxdrive vocab``: GTRS semantics against the scorer with the reference prepended, GTRS export layout, kill + resume,
-input errors, and the k-means demo vocabulary."""
+"""``jaxdrive vocab``: GTRS semantics against the scorer with the reference prepended (GTRS's ``gen_gt`` progress, its
+human-filter quirks), GTRS export layout, kill + resume, repeated scene ids, input errors, and the k-means demo
+vocabulary."""
 
 import dataclasses
 import pickle
@@ -14,7 +15,7 @@ from jaxdrive.scene import batch_scenes
 from jaxdrive.scoring.outputs import read_results
 from jaxdrive.scoring.sources import SyntheticSource
 from jaxdrive.vocab.build import build_vocabulary, human_trajectories, kmeans
-from jaxdrive.vocab.core import vocabulary_states
+from jaxdrive.vocab.core import gtrs_progress, reference_states, score_vocabulary, vocabulary_states
 from jaxdrive.vocab.job import GTRS_KEYS, VocabOptions, run_vocab
 
 METRICS = ("nc", "dac", "ddc", "tlc", "ep", "ttc", "lk", "hc", "pdm_score", "epdms")
@@ -39,12 +40,41 @@ def _scenes(count=2, seed=7):
     return src, [src.load(i) for i in range(count)]
 
 
+def test_gtrs_progress_known_answers():
+    """GTRS's EP under PROGRESS_MODE=gen_gt: masked progress m = raw x M over max(m, R) where that exceeds 5 m, else 1.
+    A trajectory with M = 0 gets 0 (NAVSIM's pairing would give raw / R, clipped: 1 here)."""
+    raw = np.array([30.0, 30.0, 30.0, 10.0, 4.0, 4.0, 60.0])
+    mult = np.array([0.0, 0.5, 1.0, 1.0, 1.0, 0.0, 0.5])
+    np.testing.assert_allclose(gtrs_progress(raw, mult, 20.0), [0.0, 0.75, 1.0, 0.5, 0.2, 0.0, 1.0])
+    np.testing.assert_allclose(gtrs_progress(raw[4:6], mult[4:6], 3.0), [1.0, 1.0])  # max(m, R) <= 5 m: 1
+    assert gtrs_progress(raw, mult, 20.0).dtype == np.float32
+
+
+def _gtrs_rows(plain, filtered, k: int) -> dict:
+    """What GTRS's ``pdm_score_full_v2`` (PROGRESS_MODE=gen_gt) writes for rows 1..k of a [reference, vocabulary]
+    batch, from the scorer's unfiltered (``plain``) and human-filtered (``filtered``) rows: EP by the gen_gt rule
+    (spelled out here, not ``gtrs_progress``), pdm_score before the filter, EPDMS (no EC) after it."""
+    get = lambda rows, m: np.asarray(getattr(rows, m), np.float64)[0]
+    masked = get(plain, "raw_progress") * get(plain, "multiplier")
+    d = np.maximum(masked[1:k + 1], masked[0])
+    ep = np.where(d > 5.0, masked[1:k + 1] / np.where(d > 5.0, d, 1.0), 1.0)
+    weighted = lambda rows: (5 * ep + 5 * get(rows, "ttc")[1:k + 1] + 2 * get(rows, "lk")[1:k + 1]
+                             + 2 * get(rows, "hc")[1:k + 1]) / 14
+    multiplier = lambda rows: np.prod([get(rows, m)[1:k + 1] for m in ("nc", "dac", "ddc", "tlc")], axis=0)
+    out = {m: get(filtered, m)[1:k + 1] for m in ("nc", "dac", "ddc", "tlc", "ttc", "lk", "hc")}
+    return out | {"ep": ep, "pdm_score": multiplier(plain) * weighted(plain),
+                  "epdms": multiplier(filtered) * weighted(filtered)}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("ep_mode,capacities", [("batch", "default"), ("pairwise", "default"), ("pairwise", "tiny")])
+@pytest.mark.parametrize("ep_mode,capacities", [("batch", "default"), ("pairwise", "default"), ("pairwise", "tiny"),
+                                                ("gtrs", "default")])
 def test_vocab_matches_score_with_reference_prepended(tmp_path, monkeypatch, ep_mode, capacities):
     """K = 256: every row of `vocab` equals the scorer's row k+1 on [reference, vocabulary states] (human filter on);
-    pairwise = the scorer's ep_mode 'reference' with the reference's own raw progress x multiplier. With tiny starting
-    capacities every chunk's first scoring overflows and is re-scored at grown ones: the same rows."""
+    pairwise = the scorer's ep_mode 'reference' with the reference's own raw progress x multiplier; gtrs = GTRS's
+    gen_gt progress (``_gtrs_rows``), exercised on trajectories with a zero multiplier (EP 0 there, where the
+    pairwise rule gives > 0). With tiny starting capacities every chunk's first scoring overflows and is re-scored at
+    grown ones: the same rows."""
     from jaxdrive.vocab import core
 
     monkeypatch.setattr(core, "_GROWN", {})
@@ -66,11 +96,19 @@ def test_vocab_matches_score_with_reference_prepended(tmp_path, monkeypatch, ep_
                                    proposal_families=[""] * len(props), previous_states=None, previous_kinds=None)
         sc, pr, _ = batch_scenes([full])
         want = fn(sc, pr, ep_mode="scene", apply_human_filter=True)
-        if ep_mode == "pairwise":
+        if ep_mode in ("pairwise", "gtrs"):
             ref = np.asarray(want.raw_progress[:, 0] * want.multiplier[:, 0], np.float32)
             want = fn(sc, pr, ep_mode="reference", reference_progress=ref, apply_human_filter=True)
         rows = df[df.scene_id == scene.id].sort_values("proposal")
         assert list(rows.proposal) == list(range(256))
+        if ep_mode == "gtrs":
+            plain = fn(sc, pr, ep_mode="scene", apply_human_filter=False)
+            gtrs = _gtrs_rows(plain, want, 256)
+            zero = np.asarray(plain.multiplier)[0, 1:257] == 0
+            assert zero.any() and (np.asarray(want.ep)[0, 1:257][zero] > 0).any()  # where the two rules differ
+            for m, value in gtrs.items():
+                np.testing.assert_allclose(rows[m].to_numpy(), value, atol=1e-5, err_msg=f"{scene.id} {m}")
+            continue
         for m in METRICS:
             np.testing.assert_allclose(rows[m].to_numpy(), np.asarray(getattr(want, m))[0, 1:257], atol=1e-5,
                                        err_msg=f"{scene.id} {m}")
@@ -114,6 +152,60 @@ def test_gtrs_export_and_kill_resume_identical(tmp_path):
             np.testing.assert_array_equal(arr, want)
 
 
+@pytest.mark.slow
+def test_gtrs_human_filter_quirks_and_second_stage_scenes():
+    """GTRS's human filter, as ``pdm_score_full_v2`` runs it: a human that leaves the road (its DAC and so its own
+    pdm_score 0) sets every trajectory's DAC to 1 and, since GTRS's loop over the human's columns does not skip
+    ``pdm_score``, every pdm_score to 1 (pairwise keeps NAVSIM's unfiltered pdm_score). A second-stage scene
+    (``generator.scene_type`` 1) is never filtered, here or in ``jaxdrive score``'s batches (``has_human``)."""
+    src, (scene, _) = _scenes()
+    off_road = scene.human_states.copy()
+    off_road[:, 1] += 40.0  # 40 m to the side of the whole road
+    scene = dataclasses.replace(scene, human_states=off_road)
+    vocab = _vocab(8, seed=3)
+    reference = reference_states(scene, "first-proposal")
+    run = lambda s, mode: score_vocabulary(s, vocab, reference, ep_mode=mode, chunk=8)
+    gtrs, pairwise = run(scene, "gtrs"), run(scene, "pairwise")
+    np.testing.assert_array_equal(gtrs["dac"], 1.0)
+    np.testing.assert_array_equal(gtrs["pdm_score"], 1.0)
+    assert (pairwise["pdm_score"] < 1).any()
+    second = dataclasses.replace(scene, generator={**scene.generator, "scene_type": 1})
+    assert scene.filters_human and not second.filters_human
+    unfiltered = score_vocabulary(scene, vocab, reference, ep_mode="gtrs", chunk=8, human_filter_on=False)
+    for m, v in run(second, "gtrs").items():
+        np.testing.assert_array_equal(v, unfiltered[m], err_msg=m)
+    assert (unfiltered["dac"] < 1).any()
+    sc, _, _ = batch_scenes([scene, second])
+    assert np.asarray(sc.has_human).tolist() == [True, False]
+
+
+def test_repeated_scene_ids_are_scored_once_and_bad_references_named(tmp_path, capsys):
+    """One scene id in two files: the first is scored, the second named in errors.jsonl (exit 3), and the GTRS
+    pickle holds K values per token (it held 2K). A reference with a NaN is an error naming the scene (it was scored
+    as padding: R = NaN, so every EP became 1)."""
+    from jaxdrive.data.scene_json import write_scene
+
+    _, (scene,) = _scenes(count=1)
+    for folder in ("a", "b"):
+        (tmp_path / "scenes" / folder).mkdir(parents=True)
+        write_scene(scene, tmp_path / "scenes" / folder / "s.json")
+    np.save(tmp_path / "v.npy", _vocab(8))
+    out = tmp_path / "run"
+    assert main(["vocab", "--vocabulary", str(tmp_path / "v.npy"), "--scenes", str(tmp_path / "scenes"), "--out",
+                 str(out), "--reference", "first-proposal", "--chunk", "8", "--export", "gtrs", "--no-progress"]) == 3
+    err = capsys.readouterr().err
+    assert "already scored in this run" in err and str(tmp_path / "scenes" / "b" / "s.json") in err, err
+    assert len(read_results(out)) == 8
+    with open(out / "gtrs_8.pkl", "rb") as f:
+        table = pickle.load(f)
+    assert list(table) == [scene.id] and table[scene.id]["pdm_score"].shape == (8,)
+
+    bad = dataclasses.replace(scene, extra={"reference": {"states": scene.proposal_states[0].tolist()}})
+    bad.extra["reference"]["states"][7][0] = float("nan")
+    with pytest.raises(ValueError, match=r"reference.states: expected finite values"):
+        reference_states(bad)
+
+
 def test_bad_inputs_are_usage_errors(tmp_path, capsys):
     np.save(tmp_path / "bad.npy", np.zeros((4, 8, 3)))
     assert main(["vocab", "--vocabulary", str(tmp_path / "bad.npy"), "--out", str(tmp_path / "o"), "--count", "1",
@@ -122,8 +214,16 @@ def test_bad_inputs_are_usage_errors(tmp_path, capsys):
     np.save(tmp_path / "v.npy", _vocab(4))
     # synthetic scenes carry no PDM-Closed reference: reported by name, the run finishes (exit 3)
     assert main(["vocab", "--vocabulary", str(tmp_path / "v.npy"), "--out", str(tmp_path / "o2"), "--count", "1",
-                 "--no-progress", "--chunk", "8"]) == 3
+                 "--no-progress", "--chunk", "8", "--export", "gtrs"]) == 3
     assert "no reference trajectory" in capsys.readouterr().err
+    with open(tmp_path / "o2" / "gtrs_4.pkl", "rb") as f:  # nothing scored: an empty table (it was a traceback)
+        assert pickle.load(f) == {}
+    (tmp_path / "empty.npy").write_bytes(b"")
+    np.savez(tmp_path / "v.npz", vocab=_vocab(4))
+    for path, says in ((tmp_path / "empty.npy", "cannot read a .npy array"), (tmp_path / "v.npz", ".npz archive")):
+        assert main(["vocab", "--vocabulary", str(path), "--out", str(tmp_path / "o3"), "--count", "1",
+                     "--no-progress"]) == 2
+        assert says in capsys.readouterr().err
 
 
 def test_kmeans_and_demo_vocabulary():

@@ -138,7 +138,7 @@ def load_cache(path: str | os.PathLike) -> Record:
     try:
         with lzma.open(path, "rb") as f:
             data = f.read()
-    except (OSError, lzma.LZMAError) as e:
+    except (OSError, lzma.LZMAError, EOFError) as e:  # EOFError: an empty or truncated file (an interrupted cache job)
         raise CacheFileError(f"{path}: cannot read an lzma-compressed metric cache ({e})") from None
     try:
         obj = CacheUnpickler(io.BytesIO(data)).load()

@@ -154,12 +154,30 @@ def write_store(scenes: Iterable[HostScene], out: str | os.PathLike, *, progress
     """Validate and write ``scenes`` as a store at ``out`` (created; must not hold one). Returns its metadata.
     ``padded``: also write the padded copy (``STORE/padded``, see the module docstring). A scene id given twice is
     refused (a store is read by scene id: ``SceneStoreSource.unique_ids``), naming both inputs by ``label(i)``
-    (default: their positions)."""
-    from jaxdrive.data.tfds_writer import EmptySplitError, write_tfds
-
+    (default: their positions). When it fails (a bad scene, an unreadable input, Ctrl-C) it removes what it wrote
+    (``out`` itself if it created it): no half-written store is left."""
     out = Path(out)
     if is_store(out):
         raise ValueError(f"--out {out}: already holds a scene store; choose another directory")
+    before = set(out.iterdir()) if out.is_dir() else None
+    try:
+        return _write_store(scenes, out, progress, padded, label)
+    except BaseException:
+        if before is None:
+            shutil.rmtree(out, ignore_errors=True)
+        else:
+            for path in set(out.iterdir()) - before:
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
+        raise
+
+
+def _write_store(scenes: Iterable[HostScene], out: Path, progress: bool, padded: bool,
+                 label: Callable[[int], str] | None) -> dict:
+    from jaxdrive.data.tfds_writer import EmptySplitError, write_tfds
+
     sizes = None
 
     label = label or (lambda i: f"scene #{i} of the input")
@@ -432,14 +450,7 @@ def _run_convert(args) -> int:
     files = scene_files(args.json_dir) if Path(args.json_dir).is_dir() else []
     if not files:
         raise ValueError(f"scenes convert {args.json_dir}: no *.json scene files found")
-    out = Path(args.out)
-    created = not out.exists()
-    try:
-        meta = write_store((read_scene(f) for f in files), out, progress=not args.no_progress,
-                           label=lambda i: str(files[i]))
-    except BaseException:
-        if created:  # a bad file stops the conversion: no half-written store is left
-            shutil.rmtree(out, ignore_errors=True)
-        raise
+    meta = write_store((read_scene(f) for f in files), Path(args.out), progress=not args.no_progress,
+                       label=lambda i: str(files[i]))  # a bad file stops the conversion, leaving no store behind
     print(f"wrote {meta['scenes']} scenes to {args.out}")
     return 0

@@ -59,7 +59,7 @@ class Scene:
     map: MapData
     agents: Agents
     human: Float[Array, "*b T 11"]  # logged human future (zeros if absent)
-    has_human: Bool[Array, "*b"]
+    has_human: Bool[Array, "*b"]  # the human filter applies (``HostScene.filters_human``: an ORIGINAL scene's human)
 
 
 @struct.dataclass
@@ -238,7 +238,7 @@ def pad_scene(scene: HostScene, spec: PadSpec) -> tuple[dict, dict]:
         agents=dict(center=center.astype(f32), heading=heading.astype(f32), velocity=velocity.astype(f32),
                     length=length.astype(f32), width=width.astype(f32), type=atype, present=present, valid=avalid_),
         human=human.astype(f32),
-        has_human=np.asarray(scene.human_states is not None),
+        has_human=np.asarray(scene.filters_human),
     )
     prop_leaves = dict(states=states.astype(f32), previous=previous.astype(f32), has_previous=has_prev,
                        valid=np.arange(spec.proposals) < k)

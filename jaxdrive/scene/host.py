@@ -140,6 +140,13 @@ class HostScene:
         """Ego rear axle at t = 0 (global, float64): the point every padded scene is re-centred on."""
         return np.asarray(self.history_states[-1, :2], np.float64)
 
+    @property
+    def filters_human(self) -> bool:
+        """Whether NAVSIM's human penalty filter applies to this scene: it has a logged human trajectory and is an
+        ORIGINAL scene (``generator.scene_type`` 0, a converted metric cache's; NAVSIM and GTRS never filter the
+        synthetic second-stage scenes)."""
+        return self.human_states is not None and self.generator.get("scene_type", 0) == 0
+
     def route_lane_ids(self) -> list[str]:
         return [lane.id for lane in self.lanes if lane.on_route]
 

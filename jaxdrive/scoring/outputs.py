@@ -176,6 +176,11 @@ class RunDir:
     def shard_files(self) -> list[Path]:
         return [self.path / v["file"] for _, v in sorted(self.completed.items(), key=lambda kv: int(kv[0])) if v["file"]]
 
+    def scored_scene_ids(self) -> set[str]:
+        """The scene ids in the completed shards (those of earlier invocations of a resumed run)."""
+        return {sid for f in self.shard_files()
+                for sid in pq.read_table(f, columns=["scene_id"]).column("scene_id").to_pylist()}
+
 
 def _completed(path: Path) -> list[tuple[int, dict]]:
     manifest = json.loads((path / MANIFEST).read_text())

@@ -122,9 +122,6 @@ def score_predictions(scenes: list[HostScene], predictions: dict[str, np.ndarray
     egos = np.stack([s.history_states[-1] for s in scenes])
     agent_states = simulate_trajectories(egos, np.stack([predictions[s.id] for s in scenes]))
     pairs = [_pair_scene(s, a) for s, a in zip(scenes, agent_states)]
-    for i, s in enumerate(pairs):  # the filter runs for ORIGINAL scenes (scene_type 0) with a human trajectory only
-        if s.generator.get("scene_type", 0) != 0:
-            pairs[i] = dataclasses.replace(s, human_states=None)
     spec = PadSpec.fit(pairs)
     rows = []
     for start in range(0, len(pairs), batch_size):

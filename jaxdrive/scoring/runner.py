@@ -273,10 +273,7 @@ def _columns(sub: SubScores, ids: Sequence[str], names: Sequence[Sequence[str]],
 
 def _scored_ids(run: RunDir) -> dict[str, str]:
     """{scene id: where it came from} of the scenes in the run's completed shards (a resumed run)."""
-    import pyarrow.parquet as pq
-
-    return {sid: "an earlier invocation of this run" for f in run.shard_files()
-            for sid in pq.read_table(f, columns=["scene_id"]).column("scene_id").to_pylist()}
+    return {sid: "an earlier invocation of this run" for sid in run.scored_scene_ids()}
 
 
 def _repeated_ids(batch: "_Batch", first_seen: dict[str, str] | None) -> list[tuple[int, dict]]:

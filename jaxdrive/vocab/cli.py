@@ -22,9 +22,11 @@ def add_vocab_parser(sub) -> None:
     p.add_argument("--resume", action="store_true", help="continue the run recorded in --out")
     p.add_argument("--export", choices=["gtrs"], help="also write the GTRS pickle gtrs_{K}.pkl "
                    "(token -> metric -> float16 (K,))")
-    p.add_argument("--ep-mode", default="pairwise", choices=["pairwise", "batch"],
-                   help="EP normaliser: per proposal against the reference (GTRS / official NAVSIM pairing) or one "
-                        "max over the reference and the whole vocabulary")
+    p.add_argument("--ep-mode", default="gtrs", choices=["gtrs", "pairwise", "batch"],
+                   help="EP: gtrs = GTRS's targets (its scorer under PROGRESS_MODE=gen_gt: masked progress over "
+                        "max(its own, the reference's), so a trajectory with a zero multiplier gets EP 0); pairwise = "
+                        "NAVSIM's official [reference, proposal] pairing (unmasked numerator); batch = one normaliser "
+                        "over the reference and the whole vocabulary (GTRS's scorer without gen_gt)")
     p.add_argument("--no-simulate", action="store_true", help="score the poses as given (no LQR / bicycle)")
     p.add_argument("--no-human-filter", action="store_true", help="do not apply NAVSIM's human penalty filter")
     p.add_argument("--reference", default="cache", choices=["cache", "first-proposal", "pdm-closed"],
@@ -65,8 +67,12 @@ def run_vocab_cli(args) -> int:
         raise ValueError("--vocabulary and --out are required (or use `jaxdrive vocab build`)")
     try:
         vocab = np.load(args.vocabulary, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise ValueError(f"--vocabulary {args.vocabulary}: cannot read a .npy array ({e})") from None
+    except (OSError, ValueError, EOFError) as e:  # EOFError: an empty file
+        raise ValueError(f"--vocabulary {args.vocabulary}: cannot read a .npy array ({e or 'empty file'})") from None
+    if isinstance(vocab, np.lib.npyio.NpzFile):
+        names = ", ".join(vocab.files)
+        vocab.close()
+        raise ValueError(f"--vocabulary {args.vocabulary}: a .npz archive ({names}); pass one (K, 40, 3) array as .npy")
     vocab = check_vocabulary(vocab)
     source = SceneFileSource(args.scenes) if args.scenes else SyntheticSource(args.count, args.seed, 1)
     options = VocabOptions(ep_mode=args.ep_mode, simulate=not args.no_simulate, human_filter=not args.no_human_filter,

@@ -1,4 +1,5 @@
-"""One scene x a trajectory vocabulary, GTRS semantics (``pdm_score_full_v2``), in bounded memory.
+"""One scene x a trajectory vocabulary, GTRS semantics (``pdm_score_full_v2`` under ``PROGRESS_MODE=gen_gt``, as
+GTRS's and DriveSuprim's scripts run it), in bounded memory.
 
 For a scene with a reference trajectory (PDM-Closed, NAVSIM's row 0) and a vocabulary V (K, 40, 3) of
 (x, y, heading) poses at 0.1 .. 4.0 s in the ego rear-axle frame:
@@ -10,15 +11,23 @@ For a scene with a reference trajectory (PDM-Closed, NAVSIM's row 0) and a vocab
 2. the K proposals are scored in chunks of ``chunk`` (memory bounded whatever K) with the scene's history (HC), no
    previous frame (EC left out: weights / 14), through the exact broad phase (``jaxdrive.scorer``; a chunk beyond its
    capacities is re-scored at grown ones: same results);
-3. EP is normalised against the reference: ``ep_mode="pairwise"`` (GTRS; NAVSIM's official [PDM-Closed, proposal]
-   pairing): D_k = max(R, raw_k x M_k) with R = the reference's raw progress x its multiplier; ``"batch"``: one
-   D = max(R, max_k raw_k x M_k) over the reference and all K (the scorer run once on [reference, V]);
-4. NAVSIM's human penalty filter (the scene's human states scored alone) unless ``human_filter=False`` or the scene has
-   no human trajectory;
+3. EP is normalised against the reference, with R = the reference's raw progress x its multiplier and
+   m_k = raw_k x M_k (M: the product NC x DAC x TLC x DDC):
+
+   * ``ep_mode="gtrs"`` (the default; GTRS's ``PDMScorer`` under ``PROGRESS_MODE=gen_gt``): D_k = max(m_k, R);
+     EP_k = m_k / D_k if D_k > 5 m, else 1. The numerator is *masked*: a trajectory with M_k = 0 gets EP 0;
+   * ``"pairwise"`` (NAVSIM's official [PDM-Closed, proposal] pairing, each trajectory scored as an agent would be):
+     the same D_k, EP_k = clip(raw_k / D_k, 0, 1) if D_k > 5 m, else 1 (an unmasked numerator);
+   * ``"batch"`` (GTRS's scorer without ``gen_gt``, the scorer run once on [reference, V]): one
+     D = max(R, max_k m_k) over the reference and all K, EP_k = clip(raw_k / D, 0, 1) if D > 5 m, else 1;
+4. the human penalty filter (the scene's human states scored alone: EP = HC = 1) unless ``human_filter=False``, the
+   scene has no human trajectory or is not an ORIGINAL scene (``HostScene.filters_human``): each sub-score the
+   human scores exactly 0 becomes 1;
 5. the reference row itself is not returned (proposal 0 dropped).
 
-``pdm_score`` is NAVSIM's returned column (computed before the human filter, as NAVSIM leaves it); ``epdms`` is the
-filtered EPDMS without EC.
+``pdm_score`` is the scorer's column, computed before the human filter (as NAVSIM leaves it), except that with
+``ep_mode="gtrs"`` it becomes 1 wherever the human's own ``pdm_score`` is 0, as GTRS's filter does (its loop over the
+human's columns does not skip ``pdm_score``); ``epdms`` is the filtered EPDMS without EC.
 """
 
 from __future__ import annotations
@@ -40,7 +49,9 @@ from jaxdrive.sim.reference import track_poses
 
 VOCAB_STEPS = NUM_STEPS - 1
 FIELDS = ("nc", "dac", "ddc", "tlc", "ep", "ttc", "lk", "hc", "raw_progress", "multiplier", "pdm_score", "epdms")
-EpMode = Literal["pairwise", "batch"]
+EpMode = Literal["gtrs", "pairwise", "batch"]
+EP_MODES = ("gtrs", "pairwise", "batch")
+PROGRESS_THRESHOLD_M = 5.0  # NAVSIM's progress_distance_threshold
 
 
 def check_vocabulary(vocab: np.ndarray, name: str = "--vocabulary") -> np.ndarray:
@@ -159,13 +170,17 @@ def reference_states(scene: HostScene, fallback: str = "none") -> np.ndarray | N
         if states.shape != (NUM_STEPS, STATE_DIM):
             raise ValueError(f"scene {scene.id!r}: reference.states: expected shape ({NUM_STEPS}, {STATE_DIM}), "
                              f"got {states.shape}")
+        if not np.all(np.isfinite(states)):  # scored as padding, it would set R = NaN and so every EP to 1
+            bad = tuple(int(i) for i in np.argwhere(~np.isfinite(states))[0])
+            raise ValueError(f"scene {scene.id!r}: reference.states: expected finite values, got {states[bad]} at "
+                             f"{bad}")
         return states
     if fallback == "first-proposal" and scene.num_proposals > 0:
         return scene.proposal_states[0]
     return None
 
 
-def score_vocabulary(scene: HostScene, vocab: np.ndarray, reference: np.ndarray, *, ep_mode: EpMode = "pairwise",
+def score_vocabulary(scene: HostScene, vocab: np.ndarray, reference: np.ndarray, *, ep_mode: EpMode = "gtrs",
                      simulate: bool = True, human_filter_on: bool = True, chunk: int = 1024,
                      states: np.ndarray | None = None, pad: PadSpec | None = None) -> dict[str, np.ndarray]:
     """GTRS sub-scores of one scene's K vocabulary trajectories (module docstring): ``FIELDS`` -> float32 [K].
@@ -173,13 +188,13 @@ def score_vocabulary(scene: HostScene, vocab: np.ndarray, reference: np.ndarray,
     ``states``: the [K, 41, 11] proposals if already built (``vocabulary_states``), else built here. ``pad``: the
     padded shape to use (grown to fit the scene; see ``pad_for``).
     """
-    if ep_mode not in ("pairwise", "batch"):
-        raise ValueError(f"--ep-mode: expected 'pairwise' or 'batch', got {ep_mode!r}")
+    if ep_mode not in EP_MODES:
+        raise ValueError(f"--ep-mode: expected one of {', '.join(EP_MODES)}, got {ep_mode!r}")
     ego = scene.history_states[-1]
     if states is None:
         states = vocabulary_states(ego, vocab, simulate=simulate, chunk=chunk)
     k = states.shape[0]
-    human_on = human_filter_on and scene.human_states is not None
+    human_on = human_filter_on and scene.filters_human
     extra = [reference[None]] + ([scene.human_states[None]] if human_on else [])
     head = len(extra)  # the reference (and the human) ride along in the first chunk: one compiled shape
     spec = pad or pad_for(scene, rows_per_call(k, chunk))
@@ -187,12 +202,30 @@ def score_vocabulary(scene: HostScene, vocab: np.ndarray, reference: np.ndarray,
     ref = jax.tree.map(lambda a: a[:1], every)
     rows = jax.tree.map(lambda a: a[head:], every)
     r = float(ref.raw_progress[0] * ref.multiplier[0])
-    d = r if ep_mode == "pairwise" else max(r, float(np.max(rows.raw_progress * rows.multiplier)))
     valid = np.ones((1, k), bool)
     batch = jax.tree.map(lambda a: a[None], rows)
-    ep = normalize_progress(batch.raw_progress, batch.multiplier, valid, "reference", jnp.asarray([d], jnp.float32))
-    out = aggregate(batch.replace(ep=ep, ec=jnp.full((1, k), jnp.nan, jnp.float32)), valid)
+    if ep_mode == "gtrs":
+        ep = jnp.asarray(gtrs_progress(np.asarray(rows.raw_progress), np.asarray(rows.multiplier), r)[None])
+    else:
+        d = r if ep_mode == "pairwise" else max(r, float(np.max(rows.raw_progress * rows.multiplier)))
+        ep = normalize_progress(batch.raw_progress, batch.multiplier, valid, "reference", jnp.asarray([d], jnp.float32))
+    no_ec = lambda x: x.replace(ec=jnp.full(x.ec.shape, jnp.nan, jnp.float32))
+    out = aggregate(no_ec(batch.replace(ep=ep)), valid)
     if human_on:  # scored alone and without history in NAVSIM: its EP and HC are 1
         human = jax.tree.map(lambda a: a[1:2][None], every)
-        out = human_filter(out, human.replace(ep=np.ones_like(human.ep), hc=np.ones_like(human.hc)), True)
+        human = aggregate(no_ec(human.replace(ep=np.ones_like(human.ep), hc=np.ones_like(human.hc))),
+                          np.ones((1, 1), bool))
+        out = human_filter(out, human, True)
+        if ep_mode == "gtrs" and float(human.pdm_score[0, 0]) == 0.0:
+            out = out.replace(pdm_score=jnp.ones_like(out.pdm_score))
     return {f: np.asarray(getattr(out, f), np.float32)[0] for f in FIELDS}
+
+
+def gtrs_progress(raw: np.ndarray, multiplier: np.ndarray, reference: float) -> np.ndarray:
+    """GTRS's EP under ``PROGRESS_MODE=gen_gt`` (float64 arithmetic, float32 out) of [K] raw progress (m) and
+    multipliers against the reference's masked progress ``reference`` (m): m_k / max(m_k, R) where that maximum
+    exceeds 5 m, else 1, with m_k = raw_k x M_k."""
+    masked = np.asarray(raw, np.float64) * np.asarray(multiplier, np.float64)
+    d = np.maximum(masked, float(reference))
+    far = d > PROGRESS_THRESHOLD_M
+    return np.where(far, masked / np.where(far, d, 1.0), 1.0).astype(np.float32)

@@ -3,7 +3,7 @@ resumable parquet shards (one row per scene x vocabulary trajectory) and optiona
 
 Output directory (``jaxdrive.scoring.outputs.RunDir``): ``manifest.json`` (run identity + completed shards),
 ``part-*.parquet`` (columns ``scene_id``, ``proposal`` = vocabulary index, ``core.FIELDS``), ``errors.jsonl`` (scenes
-that could not be read or have no reference), and with ``--export gtrs`` the pickle ``gtrs_{K}.pkl``: dict token ->
+that could not be read, have no usable reference, or repeat a scene id already scored: each id is scored once), and with ``--export gtrs`` the pickle ``gtrs_{K}.pkl``: dict token ->
 dict metric -> float16 array (K,), metric keys ``GTRS_KEYS`` (what Hydra-MDP / GTRS / DriveSuprim training reads as
 ``navtrain_{K}.pkl``). A killed run resumed with ``--resume`` recomputes only the shards the manifest does not list,
 so its files equal an uninterrupted run's.
@@ -22,9 +22,10 @@ import numpy as np
 
 from jaxdrive import atomic
 from jaxdrive.scene import HostScene, PadSpec
-from jaxdrive.scoring.outputs import RunDir, read_results
+from jaxdrive.scoring.outputs import RunDir, iter_shard_columns
 from jaxdrive.scoring.sources import SceneSource, SourceError
-from jaxdrive.vocab.core import FIELDS, pad_for, rows_per_call, reference_states, score_vocabulary, vocabulary_states
+from jaxdrive.vocab.core import (EP_MODES, FIELDS, pad_for, rows_per_call, reference_states, score_vocabulary,
+                                 vocabulary_states)
 
 GTRS_KEYS = {"no_at_fault_collisions": "nc", "drivable_area_compliance": "dac",
              "driving_direction_compliance": "ddc", "traffic_light_compliance": "tlc", "ego_progress": "ep",
@@ -34,7 +35,7 @@ GTRS_KEYS = {"no_at_fault_collisions": "nc", "drivable_area_compliance": "dac",
 
 @dataclasses.dataclass
 class VocabOptions:
-    ep_mode: str = "pairwise"  # "pairwise" (GTRS, NAVSIM's [PDM-Closed, proposal]) or "batch" (one normaliser)
+    ep_mode: str = "gtrs"  # "gtrs" (PROGRESS_MODE=gen_gt), "pairwise" (NAVSIM's pairing) or "batch" (core docstring)
     simulate: bool = True  # NAVSIM's LQR + bicycle on each vocabulary trajectory
     human_filter: bool = True
     chunk: int = 1024  # proposals per scoring call (memory bound)
@@ -44,8 +45,8 @@ class VocabOptions:
     export: str | None = None  # None or "gtrs"
 
     def validate(self) -> None:
-        if self.ep_mode not in ("pairwise", "batch"):
-            raise ValueError(f"--ep-mode: expected pairwise or batch, got {self.ep_mode!r}")
+        if self.ep_mode not in EP_MODES:
+            raise ValueError(f"--ep-mode: expected one of {', '.join(EP_MODES)}, got {self.ep_mode!r}")
         if self.chunk < 1:
             raise ValueError(f"--chunk: expected >= 1 proposals per call, got {self.chunk}")
         if self.shard_size < 1:
@@ -73,6 +74,9 @@ class SceneFileSource(SceneSource):
 
     def __len__(self) -> int:
         return len(self.files)
+
+    def name(self, i: int) -> str:
+        return str(self.files[i])
 
     def load(self, i: int) -> HostScene | SourceError:
         from jaxdrive.data.scene_json import SceneFileError, read_scene
@@ -128,6 +132,7 @@ def run_vocab(source: SceneSource, vocab: np.ndarray, out_dir, options: VocabOpt
     identity = {"source": source.describe(), "vocabulary_sha256": vocabulary_digest(vocab),
                 "vocabulary_size": int(vocab.shape[0]), **options.identity()}
     run = RunDir(out_dir, identity, resume=resume)
+    first_seen = dict.fromkeys(run.scored_scene_ids(), "an earlier invocation of this run")  # id -> its scene file
     stats = VocabStats()
     pad = None
     n, size = len(source), options.shard_size
@@ -144,12 +149,20 @@ def run_vocab(source: SceneSource, vocab: np.ndarray, out_dir, options: VocabOpt
                 item = source.load(i)
                 if not isinstance(item, SourceError):
                     pad = pad_for(item, rows_per_call(vocab.shape[0], options.chunk), pad)
-                rows = item if isinstance(item, SourceError) else _scene_rows(item, vocab, options, pad)
+                where = source.name(i)
+                if isinstance(item, SourceError):
+                    rows = item
+                elif item.id in first_seen:
+                    rows = SourceError(name=where, message=f"scene id {item.id!r} was already scored in this run "
+                                                           f"(from {first_seen[item.id]}): each scene id is scored once")
+                else:
+                    rows = _scene_rows(item, vocab, options, pad)
                 if isinstance(rows, SourceError):
                     errors.append({"name": rows.name, "error": rows.message})
                 elif isinstance(rows, str):
                     errors.append({"name": item.id, "error": rows})
                 else:
+                    first_seen[item.id] = where
                     parts.append(rows)
                     stats.scenes += 1
                     stats.rows += len(rows["proposal"])
@@ -163,18 +176,28 @@ def run_vocab(source: SceneSource, vocab: np.ndarray, out_dir, options: VocabOpt
                 on_shard(shard)
     stats.seconds = time.perf_counter() - t0
     if options.export == "gtrs":
-        export_gtrs(out_dir, Path(out_dir) / f"gtrs_{vocab.shape[0]}.pkl")
+        export_gtrs(out_dir, Path(out_dir) / f"gtrs_{vocab.shape[0]}.pkl", vocab.shape[0])
     return stats
 
 
-def export_gtrs(run_dir, path) -> Path:
-    """The GTRS pickle of a finished run: token -> {GTRS metric key -> float16 (K,)} in vocabulary order."""
-    df = read_results(run_dir)
+def export_gtrs(run_dir, path, k: int) -> Path:
+    """The GTRS pickle of a finished run: token -> {GTRS metric key -> float16 (K,)} in vocabulary order (an empty
+    dict when no scene was scored).
+
+    Read shard by shard (a scene's K rows lie in one shard), so memory holds one shard's columns plus the table's
+    float16 arrays (9 x 2 bytes x K per scene: ~31 GB for navtrain x 16,384, which pickle must hold at once), not the
+    whole run as a DataFrame (~70 bytes a row: ~120 GB there)."""
     table = {}
-    for token, rows in df.groupby("scene_id", sort=True):
-        rows = rows.sort_values("proposal")
-        table[str(token)] = {key: rows[col].to_numpy(np.float16) for key, col in GTRS_KEYS.items()}
+    for columns in iter_shard_columns(run_dir):
+        ids = columns["scene_id"]
+        starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+        for start, stop in zip(starts, np.r_[starts[1:], len(ids)]):
+            token, proposals = str(ids[start]), columns["proposal"][start:stop]
+            if token in table or not np.array_equal(proposals, np.arange(k)):
+                raise ValueError(f"{run_dir}: scene {token!r} does not hold exactly the vocabulary's {k} rows once "
+                                 f"(proposals {proposals[:5].tolist()}..., {stop - start} rows)")
+            table[token] = {key: np.asarray(columns[col][start:stop], np.float16) for key, col in GTRS_KEYS.items()}
     path = Path(path)
-    with atomic.replacing(path) as tmp, open(tmp, "wb") as f:  # streamed: navtrain x 16,384 is tens of GB
-        pickle.dump(table, f, protocol=4)
+    with atomic.replacing(path) as tmp, open(tmp, "wb") as f:
+        pickle.dump(dict(sorted(table.items())), f, protocol=4)
     return path
