@@ -117,3 +117,23 @@ def test_cli_bad_input(tmp_path, capsys):
     assert main(["eval", "dqc", "--predictions", str(p)]) == 2
     (tmp_path / "bad.parquet").write_text("not parquet")
     assert main(["eval", "tps", "--predictions", str(tmp_path / "bad.parquet")]) == 2
+    capsys.readouterr()
+    pd.DataFrame({"score": ["high", "low"], "label": [1, 0]}).to_parquet(p)  # was a TypeError traceback
+    assert main(["eval", "dqc", "--predictions", str(p), "--no-plot"]) == 2
+    assert "score: expected numbers" in capsys.readouterr().err
+    pd.DataFrame({"id": ["a", "b", "a"], "score": [0.9, 0.1, 0.9], "label": [1, 0, 1]}).to_parquet(p)
+    assert main(["eval", "dqc", "--predictions", str(p), "--no-plot"]) == 2  # was counted twice
+    assert "id(s) ['a']" in capsys.readouterr().err
+
+
+def test_float32_scores_are_compared_in_their_own_precision(tmp_path):
+    """A float32 0.8 is not above tau = 0.8, as numpy and sklearn see the same column (widened to float64 it is
+    0.80000001 and was counted as above: acc_0.8 25 instead of 75 here)."""
+    s = np.array([0.8, 0.8, 0.9, 0.7], np.float32)
+    y = np.array([0, 0, 1, 1])
+    got = dqc.dqc_metrics(s, y)
+    assert got["acc_0.8"] == 100.0 * np.mean((s > 0.8) == y) == 75.0
+    p = tmp_path / "f32.parquet"
+    pd.DataFrame({"score": s, "label": y}).to_parquet(p)
+    assert main(["eval", "dqc", "--predictions", str(p), "--no-plot"]) == 0
+    assert json.loads((tmp_path / "f32.dqc.json").read_text())["acc_0.8"] == 75.0

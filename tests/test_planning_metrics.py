@@ -191,11 +191,90 @@ def test_obstacle_variants_and_frame_converters():
     text = np.array([[10.0, 3.0]])
     np.testing.assert_array_equal(P.text_to_lidar(text), [[-3.0, 10.0]])
     np.testing.assert_array_equal(P.lidar_to_text(P.text_to_lidar(text)), text)
-    # a rows-reversed stored occupancy (VAD's image frame) comes back to ours
-    vad = veh.copy()
-    vad[0, :, 199 - r, c] = True
-    back = P.occupancy_to_uniad(vad, "openread_vad")
-    assert back[0, 0, r, c] and back.sum() == 6
+
+
+def openread_box_collision(traj: np.ndarray, stored: np.ndarray, flip_rows: bool) -> np.ndarray:
+    """Loop reference of OpenREAD's lookup: the stored occupancy flipped as its evaluation does (last axis; both axes
+    for ``vad_gt_seg``), then the ST-P3 metric variant (eval_share ``metric.py``): x negated, swapped to (y, x),
+    ``astype(int32)`` of 2 v + the footprint pixel, clipped to [0, 199]."""
+    seg = stored[..., ::-1]
+    seg = seg[..., ::-1, :] if flip_rows else seg
+    return reference_box_collision(np.asarray(traj, np.float64) * [-1.0, 1.0], seg)
+
+
+@pytest.mark.parametrize("layout,flip_rows", [("openread_vehicle", False), ("openread_vad", True)])
+def test_openread_layouts_give_openreads_collision_counts(layout, flip_rows):
+    """``in_layout`` + ``planning_metrics`` equal OpenREAD's own pipeline on its stored layouts, point by point. Its
+    flip and its negated x do not cancel (truncation of -2x + col is one column off the mirror of 2x + col), which
+    the old flip-only table missed: 15 collisions where OpenREAD counts 26 at 0.5 s, say (reviewer's data)."""
+    rng = np.random.default_rng(0)
+    n = 200
+    pred = np.stack([np.stack([rng.normal(0, 1.5, 6), np.cumsum(rng.uniform(0.5, 3, 6))], -1) for _ in range(n)])
+    pred = pred.astype(np.float32)
+    gt = (pred + rng.normal(0, 0.8, pred.shape)).astype(np.float32)
+    stored = np.zeros((n, 6, 200, 200), bool)
+    for i in range(n):
+        for t in range(6):
+            stored[i, t, rng.integers(95, 130, 6), rng.integers(90, 110, 6)] = True
+    want = np.zeros(6, int)
+    for i in range(n):
+        want += openread_box_collision(pred[i], stored[i], flip_rows) & ~openread_box_collision(gt[i], stored[i],
+                                                                                               flip_rows)
+    got = planning_metrics(*P.in_layout(pred, gt, stored, layout))
+    np.testing.assert_array_equal(got["collision_count"], want)
+    assert want.sum() > 10
+    np.testing.assert_allclose(got["l2"], planning_metrics(pred, gt, stored)["l2"])  # L2 does not see the layout
+    with pytest.raises(ValueError, match="occupancy layout"):
+        P.in_layout(pred, gt, stored, "vad")
+
+
+def test_empty_or_short_inputs_are_errors():
+    """N = 0 printed perfect scores (a division by max(n, 1)); 4 steps raised an IndexError deep inside."""
+    with pytest.raises(ValueError, match="no samples"):
+        planning_metrics(np.zeros((0, 6, 2)), np.zeros((0, 6, 2)), np.zeros((0, 6, 200, 200), bool))
+    with pytest.raises(ValueError, match="expected 6 steps"):
+        planning_metrics(np.zeros((1, 4, 2)), np.zeros((1, 4, 2)), np.zeros((1, 4, 200, 200), bool))
+
+
+def test_cli_refuses_repeated_tokens_and_reports_every_mismatch_once(tmp_path, capsys):
+    """Tokens repeated in the GT (a sample scored against another's prediction) or in the predictions (the later
+    silently won) are errors; a prediction for a token not in the GT is reported; a GT sample whose answer is
+    unparsable is reported once (it was counted twice); a ragged JSON trajectory is that token's problem, not the
+    run's; --obstacles with a combined occupancy array is an error (it was ignored)."""
+    from jaxdrive.cli import main
+
+    d = np.load(FIXTURE)
+    n = len(d["gt"])
+    tokens = np.array([f"tok{i}" for i in range(n)])
+    gt_path = tmp_path / "gt.npz"
+    np.savez(gt_path, gt=d["gt"], gt_mask=d["gt_mask"], occupancy=d["occupancy"], tokens=tokens)
+    dup = tokens.copy()
+    dup[5] = dup[4]
+    np.savez(tmp_path / "gt_dup.npz", gt=d["gt"], occupancy=d["occupancy"], tokens=dup)
+    np.savez(tmp_path / "pred.npz", pred=d["pred"], tokens=tokens)
+    np.savez(tmp_path / "pred_dup.npz", pred=d["pred"], tokens=dup)
+    run = lambda pred, gt=gt_path, *extra: main(["eval", "planning", "--predictions", str(tmp_path / pred), "--gt",
+                                                 str(gt), *extra])
+    assert run("pred.npz", tmp_path / "gt_dup.npz") == 2
+    assert "'tok4'" in capsys.readouterr().err
+    assert run("pred_dup.npz") == 2
+    assert "'tok4'" in capsys.readouterr().err
+    answers = {str(t): p.tolist() for t, p in zip(tokens, d["pred"])}
+    answers["tok3"] = "(1, 2), garbage"
+    answers["tok7"] = [[0, 1], [2]]  # ragged
+    answers["zzz_extra"] = d["pred"][0].tolist()
+    (tmp_path / "p.json").write_text(json.dumps(answers))
+    assert run("p.json") == 3
+    captured = capsys.readouterr()
+    assert f"samples: {n - 2} (2 of the GT's left out" in captured.out
+    err = captured.err.splitlines()
+    assert sum("tok3" in e for e in err) == 1 and sum("tok7" in e for e in err) == 1, err
+    assert any("zzz_extra" in e and "not in --gt" in e for e in err), err
+    (tmp_path / "p2.json").write_text('{"tok0": ' + json.dumps(answers["tok0"]) + ', "tok0": [[0, 0]]}')
+    assert run("p2.json") == 2
+    assert "tok0" in capsys.readouterr().err
+    assert run("pred.npz", gt_path, "--obstacles", "vehicle+pedestrian") == 2
+    assert "combined 'occupancy'" in capsys.readouterr().err
 
 
 def test_cli_prints_both_conventions_and_reads_text_answers(tmp_path, capsys):

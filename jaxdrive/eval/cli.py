@@ -10,6 +10,7 @@ in your module and add it to ``EVAL_COMMANDS`` below with one line.
 """
 from __future__ import annotations
 
+import collections
 import json
 import math
 from pathlib import Path
@@ -32,6 +33,10 @@ def _read(path: Path, columns: tuple[str, ...], flag: str = "--predictions") -> 
     missing = [c for c in columns if c not in table.column_names]
     if missing:
         raise ValueError(f"{flag} {path}: missing column(s) {missing} (has {table.column_names})")
+    if "id" in table.column_names:  # a repeated id would count one sample twice
+        repeated = sorted(str(i) for i, n in collections.Counter(table.column("id").to_pylist()).items() if n > 1)
+        if repeated:
+            raise ValueError(f"{flag} {path}: id(s) {repeated[:5]} appear in more than one row (each sample once)")
     return {c: table.column(c).to_numpy(zero_copy_only=False) for c in columns}
 
 
@@ -105,10 +110,13 @@ def run_dqc(args) -> int:
     rows, curves = [], []
     for i, (path, frame) in enumerate(zip(args.predictions, frames)):
         y, s = frame["label"], frame["score"]
+        try:
+            metrics = dqc.dqc_metrics(s, y)  # checks the columns' types and values first
+        except ValueError as e:
+            raise ValueError(f"--predictions {path}: {e}") from None
         if ((s < 0) | (s > 1)).any():
             raise ValueError(f"--predictions {path}: column 'score' must lie in [0, 1], got min {s.min()}, "
                              f"max {s.max()}")
-        metrics = dqc.dqc_metrics(s, y)
         out = Path(path).with_suffix(".dqc.json")
         out.write_text(json.dumps(_json_ready(metrics), indent=2) + "\n")
         rows.append((_name(path, args.names, i), metrics))

@@ -22,8 +22,13 @@ DQC_TAUS = (0.7, 0.8, 0.9)
 
 
 def _check_binary(labels, scores) -> tuple[np.ndarray, np.ndarray]:
+    """(labels int64, scores) checked. Float scores keep their dtype: ``score > tau`` then compares in it, as numpy
+    and sklearn on the same column do (a float32 0.8 is not above tau = 0.8; widened to float64 it was)."""
     y = np.asarray(labels)
-    s = np.asarray(scores, np.float64)
+    s = np.asarray(scores)
+    if not (np.issubdtype(s.dtype, np.number) and not np.issubdtype(s.dtype, np.complexfloating)):
+        raise ValueError(f"score: expected numbers, got dtype {s.dtype}")
+    s = s if np.issubdtype(s.dtype, np.floating) else s.astype(np.float64)
     if y.ndim != 1 or s.shape != y.shape:
         raise ValueError(f"label/score: expected two 1-D columns of one length, got {y.shape} and {s.shape}")
     if y.size == 0:

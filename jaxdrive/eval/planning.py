@@ -80,6 +80,10 @@ def _validate(pred, gt, occupancy, gt_mask) -> tuple[np.ndarray, ...]:
     pred, gt = np.asarray(pred), np.asarray(gt)
     if pred.ndim != 3 or pred.shape[2] != 2:
         raise ValueError(f"pred: expected float [N, T, 2] (metres, x right / y forward), got shape {pred.shape}")
+    if pred.shape[0] == 0:
+        raise ValueError("pred: no samples (N = 0): the rates would divide by zero")
+    if pred.shape[1] < STEPS:
+        raise ValueError(f"pred: expected {STEPS} steps (0.5 .. 3.0 s) per trajectory, got {pred.shape[1]}")
     if gt.shape != pred.shape:
         raise ValueError(f"gt: expected shape {pred.shape} (as pred), got {gt.shape}")
     n, t = pred.shape[:2]
@@ -148,7 +152,7 @@ def planning_metrics(
         l2, hit = _per_sample(pred[sl], gt[sl], occ[sl], mask[sl], fp)
         l2_sum += np.asarray(l2, np.float64).sum(0)
         counts += np.asarray(hit).sum(0)
-    out = {"l2": l2_sum / max(n, 1), "collision": counts / max(n, 1), "collision_count": counts, "num_samples": n}
+    out = {"l2": l2_sum / n, "collision": counts / n, "collision_count": counts, "num_samples": n}
     for name in ("l2", "collision"):
         for sec, v in horizon_values(out[name], convention).items():
             out[f"{name}_{sec}s"] = v
@@ -193,25 +197,32 @@ def lidar_to_text(traj: Float[np.ndarray, "... 2"]) -> np.ndarray:
     return np.stack([traj[..., 1], -traj[..., 0]], -1)
 
 
-#: stored occupancy layouts of the public GT caches -> (flip rows, flip columns) that bring them to this module's frame.
-#: UniAD's caches are already in it; OpenREAD flips ``planing_gt_segmentation_val`` on the last axis *and* feeds the
-#: ST-P3 metric variant, which negates x, so the stored file is (up to the ±1-cell asymmetry of trunc under a flip) in
-#: this frame; ``vad_gt_seg.pkl`` is flipped on both axes before the same metric, so its rows run backwards.
+#: stored occupancy layouts of the public GT caches -> (flip rows, flip columns, negate x): what the pipeline that
+#: publishes numbers on them does before its box lookup (spec ``eval-protocols.md``, "Sign and frame juggling").
+#: UniAD's caches are read as stored by UniAD's metric (which sees the original x). OpenREAD flips
+#: ``planing_gt_segmentation_val`` on the last axis (``only_vehicle=True``) or ``vad_gt_seg.pkl`` on both axes, and
+#: feeds the ST-P3 metric variant (eval_share ``metric.py``), whose lookup sees x negated. A flip and a negation do
+#: not cancel: the lookup truncates ``-2 x + col`` where the mirror of the original truncates ``2 x + col``, one
+#: column (0.5 m) apart wherever 2 x is not a whole number, so both are reproduced as such.
 OCCUPANCY_LAYOUTS = {
-    "uniad": (False, False),
-    "openread_vehicle": (False, False),
-    "openread_vad": (True, False),
+    "uniad": (False, False, False),
+    "openread_vehicle": (False, True, True),
+    "openread_vad": (True, True, True),
 }
 
 
-def occupancy_to_uniad(occupancy: np.ndarray, layout: str) -> np.ndarray:
-    """A stored GT occupancy ``[..., 200, 200]`` in ``layout`` (see :data:`OCCUPANCY_LAYOUTS`) in this module's frame."""
+def in_layout(pred: Float[np.ndarray, "N T 2"], gt: Float[np.ndarray, "N T 2"], occupancy: np.ndarray,
+              layout: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(pred, gt, occupancy)`` as ``planning_metrics`` must see them to give the numbers of the pipeline that uses
+    a GT occupancy stored in ``layout`` (:data:`OCCUPANCY_LAYOUTS`): its flips of the stored ``[..., 200, 200]``
+    grid and, for the ST-P3 variant, x negated in both trajectories (L2 is unchanged by that)."""
     if layout not in OCCUPANCY_LAYOUTS:
         raise ValueError(f"occupancy layout: expected one of {sorted(OCCUPANCY_LAYOUTS)}, got {layout!r}")
-    flip_rows, flip_cols = OCCUPANCY_LAYOUTS[layout]
+    flip_rows, flip_cols, negate_x = OCCUPANCY_LAYOUTS[layout]
     occ = np.asarray(occupancy)
     if flip_rows:
         occ = occ[..., ::-1, :]
     if flip_cols:
         occ = occ[..., ::-1]
-    return np.ascontiguousarray(occ)
+    sign = np.array([-1.0 if negate_x else 1.0, 1.0], np.float32)
+    return np.asarray(pred) * sign, np.asarray(gt) * sign, np.ascontiguousarray(occ)

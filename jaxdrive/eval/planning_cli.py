@@ -3,15 +3,18 @@
 Inputs (metric frame x right / y forward unless ``--frame text``):
   * predictions: ``.npz`` with ``pred`` [N, 6, 2] (and optionally ``tokens`` [N] str), or ``.json``
     ``{token: [[x, y] x 6] | "(x1, y1), ..., (x6, y6)"}`` (strings are model answers in OpenREAD's text format and
-    are read with ``trajectory_text.parse_trajectory``; an unparsable answer is reported and counts as a failure).
+    are read with ``trajectory_text.parse_trajectory``). A token appears once.
   * GT: ``.npz`` with ``gt`` [N, 6, 2], ``gt_mask`` [N, 6] (optional), ``occupancy`` bool [N, 6, 200, 200] or class
     layers ``occupancy_vehicle`` / ``occupancy_pedestrian`` (``--obstacles`` picks the variant), and ``tokens`` [N]
-    when the predictions are keyed by token.
-Exit codes: 0 ok, 2 bad inputs (named), 3 finished but some predictions were unreadable (scored on the rest).
+    (unique) when the predictions are keyed by token.
+A GT sample without a usable prediction (none given, or an unparsable / malformed one) is reported and left out of
+the metrics: the rates are over the samples scored. A prediction whose token is not in the GT is reported too.
+Exit codes: 0 ok, 2 bad inputs (named), 3 finished but some samples or predictions were reported (scored on the rest).
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import sys
 from pathlib import Path
@@ -33,8 +36,9 @@ def add_planning_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--frame", choices=["lidar", "text"], default="lidar",
                    help="frame of numeric predictions: lidar (x right, y forward) or OpenREAD text (x forward, y left);"
                         " string answers are always in the text frame")
-    p.add_argument("--obstacles", choices=sorted(planning.OBSTACLE_VARIANTS), default="vehicle",
-                   help="obstacle classes when the GT file has per-class occupancy layers")
+    p.add_argument("--obstacles", choices=sorted(planning.OBSTACLE_VARIANTS),
+                   help="obstacle classes when the GT file has per-class occupancy layers (default: vehicle; an error "
+                        "when it holds one combined 'occupancy' array)")
     p.add_argument("--occupancy-layout", choices=sorted(planning.OCCUPANCY_LAYOUTS), default="uniad",
                    help="stored layout of the GT occupancy")
     p.add_argument("--json", type=Path, help="also write the metrics (both conventions) to this JSON file")
@@ -50,12 +54,39 @@ def _load_npz(path: Path, what: str) -> dict:
         raise ValueError(f"{what} {path}: cannot read .npz ({e})") from None
 
 
-def load_predictions(path: Path, frame: str) -> tuple[dict | np.ndarray, list[str]]:
-    """(predictions, errors): an array [N, 6, 2] (npz without tokens) or {token: [6, 2]} in the metric frame."""
-    errors = []
+def _unique_tokens(tokens, what: str) -> list[str]:
+    """``tokens`` as strings, or ValueError naming ``what`` when one appears twice."""
+    tokens = list(map(str, tokens))
+    repeated = sorted(t for t, count in collections.Counter(tokens).items() if count > 1)
+    if repeated:
+        raise ValueError(f"{what}: token(s) {repeated[:5]} appear more than once (each sample once)")
+    return tokens
+
+
+def _no_repeated_keys(pairs: list) -> dict:
+    keys = [k for k, _ in pairs]
+    _unique_tokens(keys, "--predictions")
+    return dict(pairs)
+
+
+def _points(v) -> np.ndarray | None:
+    """A JSON trajectory as [6, 2] float64, or None when it is not 6 finite [x, y] points (ragged lists included)."""
+    if not isinstance(v, list):
+        return None
+    try:
+        pts = np.asarray(v, np.float64)
+    except (ValueError, TypeError):
+        return None
+    return pts if pts.shape == (6, 2) and np.isfinite(pts).all() else None
+
+
+def load_predictions(path: Path, frame: str) -> tuple[dict | np.ndarray, dict[str, str]]:
+    """(predictions, {token: why it is unusable}): an array [N, 6, 2] (npz without tokens) or {token: [6, 2]} in the
+    metric frame. A token given twice is an error."""
+    errors = {}
     if path.suffix == ".json":
         try:
-            raw = json.loads(path.read_text())
+            raw = json.loads(path.read_text(), object_pairs_hook=_no_repeated_keys)
         except (OSError, json.JSONDecodeError) as e:
             raise ValueError(f"--predictions {path}: cannot read JSON ({e})") from None
         if not isinstance(raw, dict):
@@ -65,13 +96,13 @@ def load_predictions(path: Path, frame: str) -> tuple[dict | np.ndarray, list[st
             if isinstance(v, str):
                 pts = parse_trajectory(v)
                 if pts is None:
-                    errors.append(f"{token}: unparsable trajectory text {v[:60]!r}")
+                    errors[token] = f"unparsable trajectory text {v[:60]!r}"
                     continue
                 out[token] = planning.text_to_lidar(pts)
                 continue
-            pts = np.asarray(v, np.float64) if isinstance(v, list) else None
-            if pts is None or pts.shape != (6, 2) or not np.isfinite(pts).all():
-                errors.append(f"{token}: expected 6 finite [x, y] points")
+            pts = _points(v)
+            if pts is None:
+                errors[token] = "expected 6 finite [x, y] points"
                 continue
             out[token] = planning.text_to_lidar(pts) if frame == "text" else pts
         return out, errors
@@ -80,12 +111,12 @@ def load_predictions(path: Path, frame: str) -> tuple[dict | np.ndarray, list[st
         raise ValueError(f"--predictions {path}: no 'pred' array (have {sorted(z)})")
     pred = planning.text_to_lidar(z["pred"]) if frame == "text" else z["pred"]
     if "tokens" in z:
-        return dict(zip(map(str, z["tokens"]), pred)), errors
+        return dict(zip(_unique_tokens(z["tokens"], f"--predictions {path}"), pred)), errors
     return pred, errors
 
 
-def _align(pred, gt: dict, what: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """(pred [N, 6, 2], rows of the GT file kept, missing-token errors)."""
+def _align(pred, unusable: dict[str, str], gt: dict, what: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(pred [N, 6, 2], rows of the GT file kept, one report line per GT sample left out or prediction unmatched)."""
     n = len(gt["gt"])
     if not isinstance(pred, dict):
         if len(pred) != n:
@@ -93,23 +124,27 @@ def _align(pred, gt: dict, what: Path) -> tuple[np.ndarray, np.ndarray, list[str
         return np.asarray(pred, np.float32), np.arange(n), []
     if "tokens" not in gt:
         raise ValueError(f"--gt {what}: predictions are keyed by token but the GT file has no 'tokens' array")
-    tokens = list(map(str, gt["tokens"]))
+    tokens = _unique_tokens(gt["tokens"], f"--gt {what}")
     keep = [i for i, t in enumerate(tokens) if t in pred]
-    errors = [f"{t}: no prediction" for t in tokens if t not in pred]
+    report = [f"{t}: {unusable.get(t, 'no prediction')}" for t in tokens if t not in pred]
+    known = set(tokens)
+    report += [f"{t}: a prediction for a token not in --gt" for t in list(pred) + list(unusable) if t not in known]
     if not keep:
         raise ValueError(f"--predictions: no token matches --gt {what}")
-    return np.stack([pred[tokens[i]] for i in keep]).astype(np.float32), np.asarray(keep), errors
+    return np.stack([pred[tokens[i]] for i in keep]).astype(np.float32), np.asarray(keep), report
 
 
 def _occupancy(gt: dict, args) -> np.ndarray:
+    """The stored GT occupancy [N, 6, 200, 200] of the obstacle classes ``--obstacles`` names."""
     if "occupancy" in gt:
-        occ = gt["occupancy"]
-    else:
-        layers = {k[len("occupancy_"):]: v for k, v in gt.items() if k.startswith("occupancy_")}
-        if not layers:
-            raise ValueError(f"--gt {args.gt}: no 'occupancy' or 'occupancy_<class>' arrays (have {sorted(gt)})")
-        occ = planning.obstacle_occupancy(layers, args.obstacles)
-    return planning.occupancy_to_uniad(occ, args.occupancy_layout)
+        if args.obstacles is not None:
+            raise ValueError(f"--obstacles {args.obstacles}: --gt {args.gt} holds one combined 'occupancy' array, "
+                             f"not per-class 'occupancy_<class>' layers to choose from")
+        return gt["occupancy"]
+    layers = {k[len("occupancy_"):]: v for k, v in gt.items() if k.startswith("occupancy_")}
+    if not layers:
+        raise ValueError(f"--gt {args.gt}: no 'occupancy' or 'occupancy_<class>' arrays (have {sorted(gt)})")
+    return planning.obstacle_occupancy(layers, args.obstacles or "vehicle")
 
 
 def format_table(results: dict[str, dict]) -> str:
@@ -130,17 +165,18 @@ def run_planning(args) -> int:
     gt = _load_npz(args.gt, "--gt")
     if "gt" not in gt:
         raise ValueError(f"--gt {args.gt}: no 'gt' array (have {sorted(gt)})")
-    pred, keep, missing = _align(pred, gt, args.gt)
-    occ = _occupancy(gt, args)[keep]
+    pred, keep, report = _align(pred, errors, gt, args.gt)
     mask = gt["gt_mask"][keep] if "gt_mask" in gt else None
-    results = {c: planning.planning_metrics(pred, gt["gt"][keep], occ, gt_mask=mask, convention=c)
+    pred, truth, occ = planning.in_layout(pred, gt["gt"][keep], _occupancy(gt, args)[keep], args.occupancy_layout)
+    results = {c: planning.planning_metrics(pred, truth, occ, gt_mask=mask, convention=c)
                for c in planning.CONVENTIONS}
     print(format_table(results))
-    print(f"samples: {len(keep)}" + (f" ({len(errors) + len(missing)} without a usable prediction)" if errors or missing else ""))
+    left_out = len(gt["gt"]) - len(keep)
+    print(f"samples: {len(keep)}" + (f" ({left_out} of the GT's left out: no usable prediction)" if left_out else ""))
     if args.json:
         args.json.write_text(json.dumps({c: {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in r.items()}
                                          for c, r in results.items()}, indent=2))
-    for e in errors + missing:
-        print(f"unreadable prediction {e}", file=sys.stderr)
-    return EXIT_PARTIAL if errors or missing else 0
+    for line in report:
+        print(f"prediction {line}", file=sys.stderr)
+    return EXIT_PARTIAL if report else 0
 
