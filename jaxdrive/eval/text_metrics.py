@@ -1,22 +1,33 @@
-"""LingoQA-style text metrics through maintained libraries, all offline: BLEU (sacrebleu), METEOR (pycocoevalcap's
-Meteor 1.5, a bundled Java jar: needs a ``java`` on PATH), CIDEr (pycocoevalcap's CIDEr-D, pure Python), and a
-Lingo-Judge-style accuracy from an LLM critic (``eval.critic.QwenCritic``: correct when p(match) > 0.5).
+"""LingoQA-style text metrics, all offline: BLEU as OpenREAD's LingoQA evaluation computes it (HF ``evaluate``'s
+``bleu``, re-implemented here), METEOR (pycocoevalcap's Meteor 1.5, a bundled Java jar: needs a ``java`` on PATH),
+CIDEr (pycocoevalcap's CIDEr-D, pure Python), and a Lingo-Judge-style accuracy from an LLM critic
+(``eval.critic.QwenCritic``: correct when p(match) > 0.5).
 
-What does not run offline: LingoQA's own Lingo-Judge (a classifier fetched from the Hugging Face hub) and the HF
-``evaluate`` CIDEr LingoQA's script loads from the hub; the critic score stands in for the former, pycocoevalcap's
-CIDEr-D for the latter. Inputs: ``predictions`` [N] strings and ``references`` [N] lists of strings (one or more
-references per prediction). Text is lower-cased and split on non-alphanumerics before CIDEr / METEOR (the COCO PTB
-tokenizer is Java too; this keeps CIDEr Java-free).
+Inputs: ``predictions`` [N] strings and ``references`` [N] lists of strings (one or more references per prediction).
+Where these differ from OpenREAD's LingoQA script (``shared/spec/eval-protocols.md``, OpenREAD):
+
+* Lingo-Judge: LingoQA's classifier is fetched from the Hugging Face hub; the critic score stands in for it.
+* CIDEr: the script loads HF ``evaluate``'s "Kamichanw/CIDEr" from the hub: Stanford CoreNLP's PTB tokenizer (Java,
+  lower-cased, punctuation tokens dropped), then pycocoevalcap's CiderScorer (n = 4, sigma = 6), the scorer used here.
+  ``tokenize`` stands in for the PTB tokenizer, written to agree with it on words, numbers ("3.5", "1,000"),
+  hyphenated words and the clitics PTB splits off ("is n't", "light 's"), but not checked against it; it splits
+  abbreviations ("e.g.") and URLs, which PTB keeps whole.
+* METEOR: the same scorer on the same stripped strings, with runs of whitespace (newlines too) joined into one space:
+  the jar reads one line per segment, so a newline inside an answer would break the reference's own call.
 """
 from __future__ import annotations
 
+import collections
+import math
 import re
 import shutil
 from typing import Sequence
 
 import numpy as np
 
-_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+# Numbers with decimal / thousands separators, then words of Unicode letters and digits with inner hyphens/apostrophes.
+_WORD = re.compile(r"\d+(?:[.,]\d+)+|[^\W_]+(?:[-'][^\W_]+)*")
+_CLITIC = re.compile(r"(.+?)(n't|'(?:s|re|ve|ll|d|m))$")  # the endings the PTB tokenizer splits off
 
 
 def _check(predictions: Sequence[str], references: Sequence[Sequence[str]]) -> list[list[str]]:
@@ -29,18 +40,45 @@ def _check(predictions: Sequence[str], references: Sequence[Sequence[str]]) -> l
 
 
 def tokenize(text: str) -> str:
-    """Lower-cased words joined by spaces."""
-    return " ".join(_WORD.findall(str(text).lower()))
+    """Lower-cased words joined by spaces, PTB-like (the CIDEr tokenisation): Unicode words, numbers with their
+    separators kept whole, punctuation dropped, clitics split off ("isn't" -> "is n't")."""
+    words = []
+    for w in _WORD.findall(str(text).lower().replace("\u2019", "'")):
+        m = _CLITIC.fullmatch(w)
+        words.extend(m.groups() if m else (w,))
+    return " ".join(words)
 
 
-def bleu(predictions: Sequence[str], references: Sequence[Sequence[str]]) -> float:
-    """Corpus BLEU-4 in [0, 100] (sacrebleu, its default 13a tokenisation, exponential smoothing)."""
-    import sacrebleu
+def _ngrams(tokens: Sequence[str], max_order: int) -> collections.Counter:
+    return collections.Counter(tuple(tokens[i : i + n]) for n in range(1, max_order + 1)
+                               for i in range(len(tokens) - n + 1))
+
+
+def bleu(predictions: Sequence[str], references: Sequence[Sequence[str]], max_order: int = 4) -> float:
+    """Corpus BLEU in [0, 100], as HF ``evaluate.load("bleu")`` (tensorflow/nmt ``compute_bleu``) x 100: sacrebleu's
+    13a tokenisation (case kept), n-gram counts clipped by the maximum over the references, no smoothing (0 when any
+    order has no match), brevity penalty against the sum of each prediction's *shortest* reference length."""
+    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
     refs = _check(predictions, references)
-    k = max(len(r) for r in refs)
-    streams = [[r[i] if i < len(r) else r[0] for r in refs] for i in range(k)]  # sacrebleu: one stream per slot
-    return float(sacrebleu.corpus_bleu(list(predictions), streams).score)
+    tok = Tokenizer13a()
+    matches, possible, hyp_len, ref_len = [0] * max_order, [0] * max_order, 0, 0
+    for p, rs in zip(predictions, refs):
+        hyp, ref_toks = tok(p).split(), [tok(r).split() for r in rs]
+        hyp_len += len(hyp)
+        ref_len += min(len(r) for r in ref_toks)
+        best = collections.Counter()
+        for r in ref_toks:
+            best |= _ngrams(r, max_order)
+        for gram, count in (_ngrams(hyp, max_order) & best).items():
+            matches[len(gram) - 1] += count
+        for n in range(1, max_order + 1):
+            possible[n - 1] += max(len(hyp) - n + 1, 0)
+    precisions = [m / p if p else 0.0 for m, p in zip(matches, possible)]
+    if min(precisions) == 0 or hyp_len == 0 or ref_len == 0:
+        return 0.0
+    brevity = min(1.0, math.exp(1 - ref_len / hyp_len))
+    return 100 * brevity * math.exp(sum(math.log(p) for p in precisions) / max_order)
 
 
 def cider(predictions: Sequence[str], references: Sequence[Sequence[str]]) -> float:
@@ -54,16 +92,21 @@ def cider(predictions: Sequence[str], references: Sequence[Sequence[str]]) -> fl
     return float(score)
 
 
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
 def meteor(predictions: Sequence[str], references: Sequence[Sequence[str]], per_sample: bool = False):
-    """Corpus METEOR 1.5 (pycocoevalcap's bundled jar; raises if no ``java`` is installed); with ``per_sample``,
-    (corpus score, [N] per-prediction scores)."""
+    """Corpus METEOR 1.5 in [0, 1] on the raw strings, stripped and on one line (pycocoevalcap's bundled jar, which
+    lower-cases and tokenises itself; raises if no ``java`` is installed); with ``per_sample``, (corpus score, [N]
+    per-prediction scores)."""
     if shutil.which("java") is None:
         raise RuntimeError("METEOR needs a Java runtime on PATH (pycocoevalcap runs meteor-1.5.jar)")
     from pycocoevalcap.meteor.meteor import Meteor
 
     refs = _check(predictions, references)
-    gts = {i: [tokenize(x) for x in r] for i, r in enumerate(refs)}
-    res = {i: [tokenize(p)] for i, p in enumerate(predictions)}
+    gts = {i: [_one_line(x) for x in r] for i, r in enumerate(refs)}
+    res = {i: [_one_line(p)] for i, p in enumerate(predictions)}
     scorer = Meteor()  # one JVM per call; pycocoevalcap kills it when the wrapper is collected
     score, scores = scorer.compute_score(gts, res)
     del scorer

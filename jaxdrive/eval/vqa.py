@@ -1,8 +1,10 @@
 """VQA benchmark scorers, exactly as their reference scripts score (``shared/spec/eval-protocols.md`` §C).
 
 * DriveLMM-o1 (``evaluation/evaluation_script.py``): MCQ items are those whose id ends in 2, 3, 4, 5 or 8; the final
-  answer is the text after the last occurrence of the first marker (in a fixed order) present in the response; the
-  letter is the first ``X) ...`` match in it ('F' for "none of the ...", else 'none'); accuracy over MCQ items.
+  answer of a response is the text after the last occurrence of the first marker (in a fixed order) present in it; the
+  letter is the first ``X) ...`` match in that final answer ('F' for "none of the ...", else 'none'). The ground truth
+  is the dataset's ``final_answer`` ("A) Slow down ..."), whose letter is read the same way but without the marker
+  step. Accuracy over MCQ items.
 * DriveMLLM (``evaluation/eval_from_json.py``): the answer inside ``<OUTPUT FORMAT START>..<OUTPUT FORMAT END>``,
   validated per task; scores over valid outputs only; ``effective_ratio = valid / expected``. The paper's eight
   columns: PPos, BBox, L/R, F/B, CVD (dA), CD (dz), RD (dAB), RHD (dx); AccS = their arithmetic mean. The reference
@@ -11,6 +13,10 @@
 * STSBench (``eval/eval.py``): correct iff the first character of the raw answer equals the ground-truth letter's
   (case-insensitive); accuracy per scenario type, macro-averaged within each of the 4 groups, then over the groups.
   An empty answer is incorrect (the reference would fail on it).
+
+Every row is checked before scoring: a missing field, a field of the wrong JSON type or a malformed ground truth is a
+ValueError naming the row and the field (``check_row`` checks one row of a benchmark). A score that is not defined
+(no MCQ item, a task or group with no rows) is None.
 """
 from __future__ import annotations
 
@@ -18,7 +24,50 @@ import ast
 import math
 import re
 from collections import defaultdict
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
+
+
+def _need(row, fields: dict[str, type]) -> None:
+    """Raise ValueError naming the first of ``fields`` (name -> JSON type) that ``row`` lacks or holds as another
+    type (or saying that ``row`` is not a JSON object)."""
+    if not isinstance(row, dict):
+        raise ValueError(f"expected a JSON object, got {type(row).__name__} ({row!r:.40})")
+    for name, kind in fields.items():
+        if name not in row:
+            raise ValueError(f"lacks the field {name!r}")
+        if not isinstance(row[name], kind):
+            raise ValueError(f"{name}: expected {kind.__name__}, got {type(row[name]).__name__} ({row[name]!r:.40})")
+
+
+def _rows(rows: Iterable, check: Callable) -> Iterator[tuple]:
+    """(row, ``check(row)``) for each row; a ValueError from ``check`` is raised again naming the row (1-based)."""
+    for i, r in enumerate(rows, 1):
+        try:
+            checked = check(r)
+        except ValueError as e:
+            raise ValueError(f"row {i}: {e}") from None
+        yield r, checked
+
+
+def check_row(benchmark: str, row) -> None:
+    """Raise ValueError when ``row`` cannot be scored by ``benchmark`` ('drivelmm', 'drivemllm' or 'stsbench'):
+    a missing field, one of the wrong type, a malformed ground truth, an unknown task or group."""
+    if benchmark == "drivelmm":
+        _drivelmm_row(row)
+    elif benchmark == "stsbench":
+        _stsbench_row(row)
+    elif benchmark == "drivemllm":
+        _need(row, {"task": str})
+        if row["task"] not in DRIVEMLLM_TASKS:
+            raise ValueError(f"task: expected one of {DRIVEMLLM_TASKS}, got {row['task']!r}")
+        _drivemllm_gt(row["task"], row)
+    else:
+        raise ValueError(f"benchmark: expected drivelmm, drivemllm or stsbench, got {benchmark!r}")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# DriveLMM-o1
+# ----------------------------------------------------------------------------------------------------------------------
 
 DRIVELMM_MARKERS = ("The final answer is:", "**Final Answer:**", "Final Answer", "Answer", "Why take this action?:",
                     "**Final Answer**", "**Final Decision**:", "Final Step:", "<CONCLUSION>")
@@ -27,7 +76,13 @@ _OPTION = re.compile(r"([A-F])\)\s*(.+)")
 
 
 def drivelmm_is_mcq(idx: str) -> bool:
-    return int(str(idx).rsplit("_", 1)[-1]) in DRIVELMM_MCQ_NUMBERS
+    """Whether the item ``<scene>_<sample>_<question number>`` is a multiple-choice one; ValueError naming ``idx``
+    when the part after its last "_" is not a whole number."""
+    try:
+        number = int(str(idx).rsplit("_", 1)[-1])
+    except ValueError:
+        raise ValueError(f"idx: expected '<scene>_<sample>_<question number>', got {idx!r}") from None
+    return number in DRIVELMM_MCQ_NUMBERS
 
 
 def drivelmm_final_answer(text: str) -> str:
@@ -38,20 +93,31 @@ def drivelmm_final_answer(text: str) -> str:
     return ""
 
 
-def drivelmm_letter(text: str) -> str:
-    """The option letter of a full response: 'A'..'F', or 'none'."""
-    final = drivelmm_final_answer(text)
-    hits = _OPTION.findall(final)
+def drivelmm_option(text: str) -> str:
+    """The option letter of a final answer (the reference's ``extract_options``): the first ``X) ...`` match,
+    'A'..'F'; else 'F' when it says "none of the ...", else 'none'."""
+    hits = _OPTION.findall(text)
     if hits:
         return hits[0][0]
-    return "F" if "none of the " in final.lower() else "none"
+    return "F" if "none of the " in text.lower() else "none"
+
+
+def drivelmm_letter(text: str) -> str:
+    """The option letter of a full response: ``drivelmm_option`` of its final answer."""
+    return drivelmm_option(drivelmm_final_answer(text))
+
+
+def _drivelmm_row(row) -> bool:
+    _need(row, {"idx": str, "response": str, "gt": str})
+    return drivelmm_is_mcq(row["idx"])
 
 
 def drivelmm_mcq(rows: Iterable[dict]) -> dict:
-    """MCQ accuracy over rows ``{"idx", "response", "gt"}`` (gt: the reference answer text, parsed the same way)."""
-    marks = [float(drivelmm_letter(r["response"]) == drivelmm_letter(r["gt"]))
-             for r in rows if drivelmm_is_mcq(r["idx"])]
-    return {"mcq_accuracy": sum(marks) / len(marks) if marks else float("nan"), "mcq_items": len(marks)}
+    """MCQ accuracy over rows ``{"idx", "response", "gt"}`` (gt: the dataset's ``final_answer``, e.g. "A) Slow
+    down."); ``mcq_accuracy`` is None when no row is an MCQ item."""
+    marks = [float(drivelmm_letter(r["response"]) == drivelmm_option(r["gt"]))
+             for r, mcq in _rows(rows, _drivelmm_row) if mcq]
+    return {"mcq_accuracy": sum(marks) / len(marks) if marks else None, "mcq_items": len(marks)}
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -60,7 +126,13 @@ def drivelmm_mcq(rows: Iterable[dict]) -> dict:
 
 DRIVEMLLM_TASKS = ("xy", "box", "left", "right", "front", "behind", "dA", "dz", "dAB", "dx")
 DRIVEMLLM_EXPECTED = dict(zip(DRIVEMLLM_TASKS, (880, 880, 191, 191, 191, 191, 880, 880, 191, 191)))
+_PAIR = {"objects": list, "descriptions": list}
+_ONE, _TWO = {"xyz1": list}, {"xyz1": list, "xyz2": list}
+DRIVEMLLM_FIELDS = {"xy": {"gt": list}, "box": {"gt": list}, "left": _PAIR, "right": _PAIR, "front": _TWO,
+                    "behind": _TWO, "dA": _ONE, "dz": _ONE, "dAB": _TWO, "dx": _TWO}  # each task's ground truth
 PAPER_COLUMNS = ("PPos", "BBox", "L/R", "F/B", "CVD", "CD", "RD", "RHD")
+_COLUMN_TASKS = dict(zip(PAPER_COLUMNS, (("xy",), ("box",), ("left", "right"), ("front", "behind"), ("dA",), ("dz",),
+                                          ("dAB",), ("dx",))))
 _FORMAT = re.compile(r"<OUTPUT FORMAT START>(.*?)<OUTPUT FORMAT END>", re.DOTALL)
 
 
@@ -98,68 +170,96 @@ def _parse(task: str, content: str, item: dict):
     return float(content.strip())
 
 
+def _numbers(v, n: int, name: str) -> list[float]:
+    """The first ``n`` entries of ``v`` as floats; ValueError naming ``name`` unless ``v`` is a list of at least
+    ``n`` numbers."""
+    ok = isinstance(v, (list, tuple)) and len(v) >= n
+    if not (ok and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v[:n])):
+        raise ValueError(f"{name}: expected a list of at least {n} numbers, got {v!r:.60}")
+    return [float(x) for x in v[:n]]
+
+
 def _gt(task: str, item: dict):
-    if task in ("xy", "box"):
-        return item["gt"]
+    if task == "xy":
+        return _numbers(item["gt"], 2, "gt")
+    if task == "box":
+        return _numbers(item["gt"], 4, "gt")
     if task in ("left", "right"):
-        (d1, p1), (d2, p2) = item["objects"]
-        return d1 if (p1[0] < p2[0] if task == "left" else p1[0] > p2[0]) else d2
-    a = item["xyz1"]
-    if task == "front":
-        return "Yes" if a[2] < item["xyz2"][2] else "No"
-    if task == "behind":
-        return "Yes" if a[2] > item["xyz2"][2] else "No"
+        pair = item["objects"]
+        if len(pair) != 2 or not all(isinstance(o, (list, tuple)) and len(o) == 2 for o in pair):
+            raise ValueError(f"objects: expected [[description, [x, y]], [description, [x, y]]], got {pair!r:.60}")
+        (d1, p1), (d2, p2) = pair
+        x1, x2 = _numbers(p1, 1, "objects")[0], _numbers(p2, 1, "objects")[0]
+        return d1 if (x1 < x2 if task == "left" else x1 > x2) else d2
+    a = _numbers(item["xyz1"], 3, "xyz1")
     if task == "dA":
         return math.sqrt(sum(v * v for v in a))
     if task == "dz":
         return a[2]
-    b = item["xyz2"]
+    b = _numbers(item["xyz2"], 3, "xyz2")
+    if task == "front":
+        return "Yes" if a[2] < b[2] else "No"
+    if task == "behind":
+        return "Yes" if a[2] > b[2] else "No"
     if task == "dAB":
         return math.sqrt(sum((x - y) ** 2 for x, y in zip(a, b)))
     return abs(a[0] - b[0])
 
 
+def _drivemllm_gt(task: str, item):
+    """The ground truth of one item of ``task``, after checking its ``output`` and ground-truth fields."""
+    _need(item, {"output": str, **DRIVEMLLM_FIELDS[task]})
+    return _gt(task, item)
+
+
 def drivemllm_task_score(task: str, items: Sequence[dict], expected: int | None = None) -> dict:
     """Score of one task over items ``{"output": raw text, + ground truth}``; ground truth per task: xy/box ``gt``;
-    left/right ``objects`` [(description, [x, y]), (description, [x, y])] and ``descriptions``; front/behind/dA/dz/
-    dAB/dx ``xyz1`` (and ``xyz2``), camera frame. Returns {score (0-100, 2 decimals), valid, matched, total,
-    effective_ratio (percent of ``expected``)}."""
+    left/right ``objects`` [(description, [x, y]), (description, [x, y])] and ``descriptions``; front/behind/dAB/dx
+    ``xyz1`` and ``xyz2``, dA/dz ``xyz1``, camera frame (m). Returns {score (0-100, 2 decimals), valid, matched, total,
+    effective_ratio (percent of ``expected``; None when it is 0)}; ValueError naming the item (1-based) and the field
+    when a field is missing or malformed."""
     if task not in DRIVEMLLM_TASKS:
         raise ValueError(f"task: expected one of {DRIVEMLLM_TASKS}, got {task!r}")
     matched, valid = 0, []
-    for it in items:
+    for it, gt in _rows(items, lambda r: _drivemllm_gt(task, r)):
         m = _FORMAT.search(it["output"])
         if not m:
             continue
         matched += 1
         try:
-            valid.append((_parse(task, m.group(1).strip(), it), it))
+            valid.append((_parse(task, m.group(1).strip(), it), gt))
         except (ValueError, SyntaxError, TypeError, AssertionError, IndexError, KeyError, MemoryError, RecursionError):
             continue
     if not valid:
         score = 0.0
     elif task == "xy":
-        err = sum(math.dist(v[:2], _gt(task, it)[:2]) for v, it in valid) / len(valid)
+        err = sum(math.dist(v[:2], gt) for v, gt in valid) / len(valid)
         score = round(_get_score(err, 0.005) * 100, 2)
     elif task == "box":
-        score = round(sum(box_iou(_gt(task, it), v) for v, it in valid) / len(valid) * 100, 2)
+        score = round(sum(box_iou(gt, v) for v, gt in valid) / len(valid) * 100, 2)
     elif task in ("left", "right", "front", "behind"):
-        score = round(sum(v == _gt(task, it) for v, it in valid) / len(valid) * 100, 2)
+        score = round(sum(v == gt for v, gt in valid) / len(valid) * 100, 2)
     else:
-        err = sum(abs(v - _gt(task, it)) for v, it in valid) / len(valid)
+        err = sum(abs(v - gt) for v, gt in valid) / len(valid)
         score = round(_get_score(err, 0.05) * 100, 2)
     exp = DRIVEMLLM_EXPECTED[task] if expected is None else expected
     return {"score": score, "valid": len(valid), "matched": matched, "total": len(items),
-            "effective_ratio": len(valid) / exp * 100 if exp else float("nan")}
+            "effective_ratio": len(valid) / exp * 100 if exp else None}
 
 
-def drivemllm_columns(task_scores: dict[str, float]) -> dict[str, float]:
-    """The paper's eight columns from the ten task scores, plus AccS (their mean)."""
-    t = task_scores
-    cols = {"PPos": t["xy"], "BBox": t["box"], "L/R": (t["left"] + t["right"]) / 2,
-            "F/B": (t["front"] + t["behind"]) / 2,
-            "CVD": t["dA"], "CD": t["dz"], "RD": t["dAB"], "RHD": t["dx"]}
-    cols["AccS"] = accs([cols[c] for c in PAPER_COLUMNS])
+def drivemllm_columns(task_scores: dict[str, float | None]) -> dict[str, float | None]:
+    """The paper's eight columns from the task scores (0-100), None where a task they need is absent or None (L/R
+    and F/B need both of their pair), plus AccS: the paper's (``accs``) when all eight are present, else the mean
+    of the columns present (None when none is)."""
+    cols = {}
+    for col, tasks in _COLUMN_TASKS.items():
+        scores = [task_scores.get(t) for t in tasks]
+        cols[col] = None if None in scores else sum(scores) / len(scores)
+    present = [cols[c] for c in PAPER_COLUMNS if cols[c] is not None]
+    if len(present) == len(PAPER_COLUMNS):
+        cols["AccS"] = accs(present)
+    else:
+        cols["AccS"] = sum(present) / len(present) if present else None
     return cols
 
 
@@ -171,9 +271,16 @@ def accs(scores: Sequence[float]) -> float:
 
 
 def drivemllm(items_by_task: dict[str, Sequence[dict]]) -> dict:
-    """Every task's score and the paper's columns with AccS (tasks absent from ``items_by_task`` score 0)."""
-    per = {t: drivemllm_task_score(t, items_by_task.get(t, [])) for t in DRIVEMLLM_TASKS}
-    return {"tasks": per, "columns": drivemllm_columns({t: v["score"] for t, v in per.items()})}
+    """Every task's score and the paper's columns with AccS. A task with no items is not scored: its entry and its
+    column are None and it is listed in ``missing_tasks``; AccS then averages only the columns listed in
+    ``accs_columns`` (not the paper's AccS unless all eight are)."""
+    unknown = sorted(set(items_by_task) - set(DRIVEMLLM_TASKS))
+    if unknown:
+        raise ValueError(f"unknown task(s) {unknown} (known: {list(DRIVEMLLM_TASKS)})")
+    per = {t: drivemllm_task_score(t, items_by_task[t]) if items_by_task.get(t) else None for t in DRIVEMLLM_TASKS}
+    cols = drivemllm_columns({t: v["score"] for t, v in per.items() if v is not None})
+    return {"tasks": per, "columns": cols, "accs_columns": [c for c in PAPER_COLUMNS if cols[c] is not None],
+            "missing_tasks": [t for t, v in per.items() if v is None]}
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -187,15 +294,20 @@ def stsbench_correct(answer: str, gt_letter: str) -> bool:
     return bool(answer) and bool(gt_letter) and answer[0].lower() == gt_letter[0].lower()
 
 
+def _stsbench_row(row) -> None:
+    _need(row, {"answer": str, "gt": str, "group": str, "scenario": str})
+    if row["group"] not in STS_GROUPS:
+        raise ValueError(f"group: expected one of {STS_GROUPS}, got {row['group']!r}")
+
+
 def stsbench(rows: Iterable[dict]) -> dict:
-    """Rows ``{"answer", "gt", "group", "scenario"}`` -> per-type accuracy, per-group macro means and the Average."""
+    """Rows ``{"answer", "gt", "group", "scenario"}`` -> per-type accuracy, per-group macro means and the Average
+    (None unless all 4 groups have rows; the absent ones are listed in ``missing_groups``)."""
     marks: dict[str, dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
-    for r in rows:
-        if r["group"] not in STS_GROUPS:
-            raise ValueError(f"group: expected one of {STS_GROUPS}, got {r['group']!r}")
+    for r, _ in _rows(rows, _stsbench_row):
         marks[r["group"]][r["scenario"]].append(stsbench_correct(r["answer"], r["gt"]))
     types = {g: {s: sum(v) / len(v) for s, v in d.items()} for g, d in marks.items()}
     groups = {g: sum(d.values()) / len(d) for g, d in types.items()}
     missing = [g for g in STS_GROUPS if g not in groups]
-    average = sum(groups.values()) / len(STS_GROUPS) if not missing else float("nan")
+    average = sum(groups.values()) / len(STS_GROUPS) if not missing else None
     return {"types": types, "groups": groups, "average": average, "missing_groups": missing}
