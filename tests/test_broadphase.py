@@ -112,9 +112,9 @@ def test_packed_identical_on_synthetic(synthetic_scenes):
 @pytest.mark.slow  # the rules traced and compiled again
 def test_segment_reductions_by_scans_score_identically(fixture_scenes, synthetic_scenes, monkeypatch):
     """``JAXDRIVE_SEGMENTS=scan`` (``broadphase.segments``: the tile and slot sums as differenced prefix sums, the
-    contact rules' minima as segmented running minima; no scatter), traced as for an accelerator (loops of at most ``ACCELERATOR_TRIPS`` steps over capacity-sized
-    blocks, where it is meant to run): every packed flag, value and step of the 61 fixtures and 50 synthetic scenes
-    equals the dense batch's."""
+    contact rules' minima as segmented running minima; no scatter), traced as for an accelerator (loops of at most
+    ``ACCELERATOR_TRIPS`` steps over capacity-sized blocks, where it is meant to run): every packed flag, value and
+    step of the 61 fixtures and 50 synthetic scenes equals the dense batch's."""
     monkeypatch.setenv("JAXDRIVE_SEGMENTS", "scan")
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     rules = jax.jit(lambda scene, states: _all_rules(scene, states))  # a new function: traced under these settings

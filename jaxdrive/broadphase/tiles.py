@@ -55,8 +55,8 @@ def _sum_used_tiles(per_tile: Callable, tiles: EdgeTiles, blocks: Int[Array, ""]
     only the first ``blocks`` blocks of tiles (``used_blocks`` when None).
 
     With ``broadphase.segments``' scatter sums each block is added into the pairs' sums as it is computed; with its
-    scans (prefix sums) the blocks fill a per-tile table ([NT, *shape], zeros past the last block) that is summed per pair
-    once, after the loop (tiles are sorted by pair)."""
+    scans (prefix sums) the blocks fill a per-tile table ([NT, *shape], zeros past the last block) that is summed
+    per pair once, after the loop (tiles are sorted by pair)."""
     block = _block(tiles)
     nt, npair = tiles.tile_pair.shape[0], tiles.pair_slot.shape[0]
     blocks = used_blocks(tiles) if blocks is None else blocks

@@ -24,22 +24,16 @@ def add_eval_vqa_subcommand(sub) -> None:
 def _read_rows(path: Path, benchmark: str) -> list[dict]:
     """The JSON objects of the non-blank lines of ``path``, each checked by ``vqa.check_row``; ValueError naming the
     line otherwise."""
+    from jaxdrive.datasets.base import read_jsonl_file
     from jaxdrive.eval import vqa
 
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"--predictions {path}:{n}: not JSON ({e})") from None
-            try:
-                vqa.check_row(benchmark, row)
-            except ValueError as e:
-                raise ValueError(f"--predictions {path}:{n}: {e}") from None
-            rows.append(row)
+    for where, row in read_jsonl_file(path):  # not JSON / not an object: an error naming FILE:LINE
+        try:
+            vqa.check_row(benchmark, row)
+        except ValueError as e:
+            raise ValueError(f"--predictions {where}: {e}") from None
+        rows.append(row)
     return rows
 
 

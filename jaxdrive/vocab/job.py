@@ -2,8 +2,9 @@
 resumable parquet shards (one row per scene x vocabulary trajectory) and optionally the GTRS pickle.
 
 Output directory (``jaxdrive.scoring.outputs.RunDir``): ``manifest.json`` (run identity + completed shards),
-``part-*.parquet`` (columns ``scene_id``, ``proposal`` = vocabulary index, ``core.FIELDS``), ``errors.jsonl`` (scenes
-that could not be read, have no usable reference, or repeat a scene id already scored: each id is scored once), and with ``--export gtrs`` the pickle ``gtrs_{K}.pkl``: dict token ->
+``part-*.parquet`` (columns ``scene_id``, ``proposal`` = vocabulary index, ``core.FIELDS``), ``errors.jsonl``
+(scenes that could not be read, have no usable reference, or repeat a scene id already scored: each id is scored
+once), and with ``--export gtrs`` the pickle ``gtrs_{K}.pkl``: dict token ->
 dict metric -> float16 array (K,), metric keys ``GTRS_KEYS`` (what Hydra-MDP / GTRS / DriveSuprim training reads as
 ``navtrain_{K}.pkl``). A killed run resumed with ``--resume`` recomputes only the shards the manifest does not list,
 so its files equal an uninterrupted run's.
@@ -153,8 +154,8 @@ def run_vocab(source: SceneSource, vocab: np.ndarray, out_dir, options: VocabOpt
                 if isinstance(item, SourceError):
                     rows = item
                 elif item.id in first_seen:
-                    rows = SourceError(name=where, message=f"scene id {item.id!r} was already scored in this run "
-                                                           f"(from {first_seen[item.id]}): each scene id is scored once")
+                    rows = SourceError(name=where, message=(f"scene id {item.id!r} was already scored in this run "
+                                                            f"(from {first_seen[item.id]}): each id is scored once"))
                 else:
                     rows = _scene_rows(item, vocab, options, pad)
                 if isinstance(rows, SourceError):
