@@ -194,43 +194,51 @@ class Trainer:
             self.history.append(start)
         bar = tqdm(total=total_steps, initial=self.step, disable=not self.progress or jax.process_index() != 0,
                    desc="train", leave=False)
-        while self.step < total_steps:
-            step = self.step + 1
-            key = self.step_key(step)
-            t0 = time.perf_counter()
-            host_batch, host_metrics = batch_fn(self, step, jax.random.fold_in(key, 0))
-            micro = [self.shard_batch(mb) for mb in (host_batch if isinstance(host_batch, list) else [host_batch])]
-            for epoch in range(updates_per_batch):
-                metrics = self.update(micro, jax.random.fold_in(key, epoch + 1))
-            metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-            self.step = step
-            dt = time.perf_counter() - t0
-            metrics.update(host_metrics)
-            if "tokens" in metrics:
-                metrics["tokens_per_s"] = metrics["tokens"] * updates_per_batch / max(dt, 1e-9)
-            metrics["step_time_s"] = dt
-            record = {"step": step, **metrics}
-            evals = {}
-            for name, (every, fn) in eval_fns.items():
-                if (every > 0 and step % every == 0) or step == total_steps:
-                    evals[name] = fn(self, step)
-                    if self.logger is not None:
-                        self.logger.log(step, evals[name], prefix=f"eval/{name}")
-                    record.update({f"eval/{name}/{k}": float(v) for k, v in evals[name].items()})
-            if self.logger is not None and (step % self.log_every == 0 or step == total_steps):
-                self.logger.log(step, metrics)
-            records.append(record)
-            self.history.append(record)
-            bar.update(1)
-            bar.set_postfix(loss=f"{metrics['loss']:.4g}")
-            if self.checkpointer is not None and (
-                (self.save_every and step % self.save_every == 0) or step == total_steps or step == stop_after):
-                ckpt_metrics = evals.get(best_metric_source) if best_metric_source else None
-                self.save({"data_position": position_fn(step) if position_fn else {}}, ckpt_metrics)
-            if stop_after is not None and step >= stop_after:
-                break
-        bar.close()
-        if self.checkpointer is not None:
-            self.checkpointer.wait()
+        try:
+            while self.step < total_steps:
+                step = self.step + 1
+                record, evals = self._train_step(step, total_steps, batch_fn, updates_per_batch, eval_fns)
+                records.append(record)
+                self.history.append(record)
+                bar.update(1)
+                bar.set_postfix(loss=f"{record['loss']:.4g}")
+                if self.checkpointer is not None and (
+                    (self.save_every and step % self.save_every == 0) or step == total_steps or step == stop_after):
+                    ckpt_metrics = evals.get(best_metric_source) if best_metric_source else None
+                    self.save({"data_position": position_fn(step) if position_fn else {}}, ckpt_metrics)
+                if stop_after is not None and step >= stop_after:
+                    break
+        finally:  # also when a step raises (a crash, Ctrl-C): the checkpoint being written in the background is kept
+            bar.close()
+            if self.checkpointer is not None:
+                self.checkpointer.wait()
         return records
+
+    def _train_step(self, step: int, total_steps: int, batch_fn: BatchFn, updates_per_batch: int,
+                    eval_fns: dict[str, tuple[int, EvalFn]]) -> tuple[dict, dict]:
+        """Runs step ``step`` (batch, updates, evaluations due, logging); returns (record, {name: eval metrics})."""
+        key = self.step_key(step)
+        t0 = time.perf_counter()
+        host_batch, host_metrics = batch_fn(self, step, jax.random.fold_in(key, 0))
+        micro = [self.shard_batch(mb) for mb in (host_batch if isinstance(host_batch, list) else [host_batch])]
+        for epoch in range(updates_per_batch):
+            metrics = self.update(micro, jax.random.fold_in(key, epoch + 1))
+        metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+        self.step = step
+        dt = time.perf_counter() - t0
+        metrics.update(host_metrics)
+        if "tokens" in metrics:
+            metrics["tokens_per_s"] = metrics["tokens"] * updates_per_batch / max(dt, 1e-9)
+        metrics["step_time_s"] = dt
+        record = {"step": step, **metrics}
+        evals = {}
+        for name, (every, fn) in eval_fns.items():
+            if (every > 0 and step % every == 0) or step == total_steps:
+                evals[name] = fn(self, step)
+                if self.logger is not None:
+                    self.logger.log(step, evals[name], prefix=f"eval/{name}")
+                record.update({f"eval/{name}/{k}": float(v) for k, v in evals[name].items()})
+        if self.logger is not None and (step % self.log_every == 0 or step == total_steps):
+            self.logger.log(step, metrics)
+        return record, evals
 
