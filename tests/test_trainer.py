@@ -179,3 +179,16 @@ def test_a_step_that_raises_keeps_the_checkpoint_being_written(tmp_path):
         tr.run(6, batch_fn)
     assert waits == [3]  # the pending save of step 3 was finished before the exception left run()
     assert tr.checkpointer.all_steps() == [1, 2, 3]
+
+
+def test_a_run_already_at_stop_after_trains_nothing(tmp_path):
+    """Found by an exploratory pass: rerunning a job with the same stop_after trained the next step, did not save it
+    (only step == stop_after was saved) and stopped, so every rerun trained and discarded step 3."""
+    tr = _linear_trainer(tmp_path, save_every=0)
+    assert [r["step"] for r in tr.run(6, _linear_batch, stop_after=2)] == [1, 2]
+    again = _linear_trainer(tmp_path, save_every=0)
+    again.restore()
+    assert again.run(6, _linear_batch, stop_after=2) == [] and again.step == 2
+    assert again.checkpointer.all_steps() == [2]
+    assert [r["step"] for r in again.run(6, _linear_batch, stop_after=4)] == [3, 4]
+    assert again.checkpointer.all_steps() == [2, 4]

@@ -177,7 +177,8 @@ class Trainer:
           eval_fns: {name: (every, fn(trainer, step) -> metrics)} run at the start, after steps divisible by ``every``
             (none if ``every`` <= 0) and at the end; logged under "eval/<name>"; the one named ``best_metric_source`` feeds the best-checkpoint metric.
           position_fn: data position of a step for the checkpoint meta.
-          stop_after: stop (as if killed) after this step, after its checkpoint; for tests and preemption.
+          stop_after: stop (as if killed) after this step, after its checkpoint; for tests and preemption. A run
+            that is already at or past it trains nothing (a step past it would be trained and never saved).
         Returns: the logged records of the steps run.
         """
         from tqdm.auto import tqdm
@@ -194,8 +195,9 @@ class Trainer:
             self.history.append(start)
         bar = tqdm(total=total_steps, initial=self.step, disable=not self.progress or jax.process_index() != 0,
                    desc="train", leave=False)
+        end = total_steps if stop_after is None else min(total_steps, stop_after)
         try:
-            while self.step < total_steps:
+            while self.step < end:
                 step = self.step + 1
                 record, evals = self._train_step(step, total_steps, batch_fn, updates_per_batch, eval_fns)
                 records.append(record)
@@ -206,8 +208,6 @@ class Trainer:
                     (self.save_every and step % self.save_every == 0) or step == total_steps or step == stop_after):
                     ckpt_metrics = evals.get(best_metric_source) if best_metric_source else None
                     self.save({"data_position": position_fn(step) if position_fn else {}}, ckpt_metrics)
-                if stop_after is not None and step >= stop_after:
-                    break
         finally:  # also when a step raises (a crash, Ctrl-C): the checkpoint being written in the background is kept
             bar.close()
             if self.checkpointer is not None:
