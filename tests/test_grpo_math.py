@@ -283,3 +283,23 @@ def test_nan_or_missing_reward_is_an_error_unless_allowed():
     total, _, _ = combine_rewards([jnp_reward], comps, exs, tokens=jnp.zeros((3, 2)), mask=jnp.asarray(
         [[1, 1], [1, 0], [0, 0]], jnp.float32))
     np.testing.assert_array_equal(total, [2, 1, 0])
+
+
+def test_grpo_config_is_checked_before_anything_runs():
+    """Found by an exploratory pass: grpo.group_size=1 trained with every advantage 0 (loss 0, no error),
+    grpo.eps_low=1.5 clipped ratios below at -0.5, grpo.policy_epochs=0 was reported as a schedule error."""
+    import importlib
+
+    from jaxdrive.train.grpo_trainer import Rollouts, check_config
+
+    cfg = importlib.import_module("jaxdrive.configs.grpo_tiny").get_config().grpo
+    check_config(cfg)
+    for field, value, match in (("group_size", 1, "grpo.group_size: expected >= 2"),
+                                ("eps_low", 1.5, r"grpo.eps_low: expected in \[0, 1\)"),
+                                ("policy_epochs", 0, "grpo.policy_epochs: expected >= 1"),
+                                ("temperature", 0.0, "grpo.temperature"), ("kl", "k4", "grpo.kl"),
+                                ("agg", "sum", "grpo.agg")):
+        bad = cfg.copy_and_resolve_references()
+        bad[field] = value
+        with pytest.raises(ValueError, match=match):
+            Rollouts([{"prompt": np.ones(3, np.int32)}] * 8, [exact_match_reward()], str, bad)

@@ -50,6 +50,7 @@ DEFAULT_ADV_EPS = 1e-6
 AGG_MODES = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 _KL_ALIASES = {"kl": "k1", "mse_kl": "k2", "low_var_kl": "k3"}
+KL_NAMES = KL_ESTIMATORS + tuple(_KL_ALIASES)  # what ``kl_penalty(kind=...)`` accepts (Tunix's names included)
 
 
 def resolve_advantage_convention(name: str) -> dict:

@@ -64,6 +64,29 @@ class GRPOLoss:
         )
 
 
+def check_config(cfg: ml_collections.ConfigDict) -> None:
+    """Host validation of a ``grpo`` config block before anything is built; each error names the field."""
+    bounds = {  # field: (holds, expectation)
+        "group_size": (lambda v: v >= 2, ">= 2 (a group of one has no baseline: every advantage would be 0)"),
+        "prompts_per_step": (lambda v: v >= 1, ">= 1"),
+        "prompt_len": (lambda v: v >= 1, ">= 1"),
+        "completion_len": (lambda v: v >= 1, ">= 1"),
+        "policy_epochs": (lambda v: v >= 1, ">= 1"),
+        "temperature": (lambda v: v > 0, "> 0"),
+        "eps_low": (lambda v: 0 <= v < 1, "in [0, 1) (the ratio is clipped below at 1 - eps_low)"),
+        "eps_high": (lambda v: v >= 0, ">= 0"),
+        "beta": (lambda v: v >= 0, ">= 0"),
+    }
+    for name, (holds, expected) in bounds.items():
+        value = cfg.get(name)
+        if value is not None and not holds(value):
+            raise ValueError(f"grpo.{name}: expected {expected}, got {value!r}")
+    if cfg.get("agg") is not None and cfg.agg not in grpo.AGG_MODES:
+        raise ValueError(f"grpo.agg: expected one of {grpo.AGG_MODES}, got {cfg.agg!r}")
+    if cfg.get("kl") is not None and cfg.kl not in grpo.KL_NAMES:
+        raise ValueError(f"grpo.kl: expected one of {grpo.KL_NAMES}, got {cfg.kl!r}")
+
+
 def grpo_loss_fn(cfg: ml_collections.ConfigDict) -> GRPOLoss:
     """The ``GRPOLoss`` of a ``grpo`` config block."""
     return GRPOLoss(cfg.prompt_len, cfg.completion_len, cfg.temperature, cfg.eps_low, cfg.eps_high,
@@ -115,6 +138,7 @@ class Rollouts:
     """
 
     def __init__(self, examples: list[dict], rewards: Sequence[Reward], decode, cfg: ml_collections.ConfigDict):
+        check_config(cfg)
         self.examples, self.rewards, self.decode, self.cfg = examples, list(rewards), decode, cfg
         self.sampler = EpochSampler(len(examples), cfg.prompts_per_step, seed=cfg.seed)
         adv = grpo.resolve_advantage_convention(cfg.advantage) if cfg.get("advantage") else {}
