@@ -192,3 +192,13 @@ def test_a_run_already_at_stop_after_trains_nothing(tmp_path):
     assert again.checkpointer.all_steps() == [2]
     assert [r["step"] for r in again.run(6, _linear_batch, stop_after=4)] == [3, 4]
     assert again.checkpointer.all_steps() == [2, 4]
+
+
+@pytest.mark.parametrize("micro", [0, 9])
+def test_micro_batches_outside_one_to_batch_size_are_refused(tmp_path, micro):
+    """Found by an exploratory pass: micro_batches=100 with batch_size=8 crashed with an IndexError traceback in the
+    first step (empty micro-batches); micro_batches=0 reported numpy's 'number sections must be larger than 0.'"""
+    cfg = sft_cfg("")
+    cfg.micro_batches = micro
+    with pytest.raises(ValueError, match=r"micro_batches: expected 1 <= micro_batches <= batch_size \(8\)"):
+        jobs.run_sft(cfg)

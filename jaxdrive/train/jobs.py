@@ -104,6 +104,9 @@ def _infra(cfg: ml_collections.ConfigDict):
 
 def run_sft(cfg: ml_collections.ConfigDict, model=None):
     """Runs (or resumes) an SFT job; returns (trainer, records)."""
+    k = cfg.get("micro_batches", 1)
+    if not 1 <= k <= cfg.batch_size:
+        raise ValueError(f"micro_batches: expected 1 <= micro_batches <= batch_size ({cfg.batch_size}), got {k}")
     model = build_model(cfg.model) if model is None else model
     trainable = prepare_finetuning(model, cfg.finetune)
     tokenizer = load_tokenizer(cfg.model)
@@ -119,7 +122,6 @@ def run_sft(cfg: ml_collections.ConfigDict, model=None):
                       mesh=mesh, checkpointer=ckpt, save_every=cfg.checkpoint.get("every", 0), logger=logger,
                       log_every=cfg.get("log_every", 1), seed=cfg.seed, progress=cfg.get("progress", True))
     trainer.restore()
-    k = cfg.get("micro_batches", 1)
 
     def batch_fn(tr, step, key):
         rows = data.take(arrays, sampler.indices(step - 1))
