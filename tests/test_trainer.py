@@ -202,3 +202,18 @@ def test_micro_batches_outside_one_to_batch_size_are_refused(tmp_path, micro):
     cfg.micro_batches = micro
     with pytest.raises(ValueError, match=r"micro_batches: expected 1 <= micro_batches <= batch_size \(8\)"):
         jobs.run_sft(cfg)
+
+
+def test_an_interrupted_grpo_job_does_not_export(tmp_path, monkeypatch):
+    """Found by an exploratory pass: run_grpo (and the judge's gate GRPO) wrote export_dir after a stop_after,
+    so a half-trained model was published as the result; run_sft already exported only when complete."""
+    def stopped_run(trainer, total_steps, batch_fn, stop_after=None, **kwargs):  # as if killed after stop_after
+        trainer.step = stop_after
+        return []
+
+    monkeypatch.setattr(Trainer, "run", stopped_run)
+    cfg = load_config("grpo_tiny")
+    cfg.steps, cfg.stop_after, cfg.progress, cfg.eval_data, cfg.optim.warmup_steps = 2, 1, False, None, 0
+    cfg.export_dir = str(tmp_path / "model")
+    trainer, _ = jobs.run_grpo(cfg)
+    assert trainer.step == 1 and not os.path.exists(cfg.export_dir)

@@ -255,5 +255,6 @@ def run_gate_grpo(cfg: ml_collections.ConfigDict, model=None):
                           stop_after=cfg.get("stop_after"))
     if logger:
         logger.close()
-    jobs.export_pretrained(trainer.model(), cfg)
+    if trainer.step >= cfg.steps:  # not after a stop_after (an interrupted job exports when it completes)
+        jobs.export_pretrained(trainer.model(), cfg)
     return trainer, records

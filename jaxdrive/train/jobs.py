@@ -199,5 +199,6 @@ def run_grpo(cfg: ml_collections.ConfigDict, model=None):
                           stop_after=cfg.get("stop_after"))
     if logger:
         logger.close()
-    export_pretrained(trainer.model(), cfg)
+    if trainer.step >= cfg.steps:  # not after a stop_after (an interrupted job exports when it completes)
+        export_pretrained(trainer.model(), cfg)
     return trainer, records
