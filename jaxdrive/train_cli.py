@@ -51,7 +51,8 @@ def apply_overrides(cfg: "ml_collections.ConfigDict", overrides: list[str]) -> "
         current = node[parts[-1]]
         if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
-        if current is not None and not isinstance(value, type(current)) and not hasattr(current, "keys"):
+        mismatch = not isinstance(value, type(current)) or isinstance(value, bool) != isinstance(current, bool)
+        if current is not None and mismatch and not hasattr(current, "keys"):  # bool is an int: not for steps
             raise ValueError(f"override {key}={raw}: expected a {type(current).__name__} "
                              f"(current value {current!r}), got {type(value).__name__} {value!r}")
         try:

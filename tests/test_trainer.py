@@ -217,3 +217,13 @@ def test_an_interrupted_grpo_job_does_not_export(tmp_path, monkeypatch):
     cfg.export_dir = str(tmp_path / "model")
     trainer, _ = jobs.run_grpo(cfg)
     assert trainer.step == 1 and not os.path.exists(cfg.export_dir)
+
+
+def test_a_bool_override_of_a_number_is_refused():
+    """Found by an exploratory pass: steps=True was taken (bool is an int in Python) and the job trained 1 step."""
+    from jaxdrive.train_cli import apply_overrides
+
+    cfg = load_config("grpo_tiny")
+    with pytest.raises(ValueError, match="override steps=True: expected a int"):
+        apply_overrides(cfg, ["steps=True"])
+    assert apply_overrides(cfg, ["progress=False", "grpo.group_size=4"]).grpo.group_size == 4
