@@ -2,7 +2,7 @@
 """Local multi-process launcher: N processes x M forced CPU devices on this machine, joined by ``jax.distributed``.
 
     python launch/local.py --processes 2 --cpu-devices 4 -- jaxdrive train sft --config configs/sft_tiny.py \\
-        steps=3 mesh.enabled=True mesh.data=8 workdir=runs/sft-2x4
+        steps=3 optim.warmup_steps=0 mesh.enabled=True mesh.data=8 workdir=runs/sft-2x4
     python launch/local.py -n 2 -m 1 -- jaxdrive score --count 64 --shard-size 8 --out runs/score-2x1
 
 Each process gets ``JAX_COORDINATOR_ADDRESS`` (localhost and a free port), ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``,

@@ -167,3 +167,53 @@ def test_batch_scorer_equals_the_unculled_kernels():
             else:
                 np.testing.assert_array_equal(a, b, err_msg=f)
     assert scorer.capacity != tiny  # grown
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["judge", "run", "--model", "m", "--data", "d", "--batch-size", "0"], "--batch-size: expected >= 1, got 0"),
+    (["judge", "run", "--model", "m", "--data", "d", "--limit", "-3"], "--limit: expected >= 0"),
+    (["judge", "data", "--out", "d", "--batch-size", "0"], "--batch-size: expected >= 1, got 0"),
+])
+def test_bad_counts_are_usage_errors(argv, needle, tmp_path, monkeypatch, capsys):
+    """--batch-size 0 printed Python's 'range() arg 3 must not be zero'; --limit -3 silently judged all but the last
+    three records (records[:-3])."""
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_baselines_of_an_empty_split_is_a_usage_error(tmp_path, capsys):
+    """A split with no record and no pair wrote nothing and exited 0 without a word."""
+    (tmp_path / "records.jsonl").write_text('{"id": "x", "scene": "s", "proposal": 0, "proposal_name": "n", '
+                                            '"label": 1, "split": "train"}\n')
+    assert main(["judge", "baselines", "--data", str(tmp_path), "--split", "test"]) == 2
+    assert "--split test: no records or pairs" in capsys.readouterr().err
+
+
+def test_meta_of_a_split_without_records_is_valid_json(tmp_path):
+    """reasonable_fraction of a split without records was NaN, which is not JSON; it is null."""
+    meta = synthetic.build_dataset(tmp_path, 0, 0, progress=False)
+    assert meta["reasonable_fraction"] == {"train": None, "test": None}
+    json.loads((tmp_path / "meta.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in meta.json"))
+
+
+def test_baselines_of_pairs_without_records(data_dir, tmp_path):
+    """a_record / b_record are optional (docs/drivejudge-data.md); a pair without them was a KeyError traceback in
+    the record-based TPS baselines. They score the pairs with records, ADE / FDE every pair."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from jaxdrive.judge.baselines import write_baselines
+
+    root = tmp_path / "data"
+    shutil.copytree(data_dir, root, ignore=shutil.ignore_patterns("baselines"))
+    pairs = dataset.read_pairs(root)
+    test = [p for p in pairs if p.split == "test"]
+    assert len(test) >= 2, "the fixture set has two test pairs"
+    test[0].a_record = test[0].b_record = ""
+    dataset.write_jsonl(root / "pairs.jsonl", pairs)
+    write_baselines(root, "test", tmp_path / "out")
+    ids = lambda m: pq.read_table(tmp_path / "out" / f"test_tps_{m}.parquet")["id"].to_pylist()  # noqa: E731
+    assert ids("ade") == ids("fde") == [p.id for p in test]
+    assert ids("epdms") == ids("oracle") == [p.id for p in test[1:]]

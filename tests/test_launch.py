@@ -205,3 +205,28 @@ def test_unsharded_commands_refuse_to_run_under_a_launcher(monkeypatch, capsys, 
     assert main(argv) == EXIT_USAGE
     err = capsys.readouterr().err
     assert what in err and "one process" in err, err
+
+
+@pytest.mark.parametrize("overrides,got", [
+    ([], "got mesh.enabled=False"),
+    (["mesh.enabled=True", "mesh.data=1"], "got mesh.data * mesh.fsdp * mesh.tensor = 1"),
+])
+def test_multi_process_training_needs_a_mesh_over_every_device(monkeypatch, capsys, overrides, got):
+    """Without a mesh each process trained its own copy and failed only at the first checkpoint (orbax: 'Cannot
+    serialize host local jax.Array'); a mesh over fewer devices failed with 'min() arg is an empty sequence'. Both
+    are now a usage error before the model is built."""
+    import jax
+
+    from jaxdrive.cli import EXIT_USAGE, main
+    from jaxdrive.train import jobs
+
+    monkeypatch.setattr(distributed, "initialize_from_env", lambda: True)
+    monkeypatch.setattr(distributed._STATE, "process_count", 2)
+    monkeypatch.setattr(distributed, "mark_finished", lambda *a, **k: None)
+    monkeypatch.setattr(jobs, "build_model", lambda cfg: pytest.fail("built the model before checking the mesh"))
+    assert main(["train", "sft", "--config", str(REPO / "configs/sft_tiny.py"), *overrides]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "2-process job" in err and got in err, err
+    cfg = apply_overrides(load_config(str(REPO / "configs/sft_tiny.py")),
+                          ["mesh.enabled=True", f"mesh.data={jax.device_count()}"])
+    jobs.check_multiprocess_mesh(cfg)  # a mesh over every device passes

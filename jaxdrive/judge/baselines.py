@@ -112,7 +112,9 @@ def write_baselines(root: str | Path, split: str = "test", out_dir: str | Path |
                     direct_model: str | Path | None = None, describe: bool = False) -> list[Path]:
     """Writes ``<out_dir>/<split>_dqc_<method>.parquet`` and ``<split>_tps_<method>.parquet`` for every baseline;
     ``out_dir`` defaults to ``root/baselines``; ``direct_model`` adds the VLM direct-score baseline (prompted with
-    the text description when ``describe``). Returns the paths."""
+    the text description when ``describe``). ADE / FDE score every pair of the split; the record-based methods the
+    pairs whose ``a_record`` and ``b_record`` are records of the split (the pairs ``judge run`` scores). Returns the
+    paths."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -136,17 +138,19 @@ def write_baselines(root: str | Path, split: str = "test", out_dir: str | Path |
             pq.write_table(pa.table({"id": [r.id for r in records], "score": score,
                                      "label": [r.label for r in records]}), path)
             written.append(path)
-    pairs = read_pairs(root, split)
-    if pairs:
-        by_id = {r.id: k for k, r in enumerate(records)}
-        for method in ("epdms", "oracle", "ade", "fde") + tuple(learned):
-            if method in learned:
-                s = np.array([[learned[method][by_id[p.a_record]], learned[method][by_id[p.b_record]]]
-                              for p in pairs])
-            else:
-                s = tps_scores(root, pairs, method)
-            path = out_dir / f"{split}_tps_{method}.parquet"
-            pq.write_table(pa.table({"id": [p.id for p in pairs], "score_a": s[:, 0], "score_b": s[:, 1],
-                                     "preferred": [p.preferred for p in pairs]}), path)
-            written.append(path)
+    all_pairs = read_pairs(root, split)
+    by_id = {r.id: k for k, r in enumerate(records)}
+    with_records = [p for p in all_pairs if p.a_record in by_id and p.b_record in by_id]
+    for method in ("epdms", "oracle", "ade", "fde") + tuple(learned):
+        pairs = all_pairs if method in ("ade", "fde") else with_records
+        if not pairs:
+            continue
+        if method in learned:
+            s = np.array([[learned[method][by_id[p.a_record]], learned[method][by_id[p.b_record]]] for p in pairs])
+        else:
+            s = tps_scores(root, pairs, method)
+        path = out_dir / f"{split}_tps_{method}.parquet"
+        pq.write_table(pa.table({"id": [p.id for p in pairs], "score_a": s[:, 0], "score_b": s[:, 1],
+                                 "preferred": [p.preferred for p in pairs]}), path)
+        written.append(path)
     return written

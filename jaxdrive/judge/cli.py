@@ -26,6 +26,8 @@ def run_data(args) -> int:
     _positive("--test", args.test)
     if args.per_scene < 1 or args.image_size < 8:
         raise ValueError(f"--per-scene >= 1 and --image-size >= 8 expected, got {args.per_scene}, {args.image_size}")
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size: expected >= 1, got {args.batch_size}")
     meta = build_dataset(args.out, args.train, args.test, seed=args.seed, per_scene=args.per_scene,
                          image_size=args.image_size, batch_size=args.batch_size, progress=not args.no_progress)
     print(json.dumps({k: meta[k] for k in ("records", "reasonable_fraction", "pairs")}))
@@ -35,9 +37,12 @@ def run_data(args) -> int:
 
 def run_baselines(args) -> int:
     from jaxdrive.judge.baselines import write_baselines
+    from jaxdrive.judge.dataset import read_pairs, read_records
 
     if not (Path(args.data) / "records.jsonl").is_file():
         raise ValueError(f"--data {args.data}: no records.jsonl (make one with 'jaxdrive judge data --out DIR')")
+    if not read_records(args.data, args.split) and not read_pairs(args.data, args.split):
+        raise ValueError(f"--split {args.split}: no records or pairs in {args.data}")
     if args.direct_model and not (Path(args.direct_model) / "config.json").is_file():
         raise ValueError(f"--direct-model {args.direct_model}: not a pretrained model directory (no config.json)")
     for path in write_baselines(args.data, args.split, args.out, direct_model=args.direct_model,

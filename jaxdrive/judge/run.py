@@ -66,6 +66,10 @@ def run(args) -> int:
     from jaxdrive.judge.policy import DriveJudge
 
     root = Path(args.data)
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size: expected >= 1, got {args.batch_size}")
+    if args.limit < 0:
+        raise ValueError(f"--limit: expected >= 0 (0 = every record), got {args.limit}")
     if not (root / "records.jsonl").is_file():
         raise ValueError(f"--data {root}: no records.jsonl")
     if not (Path(args.model) / "config.json").is_file():

@@ -109,6 +109,11 @@ def _pick(rng: np.random.Generator, labelled: list[tuple[int, tuple]], scene: Ho
     return sorted(labelled, key=rank)[:per_scene]
 
 
+def _mean_or_none(values: list) -> float | None:
+    """The mean of ``values``, or None (JSON null, not the invalid NaN) when there is none."""
+    return float(np.mean(values)) if values else None
+
+
 def build_dataset(out: str | Path, num_train: int, num_test: int, *, seed: int = 0, per_scene: int = 4,
                   image_size: int = 64, batch_size: int = 8, progress: bool = True) -> dict:
     """Writes the synthetic set to ``out`` (``num_train`` / ``num_test`` scenes); returns the meta dict."""
@@ -180,7 +185,7 @@ def build_dataset(out: str | Path, num_train: int, num_test: int, *, seed: int =
             "num_test_scenes": num_test, "per_scene": per_scene, "image_size": image_size,
             "thresholds": dict(zip(RULE_LABELS, map(float, PAPER_THRESHOLDS))),
             "records": {s: sum(r.split == s for r in records) for s in ("train", "test")},
-            "reasonable_fraction": {s: float(np.mean([r.label for r in records if r.split == s] or [np.nan]))
+            "reasonable_fraction": {s: _mean_or_none([r.label for r in records if r.split == s])
                                     for s in ("train", "test")},
             "pairs": {s: sum(p.split == s for p in pairs) for s in ("train", "test")}}
     (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")

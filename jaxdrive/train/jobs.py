@@ -83,6 +83,25 @@ def build_decoder(cfg: ml_collections.ConfigDict, tokenizer=None):
     return DECODERS.get(cfg.kind)(cfg, tokenizer)
 
 
+def check_multiprocess_mesh(cfg: ml_collections.ConfigDict) -> None:
+    """Under a multi-process launcher, a ValueError unless ``cfg.mesh`` is enabled and spans every device of the job:
+    without a mesh each process would train its own copy (then fail to write a checkpoint of host-local arrays), and
+    a mesh over fewer devices leaves the later processes with none of its devices. A no-op for one process."""
+    import jax
+
+    from jaxdrive import distributed
+
+    if distributed.process_count() == 1:
+        return
+    mesh, n = cfg.get("mesh"), jax.device_count()
+    enabled = bool(mesh and mesh.get("enabled", False))
+    size = mesh.data * mesh.fsdp * mesh.tensor if enabled else 0
+    if size != n:
+        got = f"mesh.data * mesh.fsdp * mesh.tensor = {size}" if enabled else "mesh.enabled=False"
+        raise ValueError(f"mesh: a {distributed.process_count()}-process job trains one model over all {n} devices; "
+                         f"set mesh.enabled=True with mesh.data * mesh.fsdp * mesh.tensor = {n} (got {got})")
+
+
 def _infra(cfg: ml_collections.ConfigDict):
     from jaxdrive import distributed
 
@@ -107,6 +126,7 @@ def run_sft(cfg: ml_collections.ConfigDict, model=None):
     k = cfg.get("micro_batches", 1)
     if not 1 <= k <= cfg.batch_size:
         raise ValueError(f"micro_batches: expected 1 <= micro_batches <= batch_size ({cfg.batch_size}), got {k}")
+    check_multiprocess_mesh(cfg)
     model = build_model(cfg.model) if model is None else model
     trainable = prepare_finetuning(model, cfg.finetune)
     tokenizer = load_tokenizer(cfg.model)
@@ -170,6 +190,7 @@ def run_grpo(cfg: ml_collections.ConfigDict, model=None):
     """Runs (or resumes) a GRPO job; returns (trainer, records). ``model`` overrides ``cfg.model`` (a warm start).
     ``grpo.rollout = "gates"`` samples gate combinations of the DriveJudge policy (``jaxdrive.judge.grpo``) instead
     of text completions."""
+    check_multiprocess_mesh(cfg)
     if cfg.grpo.get("rollout", "text") == "gates":
         from jaxdrive.judge.grpo import run_gate_grpo
 
