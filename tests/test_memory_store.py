@@ -11,10 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from agent_scenes import CROSSWALK, known_scene
 
-from jaxdrive.agent.consolidate import ConsolidationConfig, LLMAbstractor, consolidate, verify
+from jaxdrive.agent import stm
+from jaxdrive.agent.consolidate import ConsolidationConfig, LLMAbstractor, consolidate, extract, verify
 from jaxdrive.agent.embed import minilm
 from jaxdrive.agent.store import MemoryEntry, MemoryStore, build, format_entries, load, save
+from jaxdrive.agent.tools import ToolContext
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -93,6 +96,20 @@ def test_eq6_utility_update_exact_and_idempotent(tmp_path, embed):
     more, rep3 = consolidate(out, [traj(10), traj(11)], embed, cfg=ConsolidationConfig(eta=eta))
     assert len(more.entries) == 4 and (rep3.duplicates_dropped, rep3.known_dropped) == (1, 1)
     assert rep3.reinforced == {"r2": 2}
+
+
+def test_extracted_risks_are_the_risky_objects_without_ids():
+    """Ext(C)'s risk factors from a real serialised STM: every object line carries "risk=", so all of them (the
+    low-risk ones first, with their scene-specific ids and distances) became the entry's risks; now the high- and
+    medium-risk objects, abstracted (type, sector, band, motion, relations)."""
+    ctx = ToolContext.from_scene(known_scene(), {"crosswalks": [CROSSWALK]})
+    text = stm.build(ctx).serialise()
+    e = extract(dict(traj(0), stm=text))
+    assert e.risks == ("medium-risk vehicle front-left near same-dir (ahead_of_ego, left_of_ego, receding); "
+                       "medium-risk vehicle front near same-dir (ahead_of_ego, in_ego_lane, following_path)")
+    assert "risk=low" not in e.risks and "lead" not in e.risks
+    assert extract(dict(traj(0), stm=text.replace("risk=medium", "risk=low"))).risks == ""  # "risk: none high"
+    assert extract(traj(0)).risks == "high (vehicle 3 stopped ahead)"  # free-form STM: its risk line
 
 
 def test_cluster_conflicts_quality_and_llm_abstraction(embed):

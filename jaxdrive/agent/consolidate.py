@@ -67,10 +67,27 @@ def _stem(question: str) -> str:
     return re.split(r"\s[A-F][).]\s", question.strip(), maxsplit=1)[0].strip()
 
 
+_NODE = re.compile(r"^\S+ (?P<type>\S+): (?P<sector>\S+) (?P<band>\S+) [\d.]+m (?P<motion>\S+) [\d.]+m/s "
+                   r"risk=(?P<risk>\w+)(?: \[(?P<rel>.*)\])?$")
+
+
+def stm_risks(stm: str) -> list[str]:
+    """The risk factors of a serialised short-term memory (``stm.SceneGraph.serialise``), without the scene's object
+    ids and distances: one "<level>-risk <type> <sector> <band> <motion> (<relations>)" per high- or medium-risk
+    object, highest first; for other STM text, the content of its ``risk:`` lines that are not "none..."."""
+    nodes = [m for m in map(_NODE.match, stm.splitlines()) if m and m["risk"] in ("high", "medium")]
+    if nodes:
+        nodes.sort(key=lambda m: m["risk"] != "high")
+        return [f"{m['risk']}-risk {m['type']} {m['sector']} {m['band']} {m['motion']}"
+                + (f" ({m['rel']})" if m["rel"] else "") for m in nodes]
+    heads = (ln.split(":", 1) for ln in stm.splitlines() if ":" in ln)
+    return [v.strip() for k, v in heads if k.strip().lower() == "risk" and not v.strip().lower().startswith("none")]
+
+
 def extract(traj: dict) -> MemoryEntry:
     """Ext(C): the experience schema of a verified trajectory (conditions, risks, success pattern, tool strategy)."""
     tools = [s["action"]["tool"] for s in traj["steps"] if s.get("action", {}).get("tool")]
-    risks = [ln.strip() for ln in str(traj.get("stm", "")).splitlines() if "risk" in ln.lower() and "none" not in ln]
+    risks = stm_risks(str(traj.get("stm", "")))
     text = f"{traj.get('scene_id', '')}|{traj['id']}"
     return MemoryEntry(
         id="exp-" + hashlib.sha1(text.encode()).hexdigest()[:12],
