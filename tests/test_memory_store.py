@@ -16,7 +16,7 @@ from agent_scenes import CROSSWALK, known_scene
 from jaxdrive.agent import stm
 from jaxdrive.agent.consolidate import ConsolidationConfig, LLMAbstractor, consolidate, extract, verify
 from jaxdrive.agent.embed import minilm
-from jaxdrive.agent.store import MemoryEntry, MemoryStore, build, format_entries, load, save
+from jaxdrive.agent.store import MemoryEntry, MemoryStore, build, format_entries, load, read_entries_jsonl, save
 from jaxdrive.agent.tools import ToolContext
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -154,6 +154,41 @@ while True:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("line,msg", [
+    ('[1, 2]', "expected a JSON object"), ('{"id": "a", "conditions": "c", "utility": "high"}', "'utility'"),
+    ('{"id": "a", "conditions": "c", "utility": null}', "'utility'"),
+    ('{"id": "a", "conditions": "c", "utility": NaN}', "'utility': expected a finite"),
+    ('{"id": "a", "conditions": "c", "sources": "t1"}', "'sources'"),
+    ('{"id": "a", "conditions": "c", "risks": 5}', "'risks': expected a string"),
+    ('{"id": "a", "conditions": "c", "support": 1.7}', "'support'"),
+    ('{"id": "a", "conditions": "c", "kind": "banana"}', "'kind'")])
+def test_entry_fields_checked(tmp_path, line, msg):
+    """Entry files: a wrong type was taken silently (a string of sources split into characters, support 1.7 -> 1, a
+    NaN utility that disables the utility term at retrieval, an int risks that failed at save) or raised a bare
+    TypeError; each is a ValueError naming the line and the field."""
+    (tmp_path / "e.jsonl").write_text('{"id": "ok", "conditions": "fine"}\n' + line + "\n")
+    with pytest.raises(ValueError, match=f"e.jsonl:2: .*{msg}"):
+        read_entries_jsonl(tmp_path / "e.jsonl")
+
+
+def test_damaged_store_named(tmp_path):
+    """A damaged CURRENT or meta.json: save raised IndexError and load KeyError; both name the store now."""
+    store = MemoryStore([MemoryEntry("a", "cond a"), MemoryEntry("b", "cond b")], np.eye(2, 4))
+    gen = save(store, tmp_path / "m")
+    meta = json.loads((gen / "meta.json").read_text())
+    (gen / "meta.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "count"}))
+    with pytest.raises(ValueError, match="meta.json: expected an object with an integer 'count'"):
+        load(tmp_path / "m")
+    gen = save(store, tmp_path / "m")
+    np.save(gen / "embeddings.npy", np.eye(3, 4, dtype=np.float32))
+    with pytest.raises(ValueError, match=f"memory store .*{gen.name}: embeddings: expected \\[2, D\\]"):
+        load(tmp_path / "m")
+    (tmp_path / "m" / "CURRENT").write_text("garbage\n")
+    for fn in (lambda: load(tmp_path / "m"), lambda: save(store, tmp_path / "m")):
+        with pytest.raises(ValueError, match="CURRENT names 'garbage', not a generation"):
+            fn()
+
+
 def test_no_entry_lost_when_killed_mid_write(tmp_path):
     root = tmp_path / "m"
     rng = np.random.default_rng(1)
