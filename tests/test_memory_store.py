@@ -250,6 +250,40 @@ def test_memory_cli(tmp_path, capsys):
     assert "conditions" in capsys.readouterr().err
 
 
+def test_memory_and_agent_cli_bad_inputs(tmp_path, capsys):
+    """Bad input to `jaxdrive memory` / `jaxdrive agent convert` is a usage error (exit 2) naming what is wrong: these
+    were tracebacks (a missing trajectories file, a non-object line, a trajectory without id, a missing --stm file),
+    or taken silently (--eta nan poisoned every credited utility, --lam nan printed nothing with exit 0, --devices 0
+    meant unsharded, an empty entries file built an empty store)."""
+    from jaxdrive.cli import main
+
+    rng = np.random.default_rng(0)
+    emb = rng.standard_normal((2, 384))
+    save(MemoryStore(RULES[:2], emb / np.linalg.norm(emb, axis=1, keepdims=True)), tmp_path / "m")
+    files = {"obj.jsonl": "[1]\n", "noid.jsonl": '{"correct": true}\n', "nomsg.jsonl": '{"id": "t0"}\n',
+             "empty.jsonl": "\n"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    m, t = str(tmp_path / "m"), lambda name: str(tmp_path / name)
+    cases = [
+        (["memory", "consolidate", "--store", m, "--trajectories", t("nope.jsonl")], "no such file"),
+        (["memory", "consolidate", "--store", m, "--trajectories", t("obj.jsonl")], "obj.jsonl:1: expected a JSON"),
+        (["memory", "consolidate", "--store", m, "--trajectories", t("noid.jsonl")], "missing field 'id'"),
+        (["memory", "consolidate", "--store", m, "--trajectories", t("nomsg.jsonl"), "--eta", "nan"], "eta: expected"),
+        (["memory", "query", "--store", m, "--question", "q", "-k", "1", "--stm", t("nope.txt")], "--stm"),
+        (["memory", "query", "--store", m, "--question", "q", "-k", "1", "--devices", "0"], "--devices"),
+        (["memory", "query", "--store", m, "--question", "q", "-k", "1", "--lam", "nan"], "lam: expected a finite"),
+        (["memory", "build", "--entries", t("empty.jsonl"), "--out", t("m2")], "no entries"),
+        (["memory", "build", "--entries", t("nomsg.jsonl"), "--out", t("obj.jsonl")], "not a directory"),
+        (["agent", "convert", "--trajectories", t("obj.jsonl"), "--phase", "1", "--out", t("r")], "JSON object"),
+        (["agent", "convert", "--trajectories", t("nomsg.jsonl"), "--phase", "2", "--out", t("r")],
+         "nomsg.jsonl:1: missing field 'messages'")]
+    for argv, msg in cases:
+        assert main(argv) == 2, argv
+        assert msg in capsys.readouterr().err, argv
+    assert not (tmp_path / "m2").exists() and load(m).consolidated == []
+
+
 @pytest.mark.slow
 def test_agent_run_with_memory_then_consolidate(tmp_path, capsys):
     """End to end: retrieval feeds the loop, the scripted policy cites entry [1], consolidation credits it (Eq. 6) and

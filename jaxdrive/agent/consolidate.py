@@ -19,6 +19,7 @@ import collections
 import dataclasses
 import hashlib
 import json
+import math
 import re
 from typing import Callable, Protocol, Sequence
 
@@ -34,6 +35,17 @@ class ConsolidationConfig:
     dup_tau: float = 0.97  # cosine at which two experiences (or an experience and an entry) are duplicates
     min_pattern_chars: int = 20  # quality filter: success patterns shorter than this carry no reusable content
     initial_utility: float = 0.0
+
+    def __post_init__(self):
+        if not (math.isfinite(self.eta) and self.eta >= 0):
+            raise ValueError(f"eta: expected a finite utility-update rate >= 0, got {self.eta}")
+        for name in ("cluster_tau", "dup_tau"):
+            if not -1.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name}: expected a cosine in [-1, 1], got {getattr(self, name)}")
+        if self.min_pattern_chars < 0:
+            raise ValueError(f"min_pattern_chars: expected >= 0, got {self.min_pattern_chars}")
+        if not math.isfinite(self.initial_utility):
+            raise ValueError(f"initial_utility: expected a finite number, got {self.initial_utility}")
 
 
 @dataclasses.dataclass

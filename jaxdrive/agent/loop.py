@@ -168,3 +168,20 @@ def write_jsonl(path, records: Sequence[dict]) -> None:
 def read_jsonl(path) -> list[dict]:
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def read_trajectories(path, fields: dict | None = None) -> list[dict]:
+    """Trajectory records from a JSONL file (``run_episode``'s format), each a JSON object with a string ``id`` and
+    the ``fields`` (name -> type) a reader needs; ``ValueError`` naming the file (and line, field) otherwise."""
+    from pathlib import Path
+
+    from jaxdrive.datasets.base import read_jsonl_file, require
+
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file (trajectories JSONL)")
+    out = []
+    for where, obj in read_jsonl_file(path):
+        require(obj, where, {"id": str, **(fields or {})})
+        out.append(obj)
+    return out
