@@ -146,3 +146,13 @@ def test_agent_cli_run_and_convert(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out.strip())["records"] == 20
     assert main(["agent", "run", "--scenes", "0", "--out", str(out)]) == 2
     assert "--scenes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("used,want", [(5, []), (None, []), ("12", []), ({"1": 1}, []), ([1.0, True, 2, 9], ["m2"])])
+def test_malformed_memory_used_names_nothing(mcq, used, want):
+    """A model's ``memory_used`` that is not a list of entry numbers (a bare number, null) ended the episode with a
+    TypeError; it cites nothing instead, and the valid numbers of a list are kept."""
+    replies = iter([json.dumps({"action": {"tool": "get_ego_states", "arguments": {}}}),
+                    json.dumps({"finish": True, "final_answer": "A) x", "memory_used": used})])
+    t = run_episode(lambda m: next(replies), _ctx(mcq[0]), REG, mcq[0], retrieved=["m1", "m2"])
+    assert t["termination"] == "finish" and t["memory_used"] == want

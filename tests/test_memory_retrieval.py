@@ -107,3 +107,18 @@ def test_fewer_eligible_than_k_and_bad_inputs():
         retrieve(q * 2, e, np.zeros(6))
     with pytest.raises(ValueError, match="exclude"):
         retrieve(q, e, np.zeros(6), exclude=np.zeros((2, 5), bool))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, 1e39])
+def test_non_finite_utility_or_lam_refused(bad):
+    """A NaN utility made the min-max normalisation NaN, which silently zeroed every entry's utility term (an inf
+    one made scores NaN): refused, naming the entry, as is a non-finite lam."""
+    rng = np.random.default_rng(2)
+    e, q = _unit(rng, 4, 8), _unit(rng, 1, 8)
+    u = np.array([0.0, 1.0, bad, 2.0])
+    with pytest.raises(ValueError, match="utility: expected finite values.* entry 2"):
+        retrieve(q, e, u, k=2)
+    with pytest.raises(ValueError, match="utility: expected finite"):
+        MemoryIndex(e, u, mesh=entry_mesh(1))
+    with pytest.raises(ValueError, match="lam: expected a finite"):
+        retrieve(q, e, np.zeros(4), k=2, lam=bad)

@@ -11,10 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from agent_scenes import CROSSWALK, known_scene
 
-from jaxdrive.agent.consolidate import ConsolidationConfig, LLMAbstractor, consolidate, verify
+from jaxdrive.agent import stm
+from jaxdrive.agent.consolidate import ConsolidationConfig, LLMAbstractor, consolidate, extract, verify
 from jaxdrive.agent.embed import minilm
-from jaxdrive.agent.store import MemoryEntry, MemoryStore, build, format_entries, load, save
+from jaxdrive.agent.store import MemoryEntry, MemoryStore, build, format_entries, load, read_entries_jsonl, save
+from jaxdrive.agent.tools import ToolContext
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -95,6 +98,20 @@ def test_eq6_utility_update_exact_and_idempotent(tmp_path, embed):
     assert rep3.reinforced == {"r2": 2}
 
 
+def test_extracted_risks_are_the_risky_objects_without_ids():
+    """Ext(C)'s risk factors from a real serialised STM: every object line carries "risk=", so all of them (the
+    low-risk ones first, with their scene-specific ids and distances) became the entry's risks; now the high- and
+    medium-risk objects, abstracted (type, sector, band, motion, relations)."""
+    ctx = ToolContext.from_scene(known_scene(), {"crosswalks": [CROSSWALK]})
+    text = stm.build(ctx).serialise()
+    e = extract(dict(traj(0), stm=text))
+    assert e.risks == ("medium-risk vehicle front-left near same-dir (ahead_of_ego, left_of_ego, receding); "
+                       "medium-risk vehicle front near same-dir (ahead_of_ego, in_ego_lane, following_path)")
+    assert "risk=low" not in e.risks and "lead" not in e.risks
+    assert extract(dict(traj(0), stm=text.replace("risk=medium", "risk=low"))).risks == ""  # "risk: none high"
+    assert extract(traj(0)).risks == "high (vehicle 3 stopped ahead)"  # free-form STM: its risk line
+
+
 def test_cluster_conflicts_quality_and_llm_abstraction(embed):
     store = build(RULES[:1], embed)
     q2 = "Is it safe to change into the left lane now? A) Yes B) No"
@@ -137,6 +154,41 @@ while True:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("line,msg", [
+    ('[1, 2]', "expected a JSON object"), ('{"id": "a", "conditions": "c", "utility": "high"}', "'utility'"),
+    ('{"id": "a", "conditions": "c", "utility": null}', "'utility'"),
+    ('{"id": "a", "conditions": "c", "utility": NaN}', "'utility': expected a finite"),
+    ('{"id": "a", "conditions": "c", "sources": "t1"}', "'sources'"),
+    ('{"id": "a", "conditions": "c", "risks": 5}', "'risks': expected a string"),
+    ('{"id": "a", "conditions": "c", "support": 1.7}', "'support'"),
+    ('{"id": "a", "conditions": "c", "kind": "banana"}', "'kind'")])
+def test_entry_fields_checked(tmp_path, line, msg):
+    """Entry files: a wrong type was taken silently (a string of sources split into characters, support 1.7 -> 1, a
+    NaN utility that disables the utility term at retrieval, an int risks that failed at save) or raised a bare
+    TypeError; each is a ValueError naming the line and the field."""
+    (tmp_path / "e.jsonl").write_text('{"id": "ok", "conditions": "fine"}\n' + line + "\n")
+    with pytest.raises(ValueError, match=f"e.jsonl:2: .*{msg}"):
+        read_entries_jsonl(tmp_path / "e.jsonl")
+
+
+def test_damaged_store_named(tmp_path):
+    """A damaged CURRENT or meta.json: save raised IndexError and load KeyError; both name the store now."""
+    store = MemoryStore([MemoryEntry("a", "cond a"), MemoryEntry("b", "cond b")], np.eye(2, 4))
+    gen = save(store, tmp_path / "m")
+    meta = json.loads((gen / "meta.json").read_text())
+    (gen / "meta.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "count"}))
+    with pytest.raises(ValueError, match="meta.json: expected an object with an integer 'count'"):
+        load(tmp_path / "m")
+    gen = save(store, tmp_path / "m")
+    np.save(gen / "embeddings.npy", np.eye(3, 4, dtype=np.float32))
+    with pytest.raises(ValueError, match=f"memory store .*{gen.name}: embeddings: expected \\[2, D\\]"):
+        load(tmp_path / "m")
+    (tmp_path / "m" / "CURRENT").write_text("garbage\n")
+    for fn in (lambda: load(tmp_path / "m"), lambda: save(store, tmp_path / "m")):
+        with pytest.raises(ValueError, match="CURRENT names 'garbage', not a generation"):
+            fn()
+
+
 def test_no_entry_lost_when_killed_mid_write(tmp_path):
     root = tmp_path / "m"
     rng = np.random.default_rng(1)
@@ -196,6 +248,40 @@ def test_memory_cli(tmp_path, capsys):
     bad.write_text('{"id": "x"}\n')
     assert main(["memory", "build", "--entries", str(bad), "--out", str(tmp_path / "m2")]) == 2
     assert "conditions" in capsys.readouterr().err
+
+
+def test_memory_and_agent_cli_bad_inputs(tmp_path, capsys):
+    """Bad input to `jaxdrive memory` / `jaxdrive agent convert` is a usage error (exit 2) naming what is wrong: these
+    were tracebacks (a missing trajectories file, a non-object line, a trajectory without id, a missing --stm file),
+    or taken silently (--eta nan poisoned every credited utility, --lam nan printed nothing with exit 0, --devices 0
+    meant unsharded, an empty entries file built an empty store)."""
+    from jaxdrive.cli import main
+
+    rng = np.random.default_rng(0)
+    emb = rng.standard_normal((2, 384))
+    save(MemoryStore(RULES[:2], emb / np.linalg.norm(emb, axis=1, keepdims=True)), tmp_path / "m")
+    files = {"obj.jsonl": "[1]\n", "noid.jsonl": '{"correct": true}\n', "nomsg.jsonl": '{"id": "t0"}\n',
+             "empty.jsonl": "\n"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    m, t = str(tmp_path / "m"), lambda name: str(tmp_path / name)
+    cases = [
+        (["memory", "consolidate", "--store", m, "--trajectories", t("nope.jsonl")], "no such file"),
+        (["memory", "consolidate", "--store", m, "--trajectories", t("obj.jsonl")], "obj.jsonl:1: expected a JSON"),
+        (["memory", "consolidate", "--store", m, "--trajectories", t("noid.jsonl")], "missing field 'id'"),
+        (["memory", "consolidate", "--store", m, "--trajectories", t("nomsg.jsonl"), "--eta", "nan"], "eta: expected"),
+        (["memory", "query", "--store", m, "--question", "q", "-k", "1", "--stm", t("nope.txt")], "--stm"),
+        (["memory", "query", "--store", m, "--question", "q", "-k", "1", "--devices", "0"], "--devices"),
+        (["memory", "query", "--store", m, "--question", "q", "-k", "1", "--lam", "nan"], "lam: expected a finite"),
+        (["memory", "build", "--entries", t("empty.jsonl"), "--out", t("m2")], "no entries"),
+        (["memory", "build", "--entries", t("nomsg.jsonl"), "--out", t("obj.jsonl")], "not a directory"),
+        (["agent", "convert", "--trajectories", t("obj.jsonl"), "--phase", "1", "--out", t("r")], "JSON object"),
+        (["agent", "convert", "--trajectories", t("nomsg.jsonl"), "--phase", "2", "--out", t("r")],
+         "nomsg.jsonl:1: missing field 'messages'")]
+    for argv, msg in cases:
+        assert main(argv) == 2, argv
+        assert msg in capsys.readouterr().err, argv
+    assert not (tmp_path / "m2").exists() and load(m).consolidated == []
 
 
 @pytest.mark.slow

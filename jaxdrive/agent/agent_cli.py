@@ -74,12 +74,10 @@ def _retriever(path: Path):
 
 
 def _convert(args) -> int:
-    from jaxdrive.agent.loop import read_jsonl, write_jsonl
+    from jaxdrive.agent.loop import read_trajectories, write_jsonl
     from jaxdrive.agent.sft_data import convert
 
-    if not args.trajectories.is_file():
-        raise ValueError(f"--trajectories {args.trajectories}: no such file")
-    records = convert(read_jsonl(args.trajectories), args.phase)
+    records = convert(read_trajectories(args.trajectories, {"messages": list}), args.phase)
     write_jsonl(args.out, records)
     print(json.dumps({"records": len(records), "phase": args.phase, "out": str(args.out)}))
     return 0

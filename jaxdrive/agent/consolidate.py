@@ -19,6 +19,7 @@ import collections
 import dataclasses
 import hashlib
 import json
+import math
 import re
 from typing import Callable, Protocol, Sequence
 
@@ -34,6 +35,17 @@ class ConsolidationConfig:
     dup_tau: float = 0.97  # cosine at which two experiences (or an experience and an entry) are duplicates
     min_pattern_chars: int = 20  # quality filter: success patterns shorter than this carry no reusable content
     initial_utility: float = 0.0
+
+    def __post_init__(self):
+        if not (math.isfinite(self.eta) and self.eta >= 0):
+            raise ValueError(f"eta: expected a finite utility-update rate >= 0, got {self.eta}")
+        for name in ("cluster_tau", "dup_tau"):
+            if not -1.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name}: expected a cosine in [-1, 1], got {getattr(self, name)}")
+        if self.min_pattern_chars < 0:
+            raise ValueError(f"min_pattern_chars: expected >= 0, got {self.min_pattern_chars}")
+        if not math.isfinite(self.initial_utility):
+            raise ValueError(f"initial_utility: expected a finite number, got {self.initial_utility}")
 
 
 @dataclasses.dataclass
@@ -67,10 +79,27 @@ def _stem(question: str) -> str:
     return re.split(r"\s[A-F][).]\s", question.strip(), maxsplit=1)[0].strip()
 
 
+_NODE = re.compile(r"^\S+ (?P<type>\S+): (?P<sector>\S+) (?P<band>\S+) [\d.]+m (?P<motion>\S+) [\d.]+m/s "
+                   r"risk=(?P<risk>\w+)(?: \[(?P<rel>.*)\])?$")
+
+
+def stm_risks(stm: str) -> list[str]:
+    """The risk factors of a serialised short-term memory (``stm.SceneGraph.serialise``), without the scene's object
+    ids and distances: one "<level>-risk <type> <sector> <band> <motion> (<relations>)" per high- or medium-risk
+    object, highest first; for other STM text, the content of its ``risk:`` lines that are not "none..."."""
+    nodes = [m for m in map(_NODE.match, stm.splitlines()) if m and m["risk"] in ("high", "medium")]
+    if nodes:
+        nodes.sort(key=lambda m: m["risk"] != "high")
+        return [f"{m['risk']}-risk {m['type']} {m['sector']} {m['band']} {m['motion']}"
+                + (f" ({m['rel']})" if m["rel"] else "") for m in nodes]
+    heads = (ln.split(":", 1) for ln in stm.splitlines() if ":" in ln)
+    return [v.strip() for k, v in heads if k.strip().lower() == "risk" and not v.strip().lower().startswith("none")]
+
+
 def extract(traj: dict) -> MemoryEntry:
     """Ext(C): the experience schema of a verified trajectory (conditions, risks, success pattern, tool strategy)."""
     tools = [s["action"]["tool"] for s in traj["steps"] if s.get("action", {}).get("tool")]
-    risks = [ln.strip() for ln in str(traj.get("stm", "")).splitlines() if "risk" in ln.lower() and "none" not in ln]
+    risks = stm_risks(str(traj.get("stm", "")))
     text = f"{traj.get('scene_id', '')}|{traj['id']}"
     return MemoryEntry(
         id="exp-" + hashlib.sha1(text.encode()).hexdigest()[:12],

@@ -69,6 +69,15 @@ def answer_letter(final_answer: str) -> str | None:
     return m.group(1) if m else None
 
 
+def _cited_entries(numbers, retrieved: Sequence[str]) -> list[str]:
+    """The ids of the retrieved entries an answer's ``memory_used`` numbers (1-based) name; anything but a list of
+    in-range integers (a model's malformed field: a bare number, null, strings) names nothing."""
+    if not isinstance(numbers, list):
+        return []
+    return [retrieved[n - 1] for n in numbers
+            if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= len(retrieved)]
+
+
 def _key(tool: str, args) -> str:
     return tool + json.dumps(args, sort_keys=True)
 
@@ -138,9 +147,7 @@ def run_episode(policy: Policy, ctx: ToolContext, registry: ToolRegistry, item: 
         msgs.append({"role": "user", "content": feedback, "kind": "feedback"})
     if final is None:
         counters["max_turns"] = 1
-    used_numbers = final.get("memory_used", []) if final else []
-    memory_used = [retrieved[n - 1] for n in used_numbers
-                   if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= len(retrieved)]
+    memory_used = _cited_entries(final.get("memory_used") if final else None, retrieved)
     final_answer = final["final_answer"] if final else ""
     letter = answer_letter(final_answer)
     return {
@@ -161,3 +168,20 @@ def write_jsonl(path, records: Sequence[dict]) -> None:
 def read_jsonl(path) -> list[dict]:
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def read_trajectories(path, fields: dict | None = None) -> list[dict]:
+    """Trajectory records from a JSONL file (``run_episode``'s format), each a JSON object with a string ``id`` and
+    the ``fields`` (name -> type) a reader needs; ``ValueError`` naming the file (and line, field) otherwise."""
+    from pathlib import Path
+
+    from jaxdrive.datasets.base import read_jsonl_file, require
+
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file (trajectories JSONL)")
+    out = []
+    for where, obj in read_jsonl_file(path):
+        require(obj, where, {"id": str, **(fields or {})})
+        out.append(obj)
+    return out

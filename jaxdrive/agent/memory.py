@@ -87,10 +87,25 @@ def _check(query, entries, utility, k: int, exclude) -> None:
     n = entries.shape[0]
     if utility.shape != (n,):
         raise ValueError(f"utility: expected shape ({n},) (one per entry), got {utility.shape}")
+    _check_finite_utility(utility)
     if not 1 <= k <= n:
         raise ValueError(f"k: expected 1 <= k <= {n} (the number of entries), got {k}")
     if exclude is not None and exclude.shape != (query.shape[0], n):
         raise ValueError(f"exclude: expected a bool mask of shape {(query.shape[0], n)}, got {exclude.shape}")
+
+
+def _check_finite_utility(utility) -> None:
+    """A NaN utility made min-max normalisation NaN, which zeroed every entry's utility term; an infinite one made
+    scores NaN."""
+    u = np.asarray(utility, np.float32)
+    bad = np.flatnonzero(~np.isfinite(u))
+    if bad.size:
+        raise ValueError(f"utility: expected finite values (float32), entry {int(bad[0])} has {float(u[bad[0]])}")
+
+
+def _check_lam(lam: float) -> None:
+    if not np.isfinite(np.float32(lam)):
+        raise ValueError(f"lam: expected a finite utility weight (float32), got {lam}")
 
 
 def _check_unit(name: str, x) -> None:
@@ -117,13 +132,15 @@ def retrieve(query: Float[Array, "Q D"], entries: Float[Array, "N D"], utility: 
     Returns:
       (scores [Q, k] float32, indices [Q, k] int32), descending by score; -inf / -1 where nothing is eligible.
     Raises:
-      ValueError naming the argument on a shape mismatch, a bad k or non-unit rows (first 4096 checked).
+      ValueError naming the argument on a shape mismatch, a bad k, a non-finite utility or lam, or non-unit rows
+      (first 4096 checked).
     """
     query = jnp.asarray(query, jnp.float32)
     entries = entries if isinstance(entries, jax.Array) else jnp.asarray(entries, jnp.float32)
     utility = jnp.asarray(utility, jnp.float32)
     exclude_arr = None if exclude is None else jnp.asarray(exclude, bool)
     _check(query, entries, utility, k, exclude_arr)
+    _check_lam(lam)
     _check_unit("query", query)
     _check_unit("entries", entries)
     if exclude_arr is None:
@@ -151,6 +168,7 @@ class MemoryIndex:
         n, dim = entries.shape
         if np.shape(utility) != (n,):
             raise ValueError(f"utility: expected shape ({n},) (one per entry), got {np.shape(utility)}")
+        _check_finite_utility(utility)
         self.n, self.dim = n, dim
         pad = (-n) % d
         row = NamedSharding(self.mesh, P(_AXIS))
@@ -177,6 +195,7 @@ class MemoryIndex:
             raise ValueError(f"query: expected [Q, {self.dim}], got {query.shape}")
         if not 1 <= k <= self.n:
             raise ValueError(f"k: expected 1 <= k <= {self.n} (the number of entries), got {k}")
+        _check_lam(lam)
         _check_unit("query", query)
         q_n = query.shape[0]
         if exclude is not None and np.shape(exclude) != (q_n, self.n):

@@ -36,7 +36,11 @@ def _run_build(args) -> int:
 
     if not args.entries.is_file():
         raise ValueError(f"--entries {args.entries}: no such file")
+    if args.out.exists() and not args.out.is_dir():
+        raise ValueError(f"--out {args.out}: exists and is not a directory (a store is a directory)")
     entries = read_entries_jsonl(args.entries)
+    if not entries:
+        raise ValueError(f"--entries {args.entries}: no entries (a store needs at least one to retrieve from)")
     gen = save(build(entries, minilm()), args.out)
     print(f"wrote {len(entries)} entries to {gen}")
     return 0
@@ -49,13 +53,17 @@ def _run_query(args) -> int:
     from jaxdrive.agent.embed import compose_query, minilm
     from jaxdrive.agent.store import load
 
+    if args.stm is not None and not args.stm.is_file():
+        raise ValueError(f"--stm {args.stm}: no such file")
+    if args.devices is not None and args.devices < 1:
+        raise ValueError(f"--devices: expected >= 1, got {args.devices}")
     store = load(args.store)
     if not 1 <= args.k <= len(store.entries):
         raise ValueError(f"-k: expected 1..{len(store.entries)} (entries in the store), got {args.k}")
     stm = args.stm.read_text() if args.stm else ""
     q = minilm()([compose_query(args.question, stm)])
     lam = memory.LAMBDA if args.lam is None else args.lam
-    mesh = memory.entry_mesh(args.devices) if args.devices else None
+    mesh = memory.entry_mesh(args.devices) if args.devices is not None else None
     scores, idx = memory.retrieve(q, store.embeddings, store.utility, k=args.k, lam=lam,
                                   exclude=store.exclusion([args.scene_id]), mesh=mesh)
     for s, i in zip(np.asarray(scores)[0], np.asarray(idx)[0]):
@@ -69,18 +77,13 @@ def _run_consolidate(args) -> int:
 
     from jaxdrive.agent.consolidate import ConsolidationConfig, consolidate
     from jaxdrive.agent.embed import minilm
+    from jaxdrive.agent.loop import read_trajectories
     from jaxdrive.agent.store import load, save
 
+    cfg = ConsolidationConfig(eta=args.eta)
     store = load(args.store)
-    trajs = []
-    with open(args.trajectories) as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    trajs.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"--trajectories {args.trajectories}:{n}: not JSON ({e})") from None
-    out, rep = consolidate(store, trajs, minilm(), cfg=ConsolidationConfig(eta=args.eta))
+    trajs = read_trajectories(args.trajectories)
+    out, rep = consolidate(store, trajs, minilm(), cfg=cfg)
     gen = save(out, args.store)
     summary = {k: v for k, v in dataclasses.asdict(rep).items() if k not in ("reinforced", "added")}
     summary.update(reinforced=len(rep.reinforced), added=len(rep.added), entries=len(out.entries), generation=gen.name)

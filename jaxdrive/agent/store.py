@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
+import re
 import shutil
 import time
 import uuid
@@ -61,6 +63,11 @@ class MemoryEntry:
 
     @staticmethod
     def from_dict(d: dict, where: str = "entry") -> "MemoryEntry":
+        """An entry from a JSON object; ``ValueError`` naming ``where`` and the field for anything else than
+        non-empty ``id`` / ``conditions`` strings, string text fields, ``kind`` rule | experience, a finite number
+        ``utility``, an integer ``support`` >= 1 and a list of strings ``sources``."""
+        if not isinstance(d, dict):
+            raise ValueError(f"{where}: expected a JSON object (one entry), got {type(d).__name__}")
         known = {f.name for f in dataclasses.fields(MemoryEntry)}
         unknown = sorted(set(d) - known)
         if unknown:
@@ -68,9 +75,28 @@ class MemoryEntry:
         for f in ("id", "conditions"):
             if not isinstance(d.get(f), str) or not d[f].strip():
                 raise ValueError(f"{where}: field {f!r}: expected a non-empty string, got {d.get(f)!r}")
+        _check_fields(d, where)
         e = MemoryEntry(**d)
-        e.utility, e.support, e.sources = float(e.utility), int(e.support), list(e.sources)
+        e.utility, e.sources = float(e.utility), list(e.sources)
         return e
+
+
+def _check_fields(d: dict, where: str) -> None:
+    """The optional fields of an entry dict have their types (see ``MemoryEntry.from_dict``)."""
+    for f in TEXT_FIELDS[1:] + ("scene_id", "answer"):
+        if not isinstance(d.get(f, ""), str):
+            raise ValueError(f"{where}: field {f!r}: expected a string, got {d[f]!r}")
+    if d.get("kind", "experience") not in ("rule", "experience"):
+        raise ValueError(f"{where}: field 'kind': expected 'rule' or 'experience', got {d['kind']!r}")
+    u = d.get("utility", 0.0)
+    if isinstance(u, bool) or not isinstance(u, (int, float)) or not math.isfinite(u):
+        raise ValueError(f"{where}: field 'utility': expected a finite number, got {u!r}")
+    n = d.get("support", 1)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"{where}: field 'support': expected an integer >= 1, got {n!r}")
+    src = d.get("sources", [])
+    if not isinstance(src, list) or not all(isinstance(x, str) for x in src):
+        raise ValueError(f"{where}: field 'sources': expected a list of strings, got {src!r}")
 
 
 def format_entries(entries: Sequence[MemoryEntry]) -> str:
@@ -138,12 +164,23 @@ def _table(entries: Sequence[MemoryEntry]) -> pa.Table:
     return pa.table(cols, schema=schema)
 
 
+_GENERATION = re.compile(r"gen-(\d{6})")
+
+
 def _current(root: Path) -> str | None:
+    """The committed generation's name (None when there is no ``CURRENT``); ``ValueError`` when ``CURRENT`` does not
+    name a generation (a damaged or foreign file)."""
     try:
         name = (root / "CURRENT").read_text().strip()
     except FileNotFoundError:
         return None
-    return name or None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"memory store {root}: CURRENT is unreadable ({e})") from None
+    if not name:
+        return None
+    if not _GENERATION.fullmatch(name):
+        raise ValueError(f"memory store {root}: CURRENT names {name[:80]!r}, not a generation (gen-NNNNNN)")
+    return name
 
 
 def save(store: MemoryStore, root: str | os.PathLike) -> Path:
@@ -188,14 +225,23 @@ def load(root: str | os.PathLike, mmap: bool = False) -> MemoryStore:
     gen = root / cur
     try:
         meta = json.loads((gen / "meta.json").read_text())
-        rows = pq.read_table(gen / "entries.parquet").to_pylist()
+        table = pq.read_table(gen / "entries.parquet")
         emb = np.load(gen / "embeddings.npy", allow_pickle=False, mmap_mode="r" if mmap else None)
     except (OSError, ValueError) as e:
         raise ValueError(f"memory store {root}: generation {cur} is unreadable ({e})") from None
-    entries = [MemoryEntry(**{c: r[c] for c in _COLUMNS}) for r in rows]
+    where = f"memory store {root}: {cur}"
+    if not isinstance(meta, dict) or isinstance(meta.get("count"), bool) or not isinstance(meta.get("count"), int):
+        raise ValueError(f"{where}/meta.json: expected an object with an integer 'count'")
+    missing = [c for c in _COLUMNS if c not in table.column_names]
+    if missing:
+        raise ValueError(f"{where}/entries.parquet: missing column(s) {missing}")
+    entries = [MemoryEntry(**{c: r[c] for c in _COLUMNS}) for r in table.select(list(_COLUMNS)).to_pylist()]
     if len(entries) != meta["count"]:
-        raise ValueError(f"memory store {root}: {cur} holds {len(entries)} entries, meta.json says {meta['count']}")
-    return MemoryStore(entries, emb, list(meta.get("consolidated", [])), meta.get("embedder", ""))
+        raise ValueError(f"{where} holds {len(entries)} entries, meta.json says {meta['count']}")
+    try:
+        return MemoryStore(entries, emb, list(meta.get("consolidated", [])), meta.get("embedder", ""))
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
 
 
 def read_entries_jsonl(path: str | os.PathLike) -> list[MemoryEntry]:
