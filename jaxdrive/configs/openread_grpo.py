@@ -22,7 +22,7 @@ def get_config() -> ml_collections.ConfigDict:
                                                 lora_targets=r"language_model\..*_proj", seed=0))
     c.data = ml_collections.ConfigDict(dict(
         kind="openread_mix", seed=0,
-        sources=dict(lingoqa=dict(kind="openread_lingoqa", root="", system_prompt="openread"),
+        sources=dict(lingoqa=dict(kind="openread_lingoqa", root="", split="train", system_prompt="openread"),
                      omnidrive=dict(kind="openread_omnidrive", root="", split="train", system_prompt="openread"))))
     c.rewards = ml_collections.ConfigDict({
         "openread_knowledge": dict(weight=1.0, w_critic=0.9, w_semantic=0.1, threshold=0.5, semantic_model="",

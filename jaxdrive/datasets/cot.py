@@ -12,7 +12,6 @@ All three share one feature set; images are stored as the bytes of their files.
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -115,17 +114,16 @@ class LingoQA(CotBuilder):
     description = "LingoQA question answering as chain-of-thought (knowledge) records"
 
     def split_examples(self, src: Path) -> dict[str, list[dict]]:
-        import pyarrow.parquet as pq
+        from jaxdrive.data.openread_cot import lingoqa_split, load_lingoqa
 
-        from jaxdrive.data.openread_cot import load_lingoqa
-
-        for path in sorted(src.glob("*/*.parquet")) + sorted(src.glob("*.parquet")):
-            cols = set(pq.read_schema(path).names)
-            for need in ("question", "answer|answers"):
-                if not cols & set(need.split("|")):
-                    raise SourceError(f"{path}: missing field (column) {need.replace('|', ' or ')!r}")
-        out = defaultdict(list)
-        for rec in load_lingoqa(src):
-            rec["images"] = [str(Path(p).relative_to(src)) for p in rec["images"]]
-            out["val" if rec["id"].split("/")[1] == "evaluation" else "train"].append(_example(rec, src, rec["id"]))
-        return dict(sorted(out.items()))
+        files = sorted(src.glob("*/*.parquet")) + sorted(src.glob("*.parquet"))
+        out = {}
+        for split in sorted({lingoqa_split(f) for f in files}) or [None]:  # None: load_lingoqa names the empty root
+            try:
+                recs = load_lingoqa(src, split=split)
+            except ValueError as e:
+                raise SourceError(str(e)) from None
+            for rec in recs:
+                rec["images"] = [str(Path(p).relative_to(src)) for p in rec["images"]]
+            out[split] = [_example(rec, src, rec["id"]) for rec in recs]
+        return out
