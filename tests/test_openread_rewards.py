@@ -176,3 +176,20 @@ def test_registry_factories_build_the_rewards():
         REWARDS.get("openread_critic")(ml_collections.ConfigDict(dict(critic=dict(kind="pretrained", path=""))))
     with pytest.raises(ValueError, match="bases"):
         REWARDS.get("openread_trajectory")(ml_collections.ConfigDict(dict(bases=[5.0, 0.0, 1.0])))
+
+
+def test_full_config_decoder_gives_a_terminated_completion_its_format_reward():
+    """The sampler keeps the stop token in the completion (mask True); configs/openread_grpo.py decoded it with
+    skip_special_tokens=False, so every well-formed completion ended in '<|im_end|>' and R_format was 0 for all.
+    The tiny tokenizer's tags are plain added tokens, as <think>/<answer> are in the Qwen3(-VL) tokenizers."""
+    from jaxdrive.configs.openread_grpo import get_config
+    from jaxdrive.train.openread_tiny import EOS_ID, train_tokenizer
+    from jaxdrive.train.tiny_recipes import tokenizer_decoder
+
+    target = format_cot("Go straight.", format_trajectory(np.arange(12.0).reshape(6, 2)))
+    tok = train_tokenizer([target] * 4, vocab_size=300)
+    ids = tok.encode(target + "<|im_end|>", add_special_tokens=False)
+    assert ids[-1] == EOS_ID
+    text = tokenizer_decoder(get_config().decoder, tok)(np.asarray(ids), np.ones(len(ids)))
+    assert R.format_reward().fn([text], [{"task": "planning"}]) == [1.0]
+    assert R.trajectory_reward().fn([text], [planning_example(np.arange(12.0).reshape(6, 2))]) == [3.0]

@@ -32,7 +32,9 @@ def get_config() -> ml_collections.ConfigDict:
                                     temperatures=[0.7, 0.7, 0.3], averaging="second"),
         "openread_format": dict(weight=1.0),
     })
-    c.decoder = ml_collections.ConfigDict(dict(kind="tokenizer", skip_special_tokens=False))
+    # special tokens skipped: the sampled stop token <|im_end|> is part of the completion, and kept it fails the
+    # format reward's "nothing after </answer>"; Qwen3(-VL) tokenizers keep <think>/<answer> (not special tokens)
+    c.decoder = ml_collections.ConfigDict(dict(kind="tokenizer", skip_special_tokens=True))
     c.grpo = ml_collections.ConfigDict(dict(
         seed=0, group_size=4, prompts_per_step=4, prompt_len=1024, completion_len=256, temperature=1.0,
         advantage="trl", scale=ml_collections.FieldReference(None, field_type=str),
