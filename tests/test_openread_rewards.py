@@ -50,6 +50,24 @@ def test_trajectory_reward_eq7_known_answers():
     assert traj.fn([text], ex) == pytest.approx([3.0])
 
 
+def test_trajectory_reward_with_the_released_code_cutoffs_and_scale():
+    """OpenREAD's released reward (OmniReward): a second's term is 0 when its mean L2 exceeds 3 / 5 / 7 m, and the sum
+    is divided by 3. Neither is in the printed Eq. 7; both are options (they were not expressible)."""
+    ex = [planning_example()]
+    traj = R.trajectory_reward(cutoffs=R.OFFICIAL_CUTOFFS, scale=R.OFFICIAL_SCALE)
+    assert traj.fn([answer(GT)], ex) == pytest.approx([1.0])
+    one = (5 ** -0.7 + math.e ** -0.7 + math.e ** -0.3) / 3
+    assert traj.fn([answer(GT + [0.0, 1.0])], ex) == pytest.approx([one], rel=1e-5)
+    four = (math.exp(-4 * 0.7) + math.exp(-4 * 0.3)) / 3  # d = (4, 4, 4): the 1 s term is cut (4 > 3)
+    assert traj.fn([answer(GT + [0.0, 4.0])], ex) == pytest.approx([four], rel=1e-5)
+    assert traj.fn([answer(GT + [0.0, 8.0])], ex) == [0.0]  # every term cut
+    cfg = ml_collections.ConfigDict(dict(cutoffs=[3.0, 5.0, 7.0], scale=1 / 3))
+    assert REWARDS.get("openread_trajectory")(cfg).fn([answer(GT + [0.0, 4.0])], ex) == pytest.approx([four], rel=1e-5)
+    for bad in (dict(cutoffs=(3.0, 5.0)), dict(cutoffs=(3.0, -1.0, 7.0)), dict(temperatures=(0.7, -0.7, 0.3))):
+        with pytest.raises(ValueError, match="cutoffs|temperatures"):
+            R.trajectory_reward(**bad)
+
+
 @pytest.mark.parametrize("bad", MALFORMED)
 def test_trajectory_reward_malformed_is_zero(bad):
     assert R.trajectory_reward().fn([bad], [planning_example()]) == [0.0]
