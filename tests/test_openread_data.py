@@ -150,6 +150,16 @@ def test_omnidrive_loader_on_a_tiny_json_layout(tmp_path):
         cot.load_omnidrive(tmp_path, "train", kinds=("vqa",))
 
 
+def test_omnidrive_planning_answer_in_its_pt_notation():
+    """OmniDrive writes trajectories as '[PT, (+x, +y), ...]': the think part is the text before that, without the
+    '[PT,' that used to end it."""
+    pts = ", ".join(f"(+{2.5 * k:.2f}, -0.{k}0)" for k in range(1, 7))
+    r = cot._omnidrive_qa("Please provide the planning trajectory for the ego car.",
+                          f"Here is the planning trajectory [PT, {pts}].", "omnidrive/conv/t/0")
+    assert r["task"] == cot.PLANNING and r["think"] == "Here is the planning trajectory"
+    np.testing.assert_allclose(r["trajectory"][-1], [15.0, -0.6])
+
+
 def test_training_examples_from_the_tiny_tokenizer(tmp_path):
     """Chat-template prompts and targets ending in the end-of-turn token; rewards' fields present; an SFT example fits."""
     from jaxdrive.train.openread_recipe import synthetic_dataset

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -332,7 +333,7 @@ def load_lingoqa(root: str | Path, rationale_column: str = "rationale", split: s
 def _omnidrive_qa(question: str, answer: str, rid: str) -> dict:
     points = parse_trajectory(answer)
     if points is not None and "plan" in question.lower():
-        head = answer.split("(", 1)[0].strip().rstrip(":").strip()
+        head = re.split(r"\[\s*PT\s*,|[(\[]", answer, maxsplit=1)[0].strip().rstrip(":").strip()  # [PT, (x, y), ...]
         return record(PLANNING, question, head, format_trajectory(points), rid, trajectory=points)
     if "(" in question and any(c.isdigit() for c in question.split("(", 1)[1][:8]):
         return record(COUNTERFACTUAL, question, "", answer.strip(), rid)
