@@ -70,6 +70,7 @@ class OpenReadCot(CotBuilder):
 
     def split_examples(self, src: Path) -> dict[str, list[dict]]:
         from jaxdrive.data.openread_cot import record
+        from jaxdrive.eval.trajectory_text import NUM_POINTS
 
         files = sorted(src.glob("*.jsonl"))
         if not files:
@@ -90,7 +91,11 @@ class OpenReadCot(CotBuilder):
                     rec = record(obj["task"], obj["question"], obj["think"], obj["answer"], obj["id"], **extra)
                 except ValueError as e:  # tags inside think / answer
                     raise SourceError(f"{where}: {e}") from None
-                rows.append(_example(rec, src, where))
+                row = _example(rec, src, where)
+                if obj["task"] == "planning" and row["trajectory"].shape != (NUM_POINTS, 2):
+                    raise SourceError(f"{where}: field 'trajectory': a planning record needs [{NUM_POINTS}, 2] points, "
+                                      f"got shape {row['trajectory'].shape}")
+                rows.append(row)
             out[path.stem] = rows
         return out
 
