@@ -363,6 +363,19 @@ def test_malformed_source_names_file_and_field(kind, tmp_path, capsys):
     assert not (tmp_path / "out" / DATASET_META).exists()
 
 
+def test_openread_cot_planning_record_needs_six_points(tmp_path, capsys):
+    """A planning record's trajectory must be [6, 2] (Eq. 7 reads 6 points): 5 points were stored and only failed
+    when a training run encoded the record."""
+    src = tmp_path / "src"
+    make_openread_cot(src)
+    rows = [json.loads(l) for l in (src / "train.jsonl").read_text().splitlines()]
+    rows[0]["trajectory"] = rows[0]["trajectory"][:5]
+    _jsonl(src / "train.jsonl", rows)
+    assert main(["data", "build", "openread_cot", str(src), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "train.jsonl:1" in err and "'trajectory'" in err and "(5, 2)" in err
+
+
 @pytest.mark.parametrize("kind,rel", [("drivejudge", "images"), ("drivelmm_o1", "samples"), ("lingoqa", "images")])
 def test_missing_image_file_names_the_record_and_field(kind, rel, tmp_path):
     src = tmp_path / "src"

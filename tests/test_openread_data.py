@@ -82,6 +82,55 @@ def test_lingoqa_loader_on_a_tiny_parquet_layout(tmp_path):
         cot.load_lingoqa(tmp_path / "missing")
 
 
+def _lingoqa_layout(root, val: dict) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (root / "action").mkdir()
+    (root / "evaluation").mkdir()
+    pq.write_table(pa.table({"question_id": ["q1"], "segment_id": ["s1"], "question": ["Why slow down?"],
+                             "answer": ["A cyclist ahead."], "images": [["images/s1/0.jpg"]]}),
+                   root / "action" / "train.parquet")
+    pq.write_table(pa.table(val), root / "evaluation" / "val.parquet")
+
+
+def test_lingoqa_evaluation_rows_make_one_record_and_training_does_not_see_them(tmp_path):
+    """LingoQA's evaluation parquet has one row per reference answer (its own scripts group them by question_id):
+    one record with every answer as a reference. The training recipe reads the train split only (it used to train on
+    the evaluation set, one record per answer under a repeated id)."""
+    from jaxdrive.train.openread_recipe import lingoqa_dataset
+    from jaxdrive.train.openread_tiny import train_tokenizer
+
+    _lingoqa_layout(tmp_path, {"question_id": ["e1", "e1", "e2"], "segment_id": ["s3", "s3", "s4"],
+                               "question": ["Any cyclists?", "Any cyclists?", "Light?"],
+                               "answer": ["No.", "None.", "Red."], "images": [[], [], []]})
+    val = cot.load_lingoqa(tmp_path, split="val")
+    assert [(r["id"], r["answer"], r["references"]) for r in val] == [
+        ("lingoqa/evaluation/e1", "No.", ["No.", "None."]), ("lingoqa/evaluation/e2", "Red.", ["Red."])]
+    assert [r["id"] for r in cot.load_lingoqa(tmp_path, split="train")] == ["lingoqa/action/q1"]
+    tok = train_tokenizer(["Why slow down? A cyclist ahead."], vocab_size=300)
+    exs = lingoqa_dataset(ml_collections.ConfigDict(dict(root=str(tmp_path), system_prompt="")), tok)
+    assert [e["id"] for e in exs] == ["lingoqa/action/q1"]
+    with pytest.raises(ValueError, match="split"):
+        cot.load_lingoqa(tmp_path, split="test")
+
+
+@pytest.mark.parametrize("val,needle", [
+    ({"question_id": ["e1"], "question": ["Light?"], "answers": [[]]}, "row 0: field 'answer'/'answers'"),
+    ({"question_id": ["e1"], "question": ["Light?"], "answer": [None]}, "row 0: field 'answer'/'answers'"),
+    ({"question_id": ["e1", "e2"], "question": ["Light?", " "], "answer": ["Red.", "Red."]}, "row 1: fields"),
+    ({"question_id": ["e1", "e1"], "question": ["Light?", "Cars?"], "answer": ["Red.", "Two."]}, "repeats"),
+    ({"question": ["Light?"], "answer": ["Red."]}, "'question_id'"),
+])
+def test_lingoqa_malformed_rows_are_named_errors(tmp_path, val, needle):
+    """Empty or missing answers, empty questions, a reused question_id and a missing column name the file and row
+    (they were an IndexError, the text 'None' as the answer, or a silently repeated id)."""
+    _lingoqa_layout(tmp_path, val)
+    with pytest.raises(ValueError, match="val.parquet") as e:
+        cot.load_lingoqa(tmp_path)
+    assert needle in str(e.value)
+
+
 def test_omnidrive_loader_on_a_tiny_json_layout(tmp_path):
     d = tmp_path / "vqa" / "train"
     d.mkdir(parents=True)
@@ -99,6 +148,16 @@ def test_omnidrive_loader_on_a_tiny_json_layout(tmp_path):
     (d / "bad.json").write_text("[{\"q\": 1}]")
     with pytest.raises(ValueError, match="bad.json"):
         cot.load_omnidrive(tmp_path, "train", kinds=("vqa",))
+
+
+def test_omnidrive_planning_answer_in_its_pt_notation():
+    """OmniDrive writes trajectories as '[PT, (+x, +y), ...]': the think part is the text before that, without the
+    '[PT,' that used to end it."""
+    pts = ", ".join(f"(+{2.5 * k:.2f}, -0.{k}0)" for k in range(1, 7))
+    r = cot._omnidrive_qa("Please provide the planning trajectory for the ego car.",
+                          f"Here is the planning trajectory [PT, {pts}].", "omnidrive/conv/t/0")
+    assert r["task"] == cot.PLANNING and r["think"] == "Here is the planning trajectory"
+    np.testing.assert_allclose(r["trajectory"][-1], [15.0, -0.6])
 
 
 def test_training_examples_from_the_tiny_tokenizer(tmp_path):

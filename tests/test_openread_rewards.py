@@ -50,6 +50,24 @@ def test_trajectory_reward_eq7_known_answers():
     assert traj.fn([text], ex) == pytest.approx([3.0])
 
 
+def test_trajectory_reward_with_the_released_code_cutoffs_and_scale():
+    """OpenREAD's released reward (OmniReward): a second's term is 0 when its mean L2 exceeds 3 / 5 / 7 m, and the sum
+    is divided by 3. Neither is in the printed Eq. 7; both are options (they were not expressible)."""
+    ex = [planning_example()]
+    traj = R.trajectory_reward(cutoffs=R.OFFICIAL_CUTOFFS, scale=R.OFFICIAL_SCALE)
+    assert traj.fn([answer(GT)], ex) == pytest.approx([1.0])
+    one = (5 ** -0.7 + math.e ** -0.7 + math.e ** -0.3) / 3
+    assert traj.fn([answer(GT + [0.0, 1.0])], ex) == pytest.approx([one], rel=1e-5)
+    four = (math.exp(-4 * 0.7) + math.exp(-4 * 0.3)) / 3  # d = (4, 4, 4): the 1 s term is cut (4 > 3)
+    assert traj.fn([answer(GT + [0.0, 4.0])], ex) == pytest.approx([four], rel=1e-5)
+    assert traj.fn([answer(GT + [0.0, 8.0])], ex) == [0.0]  # every term cut
+    cfg = ml_collections.ConfigDict(dict(cutoffs=[3.0, 5.0, 7.0], scale=1 / 3))
+    assert REWARDS.get("openread_trajectory")(cfg).fn([answer(GT + [0.0, 4.0])], ex) == pytest.approx([four], rel=1e-5)
+    for bad in (dict(cutoffs=(3.0, 5.0)), dict(cutoffs=(3.0, -1.0, 7.0)), dict(temperatures=(0.7, -0.7, 0.3))):
+        with pytest.raises(ValueError, match="cutoffs|temperatures"):
+            R.trajectory_reward(**bad)
+
+
 @pytest.mark.parametrize("bad", MALFORMED)
 def test_trajectory_reward_malformed_is_zero(bad):
     assert R.trajectory_reward().fn([bad], [planning_example()]) == [0.0]
@@ -176,3 +194,20 @@ def test_registry_factories_build_the_rewards():
         REWARDS.get("openread_critic")(ml_collections.ConfigDict(dict(critic=dict(kind="pretrained", path=""))))
     with pytest.raises(ValueError, match="bases"):
         REWARDS.get("openread_trajectory")(ml_collections.ConfigDict(dict(bases=[5.0, 0.0, 1.0])))
+
+
+def test_full_config_decoder_gives_a_terminated_completion_its_format_reward():
+    """The sampler keeps the stop token in the completion (mask True); configs/openread_grpo.py decoded it with
+    skip_special_tokens=False, so every well-formed completion ended in '<|im_end|>' and R_format was 0 for all.
+    The tiny tokenizer's tags are plain added tokens, as <think>/<answer> are in the Qwen3(-VL) tokenizers."""
+    from jaxdrive.configs.openread_grpo import get_config
+    from jaxdrive.train.openread_tiny import EOS_ID, train_tokenizer
+    from jaxdrive.train.tiny_recipes import tokenizer_decoder
+
+    target = format_cot("Go straight.", format_trajectory(np.arange(12.0).reshape(6, 2)))
+    tok = train_tokenizer([target] * 4, vocab_size=300)
+    ids = tok.encode(target + "<|im_end|>", add_special_tokens=False)
+    assert ids[-1] == EOS_ID
+    text = tokenizer_decoder(get_config().decoder, tok)(np.asarray(ids), np.ones(len(ids)))
+    assert R.format_reward().fn([text], [{"task": "planning"}]) == [1.0]
+    assert R.trajectory_reward().fn([text], [planning_example(np.arange(12.0).reshape(6, 2))]) == [3.0]

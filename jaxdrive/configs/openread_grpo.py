@@ -22,7 +22,7 @@ def get_config() -> ml_collections.ConfigDict:
                                                 lora_targets=r"language_model\..*_proj", seed=0))
     c.data = ml_collections.ConfigDict(dict(
         kind="openread_mix", seed=0,
-        sources=dict(lingoqa=dict(kind="openread_lingoqa", root="", system_prompt="openread"),
+        sources=dict(lingoqa=dict(kind="openread_lingoqa", root="", split="train", system_prompt="openread"),
                      omnidrive=dict(kind="openread_omnidrive", root="", split="train", system_prompt="openread"))))
     c.rewards = ml_collections.ConfigDict({
         "openread_knowledge": dict(weight=1.0, w_critic=0.9, w_semantic=0.1, threshold=0.5, semantic_model="",
@@ -32,7 +32,9 @@ def get_config() -> ml_collections.ConfigDict:
                                     temperatures=[0.7, 0.7, 0.3], averaging="second"),
         "openread_format": dict(weight=1.0),
     })
-    c.decoder = ml_collections.ConfigDict(dict(kind="tokenizer", skip_special_tokens=False))
+    # special tokens skipped: the sampled stop token <|im_end|> is part of the completion, and kept it fails the
+    # format reward's "nothing after </answer>"; Qwen3(-VL) tokenizers keep <think>/<answer> (not special tokens)
+    c.decoder = ml_collections.ConfigDict(dict(kind="tokenizer", skip_special_tokens=True))
     c.grpo = ml_collections.ConfigDict(dict(
         seed=0, group_size=4, prompts_per_step=4, prompt_len=1024, completion_len=256, temperature=1.0,
         advantage="trl", scale=ml_collections.FieldReference(None, field_type=str),

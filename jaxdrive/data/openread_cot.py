@@ -16,7 +16,8 @@ Sources:
     clearance check against every agent at 0.1 s.
   * ``load_lingoqa``: LingoQA's public parquet layout (``<root>/{action,scenery}/train.parquet``,
     ``<root>/evaluation/val.parquet``; columns ``question_id``, ``segment_id``, ``question``, ``answer`` or
-    ``answers``, ``images``; an optional rationale column becomes the think part).
+    ``answers``, ``images``; an optional rationale column becomes the think part). The evaluation set's rows of one
+    ``question_id`` (one per reference answer) make one record; ``split`` keeps training from seeing it.
   * ``load_omnidrive``: OmniDrive-nuScenes' per-sample QA files ``<root>/{vqa,conv}/<split>/<token>.json`` (lists of
     ``{"question", "answer"}``); a question holding a trajectory is counterfactual, a planning question whose answer
     holds 6 points is a planning record (the answer's text before the points is the think part), the rest knowledge.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -266,32 +268,72 @@ def critic_pairs(records: list[dict], seed: int = 0, negatives: int = 1) -> list
 
 # ------------------------------------------------------------------ public layouts from a local directory
 
-def load_lingoqa(root: str | Path, rationale_column: str = "rationale") -> list[dict]:
-    """Knowledge records from LingoQA parquet files under ``root`` (see the module docstring). Evaluation rows with
-    several ``answers`` use the first as the target and keep all as ``references``."""
+LINGOQA_SPLITS = ("train", "val")
+
+
+def lingoqa_split(path: Path) -> str:
+    """The split of a LingoQA parquet file: "val" under ``evaluation/`` (any case), else "train"."""
+    return "val" if path.parent.name.lower() == "evaluation" else "train"
+
+
+def _lingoqa_answers(row: dict, where: str) -> list[str]:
+    """The non-empty answer strings of one parquet row (``answers`` list or ``answer``)."""
+    answers = row.get("answers")
+    refs = list(answers) if answers is not None else [row.get("answer")]
+    if not refs or any(not isinstance(a, str) or not a.strip() for a in refs):
+        raise ValueError(f"{where}: field 'answer'/'answers': expected non-empty text, got {refs!r:.80}")
+    return refs
+
+
+def _lingoqa_file(path: Path, root: Path, rationale_column: str) -> list[dict]:
+    """The records of one LingoQA parquet file; rows sharing a ``question_id`` (the evaluation set has one row per
+    reference answer) become one record whose ``references`` are all their answers."""
     import pyarrow.parquet as pq
 
+    cols = set(pq.read_schema(path).names)
+    for need in ("question_id", "question", "answer|answers"):
+        if not cols & set(need.split("|")):
+            raise ValueError(f"{path}: missing field (column) {need.replace('|', ' or ')!r}")
+    groups: dict[str, dict] = {}
+    for i, row in enumerate(pq.read_table(path).to_pylist()):
+        where, qid, question = f"{path} row {i}", row["question_id"], row["question"]
+        if not isinstance(qid, str) or not qid or not isinstance(question, str) or not question.strip():
+            raise ValueError(f"{where}: fields 'question_id' and 'question': expected non-empty text, got "
+                             f"{qid!r:.40} and {question!r:.40}")
+        refs = _lingoqa_answers(row, where)
+        if qid in groups:
+            if groups[qid]["question"] != question:
+                raise ValueError(f"{where}: question_id {qid!r} repeats with another question text")
+            groups[qid]["references"] += refs
+            continue
+        images = [str(root / p) for p in (row.get("images") or [])]
+        groups[qid] = dict(question=question, think=str(row.get(rationale_column) or ""), references=refs,
+                           images=images, segment_id=row.get("segment_id"))
+    return [record(KNOWLEDGE, g["question"], g["think"], g["references"][0], f"lingoqa/{path.parent.name}/{qid}",
+                   images=g["images"], references=g["references"], segment_id=g["segment_id"])
+            for qid, g in groups.items()]
+
+
+def load_lingoqa(root: str | Path, rationale_column: str = "rationale", split: str | None = None) -> list[dict]:
+    """Knowledge records from LingoQA parquet files under ``root`` (see the module docstring): ``split`` "train"
+    (``action/``, ``scenery/``, ...), "val" (``evaluation/``) or None (all). A question's first answer is the target,
+    all its answers (several rows of one ``question_id`` in the evaluation set) are its ``references``."""
+    if split is not None and split not in LINGOQA_SPLITS:
+        raise ValueError(f"LingoQA split: expected one of {LINGOQA_SPLITS} or None, got {split!r}")
     root = Path(root)
     files = sorted(root.glob("*/*.parquet")) + sorted(root.glob("*.parquet"))
     if not files:
         raise ValueError(f"LingoQA root {root}: no parquet files (expected action/train.parquet, ...)")
-    out = []
-    for path in files:
-        table = pq.read_table(path).to_pylist()
-        for row in table:
-            answers = row.get("answers")
-            refs = [str(a) for a in answers] if answers is not None else [str(row["answer"])]
-            images = [str(root / p) for p in (row.get("images") or [])]
-            rid = f"lingoqa/{path.parent.name}/{row.get('question_id', len(out))}"
-            out.append(record(KNOWLEDGE, str(row["question"]), str(row.get(rationale_column) or ""), refs[0], rid,
-                              images=images, references=refs, segment_id=row.get("segment_id")))
-    return out
+    files = [f for f in files if split is None or lingoqa_split(f) == split]
+    if not files:
+        raise ValueError(f"LingoQA root {root}: no parquet files of split {split!r}")
+    return [r for path in files for r in _lingoqa_file(path, root, rationale_column)]
 
 
 def _omnidrive_qa(question: str, answer: str, rid: str) -> dict:
     points = parse_trajectory(answer)
     if points is not None and "plan" in question.lower():
-        head = answer.split("(", 1)[0].strip().rstrip(":").strip()
+        head = re.split(r"\[\s*PT\s*,|[(\[]", answer, maxsplit=1)[0].strip().rstrip(":").strip()  # [PT, (x, y), ...]
         return record(PLANNING, question, head, format_trajectory(points), rid, trajectory=points)
     if "(" in question and any(c.isdigit() for c in question.split("(", 1)[1][:8]):
         return record(COUNTERFACTUAL, question, "", answer.strip(), rid)

@@ -12,7 +12,6 @@ All three share one feature set; images are stored as the bytes of their files.
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -71,6 +70,7 @@ class OpenReadCot(CotBuilder):
 
     def split_examples(self, src: Path) -> dict[str, list[dict]]:
         from jaxdrive.data.openread_cot import record
+        from jaxdrive.eval.trajectory_text import NUM_POINTS
 
         files = sorted(src.glob("*.jsonl"))
         if not files:
@@ -91,7 +91,11 @@ class OpenReadCot(CotBuilder):
                     rec = record(obj["task"], obj["question"], obj["think"], obj["answer"], obj["id"], **extra)
                 except ValueError as e:  # tags inside think / answer
                     raise SourceError(f"{where}: {e}") from None
-                rows.append(_example(rec, src, where))
+                row = _example(rec, src, where)
+                if obj["task"] == "planning" and row["trajectory"].shape != (NUM_POINTS, 2):
+                    raise SourceError(f"{where}: field 'trajectory': a planning record needs [{NUM_POINTS}, 2] points, "
+                                      f"got shape {row['trajectory'].shape}")
+                rows.append(row)
             out[path.stem] = rows
         return out
 
@@ -115,17 +119,16 @@ class LingoQA(CotBuilder):
     description = "LingoQA question answering as chain-of-thought (knowledge) records"
 
     def split_examples(self, src: Path) -> dict[str, list[dict]]:
-        import pyarrow.parquet as pq
+        from jaxdrive.data.openread_cot import lingoqa_split, load_lingoqa
 
-        from jaxdrive.data.openread_cot import load_lingoqa
-
-        for path in sorted(src.glob("*/*.parquet")) + sorted(src.glob("*.parquet")):
-            cols = set(pq.read_schema(path).names)
-            for need in ("question", "answer|answers"):
-                if not cols & set(need.split("|")):
-                    raise SourceError(f"{path}: missing field (column) {need.replace('|', ' or ')!r}")
-        out = defaultdict(list)
-        for rec in load_lingoqa(src):
-            rec["images"] = [str(Path(p).relative_to(src)) for p in rec["images"]]
-            out["val" if rec["id"].split("/")[1] == "evaluation" else "train"].append(_example(rec, src, rec["id"]))
-        return dict(sorted(out.items()))
+        files = sorted(src.glob("*/*.parquet")) + sorted(src.glob("*.parquet"))
+        out = {}
+        for split in sorted({lingoqa_split(f) for f in files}) or [None]:  # None: load_lingoqa names the empty root
+            try:
+                recs = load_lingoqa(src, split=split)
+            except ValueError as e:
+                raise SourceError(str(e)) from None
+            for rec in recs:
+                rec["images"] = [str(Path(p).relative_to(src)) for p in rec["images"]]
+            out[split] = [_example(rec, src, rec["id"]) for rec in recs]
+        return out

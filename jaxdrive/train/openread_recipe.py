@@ -81,9 +81,10 @@ def critic_pairs_dataset(cfg, tokenizer) -> list[dict]:
 
 
 def lingoqa_dataset(cfg, tokenizer) -> list[dict]:
-    """``data.kind = "openread_lingoqa"``: ``root`` (local LingoQA directory), ``rationale_column``."""
-    return _encode_all(cot.load_lingoqa(cfg.root, cfg.get("rationale_column", "rationale")), cfg, tokenizer,
-                       "openread_lingoqa")
+    """``data.kind = "openread_lingoqa"``: ``root`` (local LingoQA directory), ``split`` ("train": action/ and
+    scenery/, the default; "val": evaluation/), ``rationale_column``."""
+    return _encode_all(cot.load_lingoqa(cfg.root, cfg.get("rationale_column", "rationale"), cfg.get("split", "train")),
+                       cfg, tokenizer, "openread_lingoqa")
 
 
 def omnidrive_dataset(cfg, tokenizer) -> list[dict]:

@@ -14,7 +14,9 @@ trainer logs each part.
 
 Trajectory reward (Eq. 7 as printed): with d_k the mean L2 over the waypoints of second k (steps 2k-2, 2k-1; or
 ``averaging="cumulative"``: steps 0..2k-1), ``r = 5^(-d1 T1) + e^(-d2 T2) + e^(-d3 T3)``, T = (0.7, 0.7, 0.3); the bases
-are configurable (``bases=(e, e, e)`` reads the first term as the exponential of the other two).
+are configurable (``bases=(e, e, e)`` reads the first term as the exponential of the other two). OpenREAD's released
+reward (``OmniReward`` in its ``examples/train/grpo/plugin/plugin.py``) also zeroes the term of a second whose d_k is
+above 3, 5, 7 m and divides the sum by 3: ``cutoffs=OFFICIAL_CUTOFFS, scale=OFFICIAL_SCALE`` (r in [0, 1]).
 """
 from __future__ import annotations
 
@@ -38,6 +40,8 @@ PLANNING_TASKS = (PLANNING,)
 
 DEFAULT_BASES = (5.0, math.e, math.e)  # Eq. 7 as printed
 DEFAULT_TEMPERATURES = (0.7, 0.7, 0.3)
+OFFICIAL_CUTOFFS = (3.0, 5.0, 7.0)  # m, per second: a term is 0 above it (OpenREAD's released reward)
+OFFICIAL_SCALE = 1.0 / 3.0  # OpenREAD's released reward divides the three terms' sum by 3
 AVERAGING = ("second", "cumulative")
 
 
@@ -55,27 +59,40 @@ def per_second_l2(pred: Float[Array, "6 2"], gt: Float[Array, "6 2"], averaging:
 
 
 def trajectory_reward_value(pred: Float[Array, "6 2"], gt: Float[Array, "6 2"], bases: Float[Array, "3"],
-                            temperatures: Float[Array, "3"], averaging: str = "second") -> Float[Array, ""]:
-    """Eq. 7: ``sum_k bases[k] ** (-d_k * temperatures[k])`` (3 when the prediction is exact)."""
+                            temperatures: Float[Array, "3"], cutoffs: Float[Array, "3"],
+                            averaging: str = "second") -> Float[Array, ""]:
+    """Eq. 7: ``sum_k bases[k] ** (-d_k * temperatures[k]) * (d_k <= cutoffs[k])`` (3 when the prediction is exact;
+    cutoffs in m, inf for none)."""
     d = per_second_l2(pred, gt, averaging)
-    return jnp.sum(jnp.exp(-d * temperatures * jnp.log(bases)))
+    return jnp.sum(jnp.exp(-d * temperatures * jnp.log(bases)) * (d <= cutoffs))
 
 
-_batched_trajectory_reward = jax.jit(jax.vmap(trajectory_reward_value, in_axes=(0, 0, None, None, None)),
-                                     static_argnums=4)
+_batched_trajectory_reward = jax.jit(jax.vmap(trajectory_reward_value, in_axes=(0, 0, None, None, None, None)),
+                                     static_argnums=5)
+
+
+def _check_trajectory_args(bases, temperatures, cutoffs, averaging: str) -> None:
+    if len(bases) != 3 or len(temperatures) != 3 or min(bases) <= 0 or min(temperatures) < 0:
+        raise ValueError(f"trajectory reward: expected 3 positive bases and 3 non-negative temperatures, got {bases}, "
+                         f"{temperatures}")
+    if cutoffs is not None and (len(cutoffs) != 3 or min(cutoffs) < 0):
+        raise ValueError(f"trajectory reward: cutoffs: expected 3 non-negative distances (m) or None, got {cutoffs}")
+    if averaging not in AVERAGING:
+        raise ValueError(f"averaging: expected one of {AVERAGING}, got {averaging!r}")
 
 
 def trajectory_rewards(preds: np.ndarray, gts: np.ndarray, bases=DEFAULT_BASES, temperatures=DEFAULT_TEMPERATURES,
-                       averaging: str = "second") -> np.ndarray:
-    """[N] Eq. 7 rewards of parsed predictions [N, 6, 2] against GT [N, 6, 2] (same frame; L2 is frame-invariant)."""
-    if averaging not in AVERAGING:
-        raise ValueError(f"averaging: expected one of {AVERAGING}, got {averaging!r}")
+                       averaging: str = "second", cutoffs=None, scale: float = 1.0) -> np.ndarray:
+    """[N] Eq. 7 rewards of parsed predictions [N, 6, 2] against GT [N, 6, 2] (same frame; L2 is frame-invariant),
+    each term 0 where its d_k > ``cutoffs[k]`` (m; None: never), the sum times ``scale``."""
+    _check_trajectory_args(bases, temperatures, cutoffs, averaging)
     preds, gts = np.asarray(preds, np.float32), np.asarray(gts, np.float32)
     if len(preds) == 0:
         return np.zeros(0, np.float64)
+    cut = jnp.full(3, jnp.inf, jnp.float32) if cutoffs is None else jnp.asarray(cutoffs, jnp.float32)
     out = _batched_trajectory_reward(jnp.asarray(preds), jnp.asarray(gts), jnp.asarray(bases, jnp.float32),
-                                     jnp.asarray(temperatures, jnp.float32), averaging)
-    return np.asarray(out, np.float64)
+                                     jnp.asarray(temperatures, jnp.float32), cut, averaging)
+    return np.asarray(out, np.float64) * float(scale)
 
 
 # ------------------------------------------------------------------ routing
@@ -101,12 +118,11 @@ def routed(fn: Callable[[list[str], list[dict]], Sequence[float]], tasks: Sequen
 # ------------------------------------------------------------------ the rewards
 
 def trajectory_reward(bases=DEFAULT_BASES, temperatures=DEFAULT_TEMPERATURES, averaging: str = "second",
-                      key: str = "trajectory", tasks: Sequence[str] | None = PLANNING_TASKS) -> Reward:
-    """R_traj: Eq. 7 on the 6 points of the ``<answer>`` span; 0 without an answer span or with unparsable points."""
-    if len(bases) != 3 or len(temperatures) != 3 or min(bases) <= 0:
-        raise ValueError(f"trajectory reward: expected 3 positive bases and 3 temperatures, got {bases}, {temperatures}")
-    if averaging not in AVERAGING:
-        raise ValueError(f"averaging: expected one of {AVERAGING}, got {averaging!r}")
+                      key: str = "trajectory", tasks: Sequence[str] | None = PLANNING_TASKS, cutoffs=None,
+                      scale: float = 1.0) -> Reward:
+    """R_traj: Eq. 7 on the 6 points of the ``<answer>`` span (``cutoffs``, ``scale``: see ``trajectory_rewards``);
+    0 without an answer span or with unparsable points."""
+    _check_trajectory_args(bases, temperatures, cutoffs, averaging)
 
     def fn(completions, examples):
         parsed = [parse_trajectory(a) if (a := extract_answer(c)) else None for c in completions]
@@ -114,7 +130,8 @@ def trajectory_reward(bases=DEFAULT_BASES, temperatures=DEFAULT_TEMPERATURES, av
         out = np.zeros(len(completions))
         if ok:
             gts = np.stack([np.asarray(examples[i][key], np.float64).reshape(NUM_POINTS, 2) for i in ok])
-            out[ok] = trajectory_rewards(np.stack([parsed[i] for i in ok]), gts, bases, temperatures, averaging)
+            out[ok] = trajectory_rewards(np.stack([parsed[i] for i in ok]), gts, bases, temperatures, averaging,
+                                         cutoffs, scale)
         return out.tolist()
 
     return Reward(name="traj", fn=routed(fn, tasks))
@@ -204,8 +221,10 @@ def _tasks(cfg, default):
 
 
 def _trajectory(cfg) -> Reward:
+    cutoffs = cfg.get("cutoffs")
     return trajectory_reward(tuple(cfg.get("bases", DEFAULT_BASES)), tuple(cfg.get("temperatures", DEFAULT_TEMPERATURES)),
-                             cfg.get("averaging", "second"), cfg.get("key", "trajectory"), _tasks(cfg, PLANNING_TASKS))
+                             cfg.get("averaging", "second"), cfg.get("key", "trajectory"), _tasks(cfg, PLANNING_TASKS),
+                             None if cutoffs is None else tuple(cutoffs), float(cfg.get("scale", 1.0)))
 
 
 def _similarity(cfg):
@@ -234,7 +253,8 @@ def _critic(cfg):
 
 def trajectory_from_config(cfg) -> Reward:
     """``rewards.openread_trajectory``: ``bases`` (default 5, e, e), ``temperatures`` (0.7, 0.7, 0.3), ``averaging``
-    ("second" | "cumulative"), ``key``, ``tasks``, ``weight``."""
+    ("second" | "cumulative"), ``cutoffs`` (default none; OpenREAD's code: [3, 5, 7]), ``scale`` (1; its code: 1/3),
+    ``key``, ``tasks``, ``weight``."""
     return _weighted(_trajectory(cfg), cfg)
 
 
