@@ -271,10 +271,15 @@ def test_nan_or_missing_reward_is_an_error_unless_allowed():
     bad = Reward("flaky", lambda c, e: [1.0, float("nan"), None])
     with pytest.raises(ValueError, match=r"reward 'flaky': NaN/missing value at row 1"):
         combine_rewards([exact_match_reward(), bad], comps, exs)
+    # allowed: TRL's nansum over the reward functions; a row is invalid only when no reward scored it
     total, valid, _ = combine_rewards([Reward("w", lambda c, e: [0.5] * 3, weight=2.0), bad], comps, exs,
                                       allow_missing=True)
-    np.testing.assert_array_equal(valid, [True, False, False])
+    np.testing.assert_array_equal(valid, [True, True, True])
     np.testing.assert_allclose(total, [2.0, 1.0, 1.0])
+    other = Reward("other", lambda c, e: [None, 0.25, float("nan")], weight=4.0)
+    total, valid, _ = combine_rewards([bad, other], comps, exs, allow_missing=True)
+    np.testing.assert_array_equal(valid, [True, True, False])
+    np.testing.assert_allclose(total[:2], [1.0, 1.0])
     with pytest.raises(ValueError, match="expected 3 values"):
         combine_rewards([Reward("short", lambda c, e: [1.0])], comps, exs)
     with pytest.raises(ValueError, match="infinite"):

@@ -194,6 +194,36 @@ def test_a_run_already_at_stop_after_trains_nothing(tmp_path):
     assert again.checkpointer.all_steps() == [2, 4]
 
 
+def test_a_resumed_run_logs_each_step_once(tmp_path):
+    """Found by an exploratory pass: after a resume from an earlier checkpoint, the steps logged past it (run after
+    the last save, before the kill) appeared twice in metrics.jsonl, and a kill mid-write left a cut line."""
+    from jaxdrive.train.metrics import MetricsLogger, read_jsonl
+
+    def trainer(ckpt_every):
+        tr = _linear_trainer(tmp_path / "ckpt", save_every=ckpt_every)
+        tr.logger = MetricsLogger(str(tmp_path), stdout=False, tensorboard=False)
+        tr.restore()
+        return tr
+
+    tr = trainer(2)
+    tr.run(6, _linear_batch, stop_after=3)  # steps 1-3 logged, checkpoints 2 and 3
+    tr.checkpointer.wait()
+    tr.logger.close()
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 4, "train/lo')  # a kill mid-write
+    again = _linear_trainer(tmp_path / "ckpt", save_every=2)
+    again.logger = MetricsLogger(str(tmp_path), stdout=False, tensorboard=False)
+    again.restore(2)  # an earlier checkpoint: step 3 runs again
+    again.run(6, _linear_batch)
+    again.logger.close()
+    assert [r["step"] for r in read_jsonl(str(tmp_path / "metrics.jsonl"))] == [1, 2, 3, 4, 5, 6]
+    fresh = _linear_trainer(tmp_path / "none", save_every=0)
+    fresh.logger = MetricsLogger(str(tmp_path), stdout=False, tensorboard=False)
+    fresh.run(2, _linear_batch)  # no checkpoint: a run from step 0 starts the log afresh
+    fresh.logger.close()
+    assert [r["step"] for r in read_jsonl(str(tmp_path / "metrics.jsonl"))] == [1, 2]
+
+
 @pytest.mark.parametrize("micro", [0, 9])
 def test_micro_batches_outside_one_to_batch_size_are_refused(tmp_path, micro):
     """Found by an exploratory pass: micro_batches=100 with batch_size=8 crashed with an IndexError traceback in the

@@ -14,8 +14,8 @@ Named conventions (``ADVANTAGE_CONVENTIONS``): "trl" (group, eps 1e-4), "verl" a
 A group of one (G = 1) has no baseline: its advantage is 0 (TRL's behaviour: mean = r, std = 0) unless
 ``singleton="raw"`` is asked for, which returns the raw reward (verl's behaviour: mean = 0, std = 1, so
 r / (1 + eps), or r with scale="none"). An all-equal
-group gives advantage 0 in every convention. Rows with ``valid=False`` (a reward that was explicitly allowed to be
-missing) are left out of the mean/std and get advantage 0, as TRL does with NaN rewards.
+group gives advantage 0 in every convention. Rows with ``valid=False`` (no reward scored them, where missing values
+were explicitly allowed) are left out of the mean/std and get advantage 0, as TRL does with NaN rewards.
 
 Policy loss (``policy_loss`` / ``policy_loss_terms``), per completion token t of sequence i:
 

@@ -51,6 +51,29 @@ class MetricsLogger:
             print(f"[step {int(step)}] {text}", file=self.stream or sys.stdout, flush=True)
         return record
 
+    def resume_at(self, step: int) -> None:
+        """Drops the records of ``metrics.jsonl`` past ``step``, the step a (resumed) run continues from: they belong
+        to steps run after the last checkpoint and are logged again (all of them when ``step`` is 0, where the
+        starting evaluations run again too). A last line cut by a kill is dropped as well."""
+        if self._jsonl is None:
+            return
+        from jaxdrive import atomic
+
+        self._jsonl.close()
+        with open(self.path) as f:
+            lines = [ln for ln in f if ln.strip()]
+        keep = []
+        for ln in lines:
+            try:
+                record = json.loads(ln)
+            except json.JSONDecodeError:  # the half-written last line of a killed run
+                continue
+            if 0 < step and record.get("step", 0) <= step:
+                keep.append(ln if ln.endswith("\n") else ln + "\n")
+        if len(keep) != len(lines):
+            atomic.write_text(self.path, "".join(keep))
+        self._jsonl = open(self.path, "a")
+
     def close(self) -> None:
         if self._jsonl is not None:
             self._jsonl.close()

@@ -6,8 +6,10 @@ A reward is either
   * jnp: ``fn(tokens: Int[N, T], mask: Float[N, T], batch: dict of arrays [N, ...]) -> Float[N]`` run on device.
 
 ``combine_rewards`` sums ``weight * value`` over the rewards. A NaN, infinite or missing (None) value is an error
-naming the reward and the row, never a silent zero, unless the caller passes ``allow_missing=True``: then the row is
-marked invalid and ``grpo.group_advantages(valid=...)`` leaves it out of the group statistics (advantage 0), as TRL does.
+naming the reward and the row, never a silent zero, unless the caller passes ``allow_missing=True``: then, as TRL
+does (``nansum`` over the reward functions), a row's total is the weighted sum of the values it has, and a row that no
+reward scored is marked invalid, so ``grpo.group_advantages(valid=...)`` leaves it out of the group statistics
+(advantage 0).
 """
 from __future__ import annotations
 
@@ -52,7 +54,8 @@ def combine_rewards(
       completions: N decoded completion strings (host rewards).
       examples: N example dicts, row-aligned with completions (host rewards).
       tokens, mask, batch: [N, T] completion tokens, their mask and per-row arrays (jnp rewards).
-      allow_missing: let a reward return None/NaN for some rows (they become invalid) instead of raising.
+      allow_missing: let a reward return None/NaN for some rows instead of raising: the row's total sums the values it
+        has, and a row without any value becomes invalid (TRL's rule).
     Returns:
       (total [N] float32, valid [N] bool, per-reward values {name: [N] float64}).
     Raises:
@@ -65,7 +68,7 @@ def combine_rewards(
     if len(examples) != n:
         raise ValueError(f"examples: expected {n} (one per completion), got {len(examples)}")
     total = np.zeros(n, np.float64)
-    valid = np.ones(n, bool)
+    scored = np.zeros(n, bool)
     parts = {}
     for r in rewards:
         if r.kind == "host":
@@ -85,10 +88,10 @@ def combine_rewards(
                 f"reward {r.name!r}: NaN/missing value at row {i} (completion {completions[i]!r}); "
                 "rewards must be finite numbers (pass allow_missing=True to drop such rows from the advantage)"
             )
-        valid &= ~missing
+        scored |= ~missing
         total += r.weight * np.where(missing, 0.0, values)
         parts[r.name] = values
-    return total.astype(np.float32), valid, parts
+    return total.astype(np.float32), scored, parts
 
 
 def exact_match_reward(answer_key: str = "answer", *, strip: bool = True) -> Reward:

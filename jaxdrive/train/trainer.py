@@ -185,6 +185,8 @@ class Trainer:
 
         eval_fns = eval_fns or {}
         records = []
+        if self.logger is not None:  # a resumed run logs the steps after its checkpoint again: no record twice
+            self.logger.resume_at(self.step)
         if self.step == 0 and eval_fns:  # the starting point of every evaluation curve
             start = {"step": 0}
             for name, (_, fn) in eval_fns.items():
