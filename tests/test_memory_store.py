@@ -137,6 +137,31 @@ def test_cluster_conflicts_quality_and_llm_abstraction(embed):
     np.testing.assert_allclose(out.embeddings[1:], embed([e.text() for e in out.entries[1:]]), atol=1e-5)
 
 
+def test_an_entry_abstracted_across_scenes_is_excluded_for_each(tmp_path, embed):
+    """Found by an exploratory pass: an entry abstracted from a cluster spanning scenes A and B kept only A's
+    scene_id, so a query from scene B retrieved an entry built from its own trajectory (the paper's same-scene
+    safeguard, A.2, leaked). Old stores without the scenes column still load."""
+    import pyarrow.parquet as pq
+
+    q = "Is it safe to change into the left lane now? A) Yes B) No"
+    r = "A vehicle occupies the left lane beside the ego, so the lane change is unsafe and the ego should wait."
+    tools = ("get_surrounding_object_detections",)
+    buf = [traj(0, question=q, reasoning=r, tools=tools, scene="sA"),
+           traj(1, question=q, reasoning=r + " ", tools=tools, scene="sB"),  # a duplicate: dropped from the text
+           traj(2, question=q, reasoning=r + "  ", tools=tools, scene="sC")]
+    out, rep = consolidate(build(RULES[:1], embed), buf, embed)
+    assert len(rep.added) == 1 and rep.duplicates_dropped == 2
+    entry = out.entries[1]
+    assert entry.scene_id == "sA" and entry.scenes == ["sB", "sC"]
+    np.testing.assert_array_equal(out.exclusion(["sA", "sB", "sC", "sZ", "sceneA"]),
+                                  [[False, True], [False, True], [False, True], [False, False], [True, False]])
+    gen = save(out, tmp_path / "m")
+    assert load(tmp_path / "m").entries == out.entries
+    table = pq.read_table(gen / "entries.parquet")
+    pq.write_table(table.drop(["scenes"]), gen / "entries.parquet")  # a store written before the column existed
+    assert [e.scenes for e in load(tmp_path / "m").entries] == [[], []]
+
+
 _WRITER = """
 import sys, numpy as np
 from jaxdrive.agent.store import MemoryEntry, MemoryStore, save, load

@@ -149,12 +149,19 @@ class Abstractor(Protocol):
 
 def template_abstract(group: Sequence[MemoryEntry]) -> MemoryEntry:
     """Template abstraction: the first (representative) experience's conditions, pattern and strategy; the distinct
-    risks of the whole cluster; support and sources summed. Deterministic."""
+    risks of the whole cluster; support, sources and scenes summed. Deterministic."""
     rep = group[0]
     risks = list(dict.fromkeys(r.strip() for e in group for r in e.risks.split(";") if r.strip()))
     sources = [s for e in group for s in e.sources]
     return dataclasses.replace(rep, id="exp-" + hashlib.sha1("|".join(sorted(sources)).encode()).hexdigest()[:12],
-                               risks="; ".join(risks), support=sum(e.support for e in group), sources=sources)
+                               risks="; ".join(risks), support=sum(e.support for e in group), sources=sources,
+                               scenes=_other_scenes(rep, group))
+
+
+def _other_scenes(entry: MemoryEntry, experiences: Sequence[MemoryEntry]) -> list[str]:
+    """The scenes of ``experiences`` other than ``entry.scene_id``, in order (an abstracted entry's ``scenes``)."""
+    every = dict.fromkeys(s for e in experiences for s in (e.scene_id, *e.scenes) if s)
+    return [s for s in every if s != entry.scene_id]
 
 
 ABSTRACT_PROMPT = """Abstract these driving experiences into ONE reusable memory entry. Do not mention answers,
@@ -235,6 +242,8 @@ def consolidate(store: MemoryStore, trajectories: Sequence[dict], embed, *,
             group = [buffer[i] for i in kept]
             entry = abstract(group)
             entry.utility = cfg.initial_utility
+            # every scene of the cluster, duplicates dropped included: retrieval for any of them must exclude it
+            entry.scenes = _other_scenes(entry, [buffer[i] for i in g])
             if entry.id in by_id or any(entry.id == e.id for e in new_entries):
                 continue
             new_entries.append(entry)

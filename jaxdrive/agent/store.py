@@ -7,7 +7,7 @@ teacher's answer) that the inference-safe view strips.
 On disk a store is a directory::
 
     CURRENT                  one line: the name of the committed generation
-    gen-000007/entries.parquet    one row per entry (text fields, utility float64, sources list<string>)
+    gen-000007/entries.parquet    one row per entry (text fields, utility float64, sources and scenes list<string>)
     gen-000007/embeddings.npy     float32 [N, D] unit-norm rows (numpy format, loaded with allow_pickle=False)
     gen-000007/meta.json          {"dim", "count", "embedder", "consolidated": [trajectory ids], "created"}
 
@@ -34,7 +34,8 @@ import pyarrow.parquet as pq
 
 TEXT_FIELDS = ("conditions", "risks", "success_pattern", "tool_strategy")
 SAFE_FIELDS = TEXT_FIELDS  # what the policy may see
-_COLUMNS = ("id", "scene_id", "kind") + TEXT_FIELDS + ("answer", "utility", "support", "sources")
+_COLUMNS = ("id", "scene_id", "kind") + TEXT_FIELDS + ("answer", "utility", "support", "sources", "scenes")
+_OPTIONAL_COLUMNS = {"scenes": []}  # absent from stores written before it existed
 
 
 @dataclasses.dataclass
@@ -52,6 +53,11 @@ class MemoryEntry:
     answer: str = ""
     support: int = 1
     sources: list[str] = dataclasses.field(default_factory=list)
+    scenes: list[str] = dataclasses.field(default_factory=list)  # every scene it was abstracted from, besides scene_id
+
+    def scene_set(self) -> set[str]:
+        """The scenes this entry came from (``scene_id`` and ``scenes``): a query from any of them must not see it."""
+        return {s for s in (self.scene_id, *self.scenes) if s}
 
     def text(self) -> str:
         """The text that is embedded: the four schema fields (never identity fields or the answer)."""
@@ -65,7 +71,7 @@ class MemoryEntry:
     def from_dict(d: dict, where: str = "entry") -> "MemoryEntry":
         """An entry from a JSON object; ``ValueError`` naming ``where`` and the field for anything else than
         non-empty ``id`` / ``conditions`` strings, string text fields, ``kind`` rule | experience, a finite number
-        ``utility``, an integer ``support`` >= 1 and a list of strings ``sources``."""
+        ``utility``, an integer ``support`` >= 1 and lists of strings ``sources`` and ``scenes``."""
         if not isinstance(d, dict):
             raise ValueError(f"{where}: expected a JSON object (one entry), got {type(d).__name__}")
         known = {f.name for f in dataclasses.fields(MemoryEntry)}
@@ -77,7 +83,7 @@ class MemoryEntry:
                 raise ValueError(f"{where}: field {f!r}: expected a non-empty string, got {d.get(f)!r}")
         _check_fields(d, where)
         e = MemoryEntry(**d)
-        e.utility, e.sources = float(e.utility), list(e.sources)
+        e.utility, e.sources, e.scenes = float(e.utility), list(e.sources), list(e.scenes)
         return e
 
 
@@ -94,9 +100,10 @@ def _check_fields(d: dict, where: str) -> None:
     n = d.get("support", 1)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"{where}: field 'support': expected an integer >= 1, got {n!r}")
-    src = d.get("sources", [])
-    if not isinstance(src, list) or not all(isinstance(x, str) for x in src):
-        raise ValueError(f"{where}: field 'sources': expected a list of strings, got {src!r}")
+    for f in ("sources", "scenes"):
+        values = d.get(f, [])
+        if not isinstance(values, list) or not all(isinstance(x, str) for x in values):
+            raise ValueError(f"{where}: field {f!r}: expected a list of strings, got {values!r}")
 
 
 def format_entries(entries: Sequence[MemoryEntry]) -> str:
@@ -136,10 +143,11 @@ class MemoryStore:
         return [e.scene_id for e in self.entries]
 
     def exclusion(self, query_scenes: Sequence[str]) -> np.ndarray:
-        """[Q, N] bool: entry n comes from query q's scene (paper A.2's same-scene safeguard)."""
-        scenes = np.asarray(self.scene_ids(), dtype=object)
-        return np.stack([(scenes == s) & (scenes != "") for s in query_scenes]) if len(query_scenes) else \
-            np.zeros((0, len(self.entries)), bool)
+        """[Q, N] bool: entry n comes from query q's scene, or was abstracted from experiences that include it (paper
+        A.2's same-scene safeguard)."""
+        sets = [e.scene_set() for e in self.entries]
+        return np.array([[bool(s) and s in entry for entry in sets] for s in query_scenes], bool).reshape(
+            len(query_scenes), len(self.entries))
 
 
 def _fsync_dir(path: Path) -> None:
@@ -159,8 +167,9 @@ def _write_file(path: Path, write) -> None:
 
 def _table(entries: Sequence[MemoryEntry]) -> pa.Table:
     cols = {c: [getattr(e, c) for e in entries] for c in _COLUMNS}
-    schema = pa.schema([(c, pa.string()) for c in _COLUMNS[:-3]] +
-                       [("utility", pa.float64()), ("support", pa.int64()), ("sources", pa.list_(pa.string()))])
+    schema = pa.schema([(c, pa.string()) for c in _COLUMNS[:-4]] +
+                       [("utility", pa.float64()), ("support", pa.int64()), ("sources", pa.list_(pa.string())),
+                        ("scenes", pa.list_(pa.string()))])
     return pa.table(cols, schema=schema)
 
 
@@ -232,10 +241,12 @@ def load(root: str | os.PathLike, mmap: bool = False) -> MemoryStore:
     where = f"memory store {root}: {cur}"
     if not isinstance(meta, dict) or isinstance(meta.get("count"), bool) or not isinstance(meta.get("count"), int):
         raise ValueError(f"{where}/meta.json: expected an object with an integer 'count'")
-    missing = [c for c in _COLUMNS if c not in table.column_names]
+    present = [c for c in _COLUMNS if c in table.column_names]
+    missing = [c for c in _COLUMNS if c not in present and c not in _OPTIONAL_COLUMNS]
     if missing:
         raise ValueError(f"{where}/entries.parquet: missing column(s) {missing}")
-    entries = [MemoryEntry(**{c: r[c] for c in _COLUMNS}) for r in table.select(list(_COLUMNS)).to_pylist()]
+    entries = [MemoryEntry(**{c: r.get(c, list(_OPTIONAL_COLUMNS.get(c, []))) for c in _COLUMNS})
+               for r in table.select(present).to_pylist()]
     if len(entries) != meta["count"]:
         raise ValueError(f"{where} holds {len(entries)} entries, meta.json says {meta['count']}")
     try:
