@@ -36,7 +36,6 @@ from jaxdrive.judge.bev import BevConfig, render_bev_batch, save_png
 from jaxdrive.judge.dataset import SUBSCORE_KEYS, Pair, Record, write_jsonl
 from jaxdrive.judge.gates import RULE_LABELS
 from jaxdrive.judge.labels import PAPER_THRESHOLDS, gate_labels, rule_values
-from jaxdrive.rules import epdms
 from jaxdrive.scene import HostScene, batch_scenes
 from jaxdrive.scorer import BatchScorer
 
