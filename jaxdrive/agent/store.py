@@ -35,7 +35,9 @@ import pyarrow.parquet as pq
 TEXT_FIELDS = ("conditions", "risks", "success_pattern", "tool_strategy")
 SAFE_FIELDS = TEXT_FIELDS  # what the policy may see
 _COLUMNS = ("id", "scene_id", "kind") + TEXT_FIELDS + ("answer", "utility", "support", "sources", "scenes")
-_OPTIONAL_COLUMNS = {"scenes": []}  # absent from stores written before it existed
+_COLUMN_TYPES = {"utility": pa.float64(), "support": pa.int64(), "sources": pa.list_(pa.string()),
+                 "scenes": pa.list_(pa.string())}  # the others are strings
+_OPTIONAL_COLUMNS = ("scenes",)  # absent from stores written before it existed: the entry's default
 
 
 @dataclasses.dataclass
@@ -139,15 +141,17 @@ class MemoryStore:
     def utility(self) -> np.ndarray:
         return np.array([e.utility for e in self.entries], np.float64)
 
-    def scene_ids(self) -> list[str]:
-        return [e.scene_id for e in self.entries]
-
     def exclusion(self, query_scenes: Sequence[str]) -> np.ndarray:
         """[Q, N] bool: entry n comes from query q's scene, or was abstracted from experiences that include it (paper
         A.2's same-scene safeguard)."""
-        sets = [e.scene_set() for e in self.entries]
-        return np.array([[bool(s) and s in entry for entry in sets] for s in query_scenes], bool).reshape(
-            len(query_scenes), len(self.entries))
+        pairs = [(n, s) for n, e in enumerate(self.entries) for s in sorted(e.scene_set())]
+        rows = np.array([n for n, _ in pairs], np.int64)
+        names = np.array([s for _, s in pairs], dtype=object)
+        out = np.zeros((len(query_scenes), len(self.entries)), bool)
+        for q, scene in enumerate(query_scenes):
+            if scene:
+                out[q, rows[names == scene]] = True
+        return out
 
 
 def _fsync_dir(path: Path) -> None:
@@ -167,9 +171,7 @@ def _write_file(path: Path, write) -> None:
 
 def _table(entries: Sequence[MemoryEntry]) -> pa.Table:
     cols = {c: [getattr(e, c) for e in entries] for c in _COLUMNS}
-    schema = pa.schema([(c, pa.string()) for c in _COLUMNS[:-4]] +
-                       [("utility", pa.float64()), ("support", pa.int64()), ("sources", pa.list_(pa.string())),
-                        ("scenes", pa.list_(pa.string()))])
+    schema = pa.schema([(c, _COLUMN_TYPES.get(c, pa.string())) for c in _COLUMNS])
     return pa.table(cols, schema=schema)
 
 
@@ -245,8 +247,7 @@ def load(root: str | os.PathLike, mmap: bool = False) -> MemoryStore:
     missing = [c for c in _COLUMNS if c not in present and c not in _OPTIONAL_COLUMNS]
     if missing:
         raise ValueError(f"{where}/entries.parquet: missing column(s) {missing}")
-    entries = [MemoryEntry(**{c: r.get(c, list(_OPTIONAL_COLUMNS.get(c, []))) for c in _COLUMNS})
-               for r in table.select(present).to_pylist()]
+    entries = [MemoryEntry(**r) for r in table.select(present).to_pylist()]
     if len(entries) != meta["count"]:
         raise ValueError(f"{where} holds {len(entries)} entries, meta.json says {meta['count']}")
     try:
