@@ -257,3 +257,33 @@ def test_a_bool_override_of_a_number_is_refused():
     with pytest.raises(ValueError, match="override steps=True: expected a int"):
         apply_overrides(cfg, ["steps=True"])
     assert apply_overrides(cfg, ["progress=False", "grpo.group_size=4"]).grpo.group_size == 4
+
+
+@pytest.mark.parametrize("field,value,expected", [
+    ("lr", -1e-3, r"optim.lr: expected >= 0 \(0 is a control run that keeps the weights\), got -0.001"),
+    ("lr", float("nan"), "optim.lr: expected a finite number, got nan"),
+    ("warmup_steps", 20, "optim.warmup_steps: expected between 0 and the 10 optimizer updates of the run, got 20"),
+    ("b2", 1.0, r"optim.b2: expected in \[0, 1\), got 1.0"),
+    ("weight_decay", -0.1, "optim.weight_decay: expected >= 0, got -0.1"),
+    ("eps", 0.0, "optim.eps: expected > 0, got 0.0"),
+])
+def test_optimizer_settings_are_checked_and_named(field, value, expected):
+    """Left alone by an earlier pass, fixed now: a negative lr trained (gradient ascent) without a word, and warm-up
+    longer than the run was reported as 'schedule: ...' without the config field."""
+    import ml_collections
+
+    cfg = ml_collections.ConfigDict({"lr": 1e-3, "warmup_steps": 2})
+    cfg[field] = value
+    with pytest.raises(ValueError, match=expected):
+        optim.make_optimizer(cfg, 10)
+    assert optim.make_optimizer(ml_collections.ConfigDict({"lr": 1e-3, "clip_norm": None}), 10) is not None
+
+
+def test_a_prompt_batch_larger_than_the_data_names_the_grpo_field():
+    """Found by an exploratory pass: grpo.prompts_per_step above the number of prompts said only 'batch_size: ...'."""
+    from jaxdrive.train.grpo_trainer import Rollouts
+
+    cfg = load_config("grpo_tiny").grpo
+    cfg.prompts_per_step = 99
+    with pytest.raises(ValueError, match=r"grpo.prompts_per_step: expected 1 <= grpo.prompts_per_step <= 3"):
+        Rollouts([{}] * 3, [], decode=None, cfg=cfg)

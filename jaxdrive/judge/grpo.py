@@ -121,7 +121,8 @@ class GateRollouts:
         self.oversample = int(cfg.get("oversample", 1))
         if self.oversample < 1:
             raise ValueError(f"grpo.oversample: expected >= 1, got {self.oversample}")
-        self.sampler = EpochSampler(len(examples), cfg.prompts_per_step * self.oversample, seed=cfg.seed)
+        self.sampler = EpochSampler(len(examples), cfg.prompts_per_step * self.oversample, seed=cfg.seed,
+                                    name="grpo.prompts_per_step x grpo.oversample")
         adv = grpo.resolve_advantage_convention(cfg.advantage) if cfg.get("advantage") else {}
         self.adv_kwargs = dict(adv, **{k: cfg[k] for k in ("scale", "eps") if cfg.get(k) is not None})
 

@@ -21,11 +21,13 @@ def stack_examples(examples: list[dict]) -> dict[str, np.ndarray]:
 
 class EpochSampler:
     """Batches of ``batch_size`` indices into N examples: a fresh permutation per epoch (seeded by (seed, epoch)),
-    last incomplete batch dropped. ``indices(step)`` is a pure function of ``step``."""
+    last incomplete batch dropped. ``indices(step)`` is a pure function of ``step``. ``name`` is the config field
+    that set ``batch_size``, for the error when it is out of range."""
 
-    def __init__(self, num_examples: int, batch_size: int, *, seed: int = 0, shuffle: bool = True):
+    def __init__(self, num_examples: int, batch_size: int, *, seed: int = 0, shuffle: bool = True,
+                 name: str = "batch_size"):
         if not 1 <= batch_size <= num_examples:
-            raise ValueError(f"batch_size: expected 1 <= batch_size <= {num_examples} (examples), got {batch_size}")
+            raise ValueError(f"{name}: expected 1 <= {name} <= {num_examples} (examples), got {batch_size}")
         self.n, self.batch_size, self.seed, self.shuffle = num_examples, batch_size, seed, shuffle
         self.steps_per_epoch = num_examples // batch_size
 

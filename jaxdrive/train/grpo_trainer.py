@@ -140,7 +140,8 @@ class Rollouts:
     def __init__(self, examples: list[dict], rewards: Sequence[Reward], decode, cfg: ml_collections.ConfigDict):
         check_config(cfg)
         self.examples, self.rewards, self.decode, self.cfg = examples, list(rewards), decode, cfg
-        self.sampler = EpochSampler(len(examples), cfg.prompts_per_step, seed=cfg.seed)
+        self.sampler = EpochSampler(len(examples), cfg.prompts_per_step, seed=cfg.seed,
+                                    name="grpo.prompts_per_step")
         adv = grpo.resolve_advantage_convention(cfg.advantage) if cfg.get("advantage") else {}
         self.adv_kwargs = dict(adv, **{k: cfg[k] for k in ("scale", "eps") if cfg.get(k) is not None})
 

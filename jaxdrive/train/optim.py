@@ -3,6 +3,7 @@ model variables are trained (full fine-tuning, LoRA adapters only, optionally wi
 from __future__ import annotations
 
 import functools
+import math
 from typing import Literal
 
 import ml_collections
@@ -27,13 +28,37 @@ def make_schedule(lr: float, total_steps: int, warmup_steps: int = 0, end_lr_rat
 
 def make_optimizer(cfg: ml_collections.ConfigDict, total_steps: int) -> optax.GradientTransformation:
     """AdamW from an ``optim`` config block: lr, warmup_steps, end_lr_ratio, b1, b2, eps, weight_decay, clip_norm
-    (global-norm clipping before the update; 0 or None disables it).
+    (global-norm clipping before the update; 0 or None disables it). ``total_steps`` counts optimizer updates.
 
-    Equal settings return the same (cached) transformation object, so trainers built from equal configs share the
-    compiled update step (the transformation is a static argument of it)."""
-    return _adamw(float(cfg.lr), int(total_steps), int(cfg.get("warmup_steps", 0)), float(cfg.get("end_lr_ratio", 0.0)),
-                  float(cfg.get("b1", 0.9)), float(cfg.get("b2", 0.999)), float(cfg.get("eps", 1e-8)),
-                  float(cfg.get("weight_decay", 0.0)), float(cfg.get("clip_norm", 1.0) or 0.0))
+    Every value is checked first; a bad one is a ``ValueError`` naming ``optim.<field>``. Equal settings return the
+    same (cached) transformation object, so trainers built from equal configs share the compiled update step (the
+    transformation is a static argument of it)."""
+    hp = optimizer_settings(cfg, total_steps)
+    return _adamw(hp["lr"], int(total_steps), hp["warmup_steps"], hp["end_lr_ratio"], hp["b1"], hp["b2"], hp["eps"],
+                  hp["weight_decay"], hp["clip_norm"])
+
+
+def optimizer_settings(cfg: ml_collections.ConfigDict, total_steps: int) -> dict:
+    """The ``optim`` block's values with defaults, checked: lr >= 0, 0 <= warmup_steps <= total_steps,
+    0 <= end_lr_ratio, 0 <= b1, b2 < 1, eps > 0, weight_decay >= 0, clip_norm >= 0 (all finite)."""
+    hp = {"lr": cfg.get("lr"), "warmup_steps": cfg.get("warmup_steps", 0), "end_lr_ratio": cfg.get("end_lr_ratio", 0.0),
+          "b1": cfg.get("b1", 0.9), "b2": cfg.get("b2", 0.999), "eps": cfg.get("eps", 1e-8),
+          "weight_decay": cfg.get("weight_decay", 0.0), "clip_norm": cfg.get("clip_norm", 1.0) or 0.0}
+    for name, value in hp.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"optim.{name}: expected a finite number, got {value!r}")
+    hp = {k: (int(v) if k == "warmup_steps" else float(v)) for k, v in hp.items()}
+    checks = {"lr": hp["lr"] >= 0, "warmup_steps": 0 <= hp["warmup_steps"] <= total_steps,
+              "end_lr_ratio": hp["end_lr_ratio"] >= 0, "b1": 0 <= hp["b1"] < 1, "b2": 0 <= hp["b2"] < 1,
+              "eps": hp["eps"] > 0, "weight_decay": hp["weight_decay"] >= 0, "clip_norm": hp["clip_norm"] >= 0}
+    expected = {"lr": ">= 0 (0 is a control run that keeps the weights)",
+                "warmup_steps": f"between 0 and the {total_steps} optimizer updates of the run",
+                "end_lr_ratio": ">= 0", "b1": "in [0, 1)", "b2": "in [0, 1)", "eps": "> 0", "weight_decay": ">= 0",
+                "clip_norm": ">= 0 (0 or None disables clipping)"}
+    for name, ok in checks.items():
+        if not ok:
+            raise ValueError(f"optim.{name}: expected {expected[name]}, got {hp[name]}")
+    return hp
 
 
 @functools.lru_cache(maxsize=64)
