@@ -2,16 +2,17 @@
 tools; the loop's rules and counters; JSONL trajectories; the stepwise converter's phase-1 / phase-2 records and masks;
 the short-term memory scene graph."""
 import json
+import re
 
 import pytest
 from agent_scenes import CROSSWALK, known_scene
 
 from jaxdrive.agent import stm
 from jaxdrive.agent.consolidate import verify
-from jaxdrive.agent.loop import MAX_TOOL_TURNS, read_jsonl, run_episode, write_jsonl
+from jaxdrive.agent.loop import MAX_TOOL_TURNS, read_trajectories, run_episode, write_jsonl
 from jaxdrive.agent.mcq import KINDS, make_mcq_set
 from jaxdrive.agent.policy import ScriptedPolicy
-from jaxdrive.agent.sft_data import convert, stepwise_records, to_arrays
+from jaxdrive.agent.sft_data import convert, read_records, stepwise_records, to_arrays
 from jaxdrive.agent.tools import ToolContext, default_registry
 from jaxdrive.data.synthetic import generate_scene
 
@@ -58,7 +59,7 @@ def test_scripted_policy_answers_mcq_through_the_loop(mcq, tmp_path):
     assert all(t["memory_used"] == ["m7"] and verify(t) for t in trajs)
     assert all(t["steps"][0]["update"] and t["steps"][0]["latency_ms"] >= 0 for t in trajs)
     write_jsonl(tmp_path / "t.jsonl", trajs)
-    assert read_jsonl(tmp_path / "t.jsonl") == json.loads(json.dumps(trajs))
+    assert read_trajectories(tmp_path / "t.jsonl") == json.loads(json.dumps(trajs))
 
 
 def test_loop_counts_mistakes_and_enforces_budget(mcq):
@@ -146,6 +147,21 @@ def test_agent_cli_run_and_convert(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out.strip())["records"] == 20
     assert main(["agent", "run", "--scenes", "0", "--out", str(out)]) == 2
     assert "--scenes" in capsys.readouterr().err
+    assert len(read_records(records)) == 20
+
+
+@pytest.mark.parametrize("line,msg", [
+    ('{"id": "r0"}', "r.jsonl:1: missing field 'segments'"),
+    ('{"segments": ["x"]}', "r.jsonl:1: field 'segments[0]': expected an object, got str"),
+    ('{"segments": [{"role": "user", "text": "q"}]}', "r.jsonl:1: segments[0]: missing field 'train'"),
+    ('{"segments": [{"role": "user", "text": "q", "train": false}]}', "no segment has train=true"),
+])
+def test_sft_records_are_checked_by_name(tmp_path, line, msg):
+    """Found by a review: the agent SFT dataset read records with a bare JSON loop, so a record without a training
+    segment crashed with 'index 0 is out of bounds' and a missing field with a bare KeyError, both without a file."""
+    (tmp_path / "r.jsonl").write_text(line + "\n")
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        read_records(tmp_path / "r.jsonl")
 
 
 @pytest.mark.parametrize("used,want", [(5, []), (None, []), ("12", []), ({"1": 1}, []), ([1.0, True, 2, 9], ["m2"])])

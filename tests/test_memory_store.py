@@ -277,7 +277,8 @@ def test_memory_cli(tmp_path, capsys):
 
 def test_memory_and_agent_cli_bad_inputs(tmp_path, capsys):
     """Bad input to `jaxdrive memory` / `jaxdrive agent convert` is a usage error (exit 2) naming what is wrong: these
-    were tracebacks (a missing trajectories file, a non-object line, a trajectory without id, a missing --stm file),
+    were tracebacks (a missing trajectories file, a non-object line, a trajectory without id, a missing --stm file,
+    a non-list ``steps``), a string ``memory_used`` was read letter by letter,
     or taken silently (--eta nan poisoned every credited utility, --lam nan printed nothing with exit 0, --devices 0
     meant unsharded, an empty entries file built an empty store)."""
     from jaxdrive.cli import main
@@ -286,7 +287,8 @@ def test_memory_and_agent_cli_bad_inputs(tmp_path, capsys):
     emb = rng.standard_normal((2, 384))
     save(MemoryStore(RULES[:2], emb / np.linalg.norm(emb, axis=1, keepdims=True)), tmp_path / "m")
     files = {"obj.jsonl": "[1]\n", "noid.jsonl": '{"correct": true}\n', "nomsg.jsonl": '{"id": "t0"}\n',
-             "empty.jsonl": "\n"}
+             "empty.jsonl": "\n", "steps.jsonl": '{"id": "t0", "correct": true, "steps": "call"}\n',
+             "used.jsonl": '{"id": "t0", "retrieved": ["m1"], "memory_used": "m1"}\n'}
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     m, t = str(tmp_path / "m"), lambda name: str(tmp_path / name)
@@ -295,6 +297,10 @@ def test_memory_and_agent_cli_bad_inputs(tmp_path, capsys):
         (["memory", "consolidate", "--store", m, "--trajectories", t("obj.jsonl")], "obj.jsonl:1: expected a JSON"),
         (["memory", "consolidate", "--store", m, "--trajectories", t("noid.jsonl")], "missing field 'id'"),
         (["memory", "consolidate", "--store", m, "--trajectories", t("nomsg.jsonl"), "--eta", "nan"], "eta: expected"),
+        (["memory", "consolidate", "--store", m, "--trajectories", t("steps.jsonl")],
+         "steps.jsonl:1: field 'steps': expected a list of step objects, got str"),
+        (["memory", "consolidate", "--store", m, "--trajectories", t("used.jsonl")],
+         "used.jsonl:1: field 'memory_used': expected a list of entry ids"),
         (["memory", "query", "--store", m, "--question", "q", "-k", "1", "--stm", t("nope.txt")], "--stm"),
         (["memory", "query", "--store", m, "--question", "q", "-k", "1", "--devices", "0"], "--devices"),
         (["memory", "query", "--store", m, "--question", "q", "-k", "1", "--lam", "nan"], "lam: expected a finite"),

@@ -65,6 +65,31 @@ class Report:
     added: list = dataclasses.field(default_factory=list)
 
 
+def check_trajectory(traj: dict, where: str) -> None:
+    """The fields consolidation reads, when present, have their loop types: ``steps`` a list of objects (each
+    ``action`` an object), ``retrieved`` / ``memory_used`` lists of entry ids, ``correct`` a bool; a
+    ``SourceError`` naming ``where`` and the field otherwise (not a crash half-way through a round)."""
+    from jaxdrive.datasets.base import SourceError
+
+    def fail(field: str, want: str, got) -> None:
+        raise SourceError(f"{where}: field {field!r}: expected {want}, got {type(got).__name__}")
+
+    steps = traj.get("steps", [])
+    if not isinstance(steps, list):
+        fail("steps", "a list of step objects", steps)
+    for i, step in enumerate(steps):
+        if not isinstance(step, dict):
+            fail(f"steps[{i}]", "an object", step)
+        if not isinstance(step.get("action", {}), dict):
+            fail(f"steps[{i}].action", "an object", step["action"])
+    for field in ("retrieved", "memory_used"):
+        ids = traj.get(field, [])
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            fail(field, "a list of entry ids (strings)", ids)
+    if not isinstance(traj.get("correct", False), bool):
+        fail("correct", "true or false", traj["correct"])
+
+
 def verify(traj: dict) -> bool:
     """Vrf(C): a correct final answer, reached by finishing (not by max turns / malformed output), at least one valid
     tool call, no failed tool call, and one belief update per observation (reasoning-observation consistency)."""

@@ -165,14 +165,10 @@ def write_jsonl(path, records: Sequence[dict]) -> None:
             f.write(json.dumps(r, separators=(",", ":")) + "\n")
 
 
-def read_jsonl(path) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def read_trajectories(path, fields: dict | None = None) -> list[dict]:
+def read_trajectories(path, fields: dict | None = None, check=None) -> list[dict]:
     """Trajectory records from a JSONL file (``run_episode``'s format), each a JSON object with a string ``id`` and
-    the ``fields`` (name -> type) a reader needs; ``ValueError`` naming the file (and line, field) otherwise."""
+    the ``fields`` (name -> type) a reader needs, and passing ``check(record, "FILE:LINE")`` when given;
+    ``ValueError`` naming the file (and line, field) otherwise."""
     from pathlib import Path
 
     from jaxdrive.datasets.base import read_jsonl_file, require
@@ -183,5 +179,7 @@ def read_trajectories(path, fields: dict | None = None) -> list[dict]:
     out = []
     for where, obj in read_jsonl_file(path):
         require(obj, where, {"id": str, **(fields or {})})
+        if check is not None:
+            check(obj, where)
         out.append(obj)
     return out

@@ -90,17 +90,41 @@ def to_arrays(record: dict, encode: Callable[[str], list[int]]) -> tuple[np.ndar
     return np.asarray(ids, np.int32), np.asarray(mask, np.int32)
 
 
+def read_records(path) -> list[dict]:
+    """The records of a JSONL file written by ``jaxdrive agent convert``, checked: ``segments`` a non-empty list of
+    {role: str, text: str, train: bool} with at least one training segment; ``ValueError`` naming FILE:LINE and the
+    field otherwise (a record without a training segment has no answer to learn)."""
+    from pathlib import Path
+
+    from jaxdrive.datasets.base import SourceError, read_jsonl_file, require
+
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"data.path: no such file {path} (records JSONL from `jaxdrive agent convert`)")
+    out = []
+    for where, r in read_jsonl_file(path):
+        require(r, where, {"segments": list})
+        for i, seg in enumerate(r["segments"]):
+            if not isinstance(seg, dict):
+                raise SourceError(f"{where}: field 'segments[{i}]': expected an object, got {type(seg).__name__}")
+            require(seg, f"{where}: segments[{i}]", {"role": str, "text": str, "train": bool})
+        if not any(seg["train"] for seg in r["segments"]):
+            raise SourceError(f"{where}: field 'segments': no segment has train=true (nothing to learn)")
+        out.append(r)
+    if not out:
+        raise SourceError(f"{path}: no records")
+    return out
+
+
 def records_dataset(cfg, tokenizer) -> list[dict]:
     """Registry ``data.kind = "agent_sft_records"``: SFT examples from a records JSONL (``cfg.path``, written by
     ``jaxdrive agent convert``) with the pretrained model's tokenizer: ``prompt`` = the context tokens, ``answer`` =
     the supervised target (its content and ``<|im_end|>``); observations are in the prompt, so never in the loss."""
-    from jaxdrive.agent.loop import read_jsonl
-
     if tokenizer is None:
         raise ValueError("data.kind='agent_sft_records' needs a pretrained model directory with a tokenizer "
                          "(model.kind='pretrained', model.path)")
     out = []
-    for r in read_jsonl(cfg.path):
+    for r in read_records(cfg.path):
         ids, mask = to_arrays(r, lambda s: tokenizer.encode(s, add_special_tokens=False))
         on = np.flatnonzero(mask)
         out.append({"prompt": ids[: on[0]], "answer": ids[on[0]: on[-1] + 1], "answer_text": r["segments"][-1]["text"]})
