@@ -79,6 +79,10 @@ def test_occupancy(ctx):
     assert [r["occupied"] for r in r2] == [False, True, None, False]  # left car moved to y = 15
     bad = call(ctx, "get_occupancy_at_locations_for_timestep", locations=locs, timestep=5)
     assert not bad.ok and "timestep" in bad.error
+    # JSON Schema's integer includes 1.0 (models write it); it used to be refused as "expected integer"
+    assert ok(ctx, "get_occupancy_at_locations_for_timestep", locations=locs, timestep=2.0) == r2
+    bad = call(ctx, "get_occupancy_at_locations_for_timestep", locations=locs, timestep=1.5)
+    assert not bad.ok and "arguments.timestep: expected integer, got 1.5" in bad.error
 
 
 def test_map_queries(ctx, empty):

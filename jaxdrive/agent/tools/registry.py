@@ -44,27 +44,30 @@ class Tool:
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
 
 
-def validate(value: Any, schema: dict, path: str = "arguments") -> None:
-    """Raise ``ValueError`` naming the path of the first value that does not match ``schema``."""
+def validate(value: Any, schema: dict, path: str = "arguments") -> Any:
+    """``value`` checked against ``schema``; ``ValueError`` naming the path of the first value that does not match.
+
+    Returns the value with every ``integer`` as a Python int: as in JSON Schema, a number with a zero fractional
+    part (``1.0``, which models write) is an integer."""
     if "oneOf" in schema:
-        ok = 0
+        matches = []
         for sub in schema["oneOf"]:
             try:
-                validate(value, sub, path)
-                ok += 1
+                matches.append(validate(value, sub, path))
             except ValueError:
                 pass
-        if ok != 1:
+        if len(matches) != 1:
             raise ValueError(f"{path}: expected exactly one of {json.dumps(schema['oneOf'])}, got {json.dumps(value)}")
-        return
+        return matches[0]
     t = schema.get("type")
+    is_number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
     checks = {"object": lambda v: isinstance(v, dict), "array": lambda v: isinstance(v, list),
               "string": lambda v: isinstance(v, str), "boolean": lambda v: isinstance(v, bool),
-              "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-              "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
-              and abs(v) != float("inf")}
+              "integer": lambda v: is_number(v) and float(v).is_integer(), "number": is_number}
     if t is not None and not checks[t](value):
         raise ValueError(f"{path}: expected {t}, got {json.dumps(value)}")
+    if t == "integer":
+        value = int(value)
     if "enum" in schema and value not in schema["enum"]:
         raise ValueError(f"{path}: expected one of {schema['enum']}, got {json.dumps(value)}")
     if "minimum" in schema and value < schema["minimum"]:
@@ -80,17 +83,15 @@ def validate(value: Any, schema: dict, path: str = "arguments") -> None:
             extra = sorted(set(value) - set(props))
             if extra:
                 raise ValueError(f"{path}: unknown field(s) {extra} (allowed: {sorted(props)})")
-        for k, v in value.items():
-            if k in props:
-                validate(v, props[k], f"{path}.{k}")
+        value = {k: validate(v, props[k], f"{path}.{k}") if k in props else v for k, v in value.items()}
     if t == "array":
         if len(value) < schema.get("minItems", 0):
             raise ValueError(f"{path}: expected at least {schema['minItems']} items, got {len(value)}")
         if "maxItems" in schema and len(value) > schema["maxItems"]:
             raise ValueError(f"{path}: expected at most {schema['maxItems']} items, got {len(value)}")
         if "items" in schema:
-            for i, v in enumerate(value):
-                validate(v, schema["items"], f"{path}[{i}]")
+            value = [validate(v, schema["items"], f"{path}[{i}]") for i, v in enumerate(value)]
+    return value
 
 
 class ToolRegistry:
@@ -117,7 +118,7 @@ class ToolRegistry:
         if tool is None:
             return done(ok=False, error=f"unknown tool {name!r} (available: {', '.join(self.tools)})")
         try:
-            validate(arguments, tool.parameters)
+            arguments = validate(arguments, tool.parameters)
         except ValueError as e:
             return done(ok=False, error=f"invalid arguments for {name}: {e}")
         try:
