@@ -4,6 +4,9 @@ Vision models are interfaces: ``Detector2D.detect(ctx, camera, words) -> [Detect
 ``DepthEstimator.depth(ctx, camera, u, v) -> metres | None``. The implementations here are annotation-backed: they
 project the scene's 3-D object boxes through the camera calibration (``ToolContext.cameras``), so every answer is exact
 and known; a real detector (YOLO-World, UniDepth...) plugs in through ``ToolContext.detector`` / ``depth_model``.
+Only ``detect_2d`` (the detector) and ``depth_monocular`` (the depth model) use plugged-in models: the target-based
+3-D tools (location, depth, pairwise distance, depth order) and ``select_referred_instance`` resolve their target
+among the annotated boxes and read its annotated 3-D centre, whatever detector is plugged in.
 
 Camera frame: x right, y down, z forward (metres); pixels (u, v) from the top-left corner. 3-D tools resolve a target
 ``{"object": word}`` (exactly one detection of that class in the view, else an error listing the candidates: use
