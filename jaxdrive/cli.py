@@ -271,6 +271,16 @@ def _force_cpu_devices(n: int | None) -> None:
     os.environ["XLA_FLAGS"] = " ".join(flags + [f"--xla_force_host_platform_device_count={n}"])
 
 
+MULTI_PROCESS_COMMANDS = ("score", "train")  # sharded across the processes of a launched job; the rest run as one
+
+
+def _command_words(args) -> list[str]:
+    """The command and its subcommand (e.g. ["judge", "run"]) as parsed."""
+    sub = [getattr(args, d) for d in ("scenes_cmd", "vocab_cmd", "job", "memory_command", "agent_command", "eval_cmd",
+                                      "judge_cmd", "data_command") if getattr(args, d, None)]
+    return [args.command, *sub[:1]]
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None and sys.argv[1:2] in (["score"], ["vocab"]):  # the command line, not a caller's argv: glibc
         from jaxdrive.malloc_tunables import reexec_with_malloc_tunables  # malloc set so that XLA:CPU reuses buffers
@@ -287,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _force_cpu_devices(getattr(args, "cpu_devices", None))
         distributed.initialize_from_env()  # multi-process job from the launcher's environment; else a no-op
+        if args.command not in MULTI_PROCESS_COMMANDS:
+            distributed.require_single_process(" ".join(["jaxdrive", *_command_words(args)]))
         xla_cache.enable()  # per kind of host CPU (jaxdrive.xla_cache)
         code = args.func(args)
         distributed.mark_finished(code in (EXIT_OK, EXIT_PARTIAL), code)

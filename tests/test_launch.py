@@ -194,9 +194,14 @@ def test_single_process_is_a_no_op(monkeypatch):
 @pytest.mark.parametrize("argv,what", [
     (["vocab", "--vocabulary", "v.npy", "--out", "out"], "jaxdrive vocab"),
     (["score", "--predictions", "p.npz", "--scenes", "s", "--out", "out"], "jaxdrive score --predictions"),
+    (["judge", "run", "--model", "m", "--data", "d"], "jaxdrive judge run"),
+    (["data", "build", "lingoqa", "src", "--out", "out"], "jaxdrive data build"),
+    (["eval", "vqa", "stsbench", "--predictions", "p.jsonl"], "jaxdrive eval vqa"),
+    (["memory", "build", "--entries", "e.jsonl", "--out", "m"], "jaxdrive memory build"),
 ])
 def test_unsharded_commands_refuse_to_run_under_a_launcher(monkeypatch, capsys, argv, what):
-    """vocab and score --predictions write one set of files: N processes would overwrite each other's outputs."""
+    """vocab, score --predictions and every command other than score / train write one set of files: N processes
+    would overwrite each other's outputs (judge, data, eval and memory had no guard: found by an exploratory pass)."""
     from jaxdrive.cli import EXIT_USAGE, main
 
     monkeypatch.setattr(distributed, "initialize_from_env", lambda: True)
