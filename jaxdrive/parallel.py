@@ -48,11 +48,30 @@ LOGICAL_AXIS_RULES: Rules = (
 )
 
 
+def mesh_shape(data: int, fsdp: int, tensor: int, num_devices: int) -> tuple[int, int, int]:
+    """The ``(data, fsdp, tensor)`` mesh shape with at most one axis given as -1 filled by the devices left
+    (MaxText's convention: ``fsdp=-1`` shards over every device of any slice); ``ValueError`` naming the axes when
+    the sizes are not >= 1 or -1 or do not fit ``num_devices``."""
+    sizes = {"data": data, "fsdp": fsdp, "tensor": tensor}
+    free = [k for k, v in sizes.items() if v == -1]
+    fixed = int(np.prod([v for v in sizes.values() if v != -1]))
+    if len(free) > 1 or any(v < 1 and v != -1 for v in sizes.values()):
+        raise ValueError(f"mesh: expected sizes >= 1 with at most one -1 (the devices left), got {sizes}")
+    if free:
+        if num_devices % fixed:
+            raise ValueError(f"mesh: {free[0]}=-1 takes the devices left, but {num_devices} devices do not divide "
+                             f"by the other axes' {fixed} ({sizes})")
+        sizes[free[0]] = num_devices // fixed
+    return sizes["data"], sizes["fsdp"], sizes["tensor"]
+
+
 def make_mesh(data: int = 1, fsdp: int = 1, tensor: int = 1, devices: Sequence[jax.Device] | None = None) -> Mesh:
-    """A ``Mesh`` of shape ``(data, fsdp, tensor)`` over the first ``data*fsdp*tensor`` devices."""
+    """A ``Mesh`` of shape ``(data, fsdp, tensor)`` over the first ``data*fsdp*tensor`` devices; one axis may be -1,
+    the devices left (``mesh_shape``)."""
     devices = list(jax.devices() if devices is None else devices)
+    data, fsdp, tensor = mesh_shape(data, fsdp, tensor, len(devices))
     n = data * fsdp * tensor
-    if min(data, fsdp, tensor) < 1 or n > len(devices):
+    if n > len(devices):
         raise ValueError(
             f"make_mesh: data*fsdp*tensor must be in [1, {len(devices)}] (available devices), "
             f"got data={data}, fsdp={fsdp}, tensor={tensor}"

@@ -20,7 +20,7 @@ ZONE=$2
 shift 2
 if [ "$#" -eq 0 ]; then
   set -- train grpo --config configs/judge_grpo.py model.path=/mnt/ckpt/judge-sft data.path=/mnt/data/drivejudge \
-    workdir=/mnt/runs/judge-grpo mesh.enabled=True mesh.fsdp=8
+    workdir=/mnt/runs/judge-grpo mesh.enabled=True mesh.fsdp=-1
 fi
 
 REPO_DIR=${JAXDRIVE_REPO_DIR:-'~/jaxdrive'}

@@ -10,11 +10,13 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
 from jaxdrive import distributed
 from jaxdrive.cli import build_parser
+from jaxdrive.parallel import mesh_shape
 from jaxdrive.train_cli import apply_overrides, load_config
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,7 +38,7 @@ def check_jaxdrive_args(argv: list[str], devices: int | None = None) -> None:
         assert (REPO / args.config).is_file(), args.config
         cfg = apply_overrides(load_config(str(REPO / args.config)), args.overrides)
         if devices is not None and cfg.mesh.enabled:
-            assert cfg.mesh.data * cfg.mesh.fsdp * cfg.mesh.tensor == devices, (argv, devices)
+            assert np.prod(mesh_shape(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, devices)) == devices, argv
 
 
 def _stub(path: Path, body: str) -> None:
@@ -111,7 +113,8 @@ def test_tpu_script_runs_jaxdrive_on_all_workers(tmp_path):
     subprocess.run(["bash", "-n", "-c", remote], check=True)
     words = shlex.split(remote)
     assert words[:3] == ["cd", "~/jaxdrive", "&&"] and "JAXDRIVE_DISTRIBUTED=auto" in words
-    check_jaxdrive_args(words[words.index("jaxdrive") + 1:])
+    for chips in (8, 32, 256):  # the default job fits any slice size (it hard-coded mesh.fsdp=8)
+        check_jaxdrive_args(words[words.index("jaxdrive") + 1:], devices=chips)
 
 
 def test_kubernetes_jobset_runs_jaxdrive_in_every_pod():
@@ -235,3 +238,18 @@ def test_multi_process_training_needs_a_mesh_over_every_device(monkeypatch, caps
     cfg = apply_overrides(load_config(str(REPO / "configs/sft_tiny.py")),
                           ["mesh.enabled=True", f"mesh.data={jax.device_count()}"])
     jobs.check_multiprocess_mesh(cfg)  # a mesh over every device passes
+    cfg.mesh.data, cfg.mesh.fsdp = 1, -1  # as launch/tpu_pod.sh says: fsdp over whatever slice the job got
+    jobs.check_multiprocess_mesh(cfg)
+
+
+def test_one_mesh_axis_of_minus_one_takes_the_devices_left():
+    """launch/tpu_pod.sh hard-coded mesh.fsdp=8, which fits only an 8-chip slice; -1 now fills the slice (MaxText's
+    convention), and a shape that cannot fill it is an error naming the axes."""
+    assert mesh_shape(1, -1, 1, 64) == (1, 64, 1) and mesh_shape(2, -1, 4, 64) == (2, 8, 4)
+    assert mesh_shape(-1, 1, 2, 8) == (4, 1, 2) and mesh_shape(2, 2, 2, 8) == (2, 2, 2)
+    with pytest.raises(ValueError, match=r"fsdp=-1 takes the devices left, but 8 devices do not divide by the other "):
+        mesh_shape(3, -1, 1, 8)
+    with pytest.raises(ValueError, match="at most one -1"):
+        mesh_shape(-1, -1, 1, 8)
+    with pytest.raises(ValueError, match="sizes >= 1"):
+        mesh_shape(0, 1, 1, 8)

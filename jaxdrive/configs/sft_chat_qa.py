@@ -3,7 +3,7 @@ the model's own tokenizer and chat template. The same command trains a tiny rand
 Qwen3-VL-2B on a pod:
 
     jaxdrive train sft --config configs/sft_chat_qa.py model.path=/ckpt/Qwen3-VL-2B-Instruct data.path=qa.jsonl \
-        workdir=/tmp/sft_qa mesh.enabled=True mesh.fsdp=8
+        workdir=/tmp/sft_qa mesh.enabled=True mesh.fsdp=-1
 """
 import ml_collections
 

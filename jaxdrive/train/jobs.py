@@ -90,16 +90,18 @@ def check_multiprocess_mesh(cfg: ml_collections.ConfigDict) -> None:
     import jax
 
     from jaxdrive import distributed
+    from jaxdrive.parallel import mesh_shape
 
     if distributed.process_count() == 1:
         return
     mesh, n = cfg.get("mesh"), jax.device_count()
     enabled = bool(mesh and mesh.get("enabled", False))
-    size = mesh.data * mesh.fsdp * mesh.tensor if enabled else 0
+    size = int(np.prod(mesh_shape(mesh.data, mesh.fsdp, mesh.tensor, n))) if enabled else 0
     if size != n:
         got = f"mesh.data * mesh.fsdp * mesh.tensor = {size}" if enabled else "mesh.enabled=False"
         raise ValueError(f"mesh: a {distributed.process_count()}-process job trains one model over all {n} devices; "
-                         f"set mesh.enabled=True with mesh.data * mesh.fsdp * mesh.tensor = {n} (got {got})")
+                         f"set mesh.enabled=True with mesh.data * mesh.fsdp * mesh.tensor = {n}, or one of them -1 "
+                         f"(got {got})")
 
 
 def _infra(cfg: ml_collections.ConfigDict):
