@@ -287,3 +287,15 @@ def test_a_prompt_batch_larger_than_the_data_names_the_grpo_field():
     cfg.prompts_per_step = 99
     with pytest.raises(ValueError, match=r"grpo.prompts_per_step: expected 1 <= grpo.prompts_per_step <= 3"):
         Rollouts([{}] * 3, [], decode=None, cfg=cfg)
+
+
+def test_weight_decay_spares_norms_and_biases():
+    """Left alone by an earlier pass, fixed now: AdamW decayed every parameter, norm scales and biases included
+    (agent_grpo sets weight_decay=0.01); the Hugging Face Trainer behind TRL / verl decays only the weight matrices."""
+    import ml_collections
+
+    tx = optim.make_optimizer(ml_collections.ConfigDict({"lr": 0.1, "weight_decay": 0.5, "clip_norm": None}), 10)
+    params = {"kernel": jnp.ones((2, 3)), "scale": jnp.ones((3,)), "bias": jnp.ones((3,))}
+    updates, _ = tx.update(jax.tree.map(jnp.zeros_like, params), tx.init(params), params)
+    assert float(jnp.abs(updates["scale"]).max()) == 0.0 and float(jnp.abs(updates["bias"]).max()) == 0.0
+    np.testing.assert_allclose(updates["kernel"], -0.1 * 0.5 * params["kernel"])

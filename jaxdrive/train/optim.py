@@ -6,6 +6,7 @@ import functools
 import math
 from typing import Literal
 
+import jax
 import ml_collections
 import optax
 from flax import nnx
@@ -27,8 +28,8 @@ def make_schedule(lr: float, total_steps: int, warmup_steps: int = 0, end_lr_rat
 
 
 def make_optimizer(cfg: ml_collections.ConfigDict, total_steps: int) -> optax.GradientTransformation:
-    """AdamW from an ``optim`` config block: lr, warmup_steps, end_lr_ratio, b1, b2, eps, weight_decay, clip_norm
-    (global-norm clipping before the update; 0 or None disables it). ``total_steps`` counts optimizer updates.
+    """AdamW from an ``optim`` config block: lr, warmup_steps, end_lr_ratio, b1, b2, eps, weight_decay (on matrices
+    and embeddings only: ``decay_mask``), clip_norm (global-norm clipping before the update; 0 or None disables it). ``total_steps`` counts optimizer updates.
 
     Every value is checked first; a bad one is a ``ValueError`` naming ``optim.<field>``. Equal settings return the
     same (cached) transformation object, so trainers built from equal configs share the compiled update step (the
@@ -64,8 +65,14 @@ def optimizer_settings(cfg: ml_collections.ConfigDict, total_steps: int) -> dict
 @functools.lru_cache(maxsize=64)
 def _adamw(lr, total_steps, warmup_steps, end_lr_ratio, b1, b2, eps, weight_decay, clip_norm):
     adamw = optax.adamw(make_schedule(lr, total_steps, warmup_steps, end_lr_ratio), b1=b1, b2=b2, eps=eps,
-                        weight_decay=weight_decay)
+                        weight_decay=weight_decay, mask=decay_mask)
     return optax.chain(optax.clip_by_global_norm(clip_norm), adamw) if clip_norm else adamw
+
+
+def decay_mask(params):
+    """Weight decay applies to matrices and embeddings only (ndim >= 2), not to norm scales and biases, as in the
+    Hugging Face Trainer that TRL / verl runs build on."""
+    return jax.tree.map(lambda p: p.ndim >= 2, params)
 
 
 def trainable_filter(mode: Literal["full", "lora"] = "full", freeze_vision: bool = False,
