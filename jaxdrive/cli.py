@@ -168,6 +168,9 @@ def _run_score(args) -> int:
     for e in stats.errors:
         named = e["error"] if e["name"] in e["error"] else f"{e['name']}: {e['error']}"
         print(f"not scored: {named}", file=sys.stderr)
+    _note_unused_entries(out, {f"--proposals {args.proposals}": source.proposals if args.proposals else None,
+                               f"--gates {args.gates}": options.gates if isinstance(options.gates, dict) else None,
+                               f"--reference-progress {args.reference_progress}": options.reference_progress})
     if stats.proposals == 0:
         print(f"no scenes scored: none of the {len(source)} inputs could be read (see {out}/errors.jsonl)",
               file=sys.stderr)
@@ -176,6 +179,20 @@ def _run_score(args) -> int:
     png = plot_summary(stats, Path(out) / "summary.png")
     print(f"results: {out}/part-*.parquet   plot: {png}")
     return EXIT_PARTIAL if stats.errors else EXIT_OK
+
+
+def _note_unused_entries(out: Path, tables: dict[str, dict | None]) -> None:
+    """Says on stderr which per-scene input tables (flag -> {scene id: ...}) hold scene ids that the run did not score
+    (a mistyped id, or a file meant for other scenes): they are not an error, but not silently dropped either."""
+    from jaxdrive.scoring.outputs import run_scene_ids
+
+    tables = {flag: table for flag, table in tables.items() if table}
+    scored = run_scene_ids(out) if tables else set()
+    for flag, table in tables.items():
+        unused = sorted(set(table) - scored)
+        if unused:
+            print(f"{flag}: {len(unused)} of its {len(table)} scene ids name no scene scored by this run, e.g. "
+                  f"{unused[:3]}", file=sys.stderr)
 
 
 def _add_scenes(sub) -> None:

@@ -71,3 +71,47 @@ def test_prediction_files(tmp_path):
     np.savez(tmp_path / "bad.npz", tok=np.zeros((6, 3)))
     with pytest.raises(ValueError, match="--predictions .*'tok'.*\\(8, 3\\)"):
         load_predictions(tmp_path / "bad.npz")
+
+
+def test_tokens_are_scored_once_and_what_is_left_out_is_said(tmp_path, capsys, monkeypatch):
+    """One token in two scene files was scored twice (two rows, counted twice in the summary's means); scenes without
+    a prediction were dropped without a word; a parquet token given twice kept its last row silently; ``--gates``,
+    ``--proposals``, ``--ep-mode``, ``--reference-progress`` and ``--resume`` were read and ignored."""
+    import shutil
+
+    from conftest import EPDMS_FIXTURES
+    from jaxdrive.data.scene_json import read_scene
+    from jaxdrive.scoring import predictions as predictions_module
+
+    files = sorted(EPDMS_FIXTURES.glob("*.json"))[:3]
+    scenes = tmp_path / "scenes"
+    scenes.mkdir()
+    for f in files:
+        shutil.copy(f, scenes)
+    shutil.copy(files[0], scenes / "zz_copy.json")
+    ids = [read_scene(f).id for f in files]
+    np.savez(tmp_path / "P.npz", **{sid: np.zeros((8, 3)) for sid in ids[:2]})
+    scored = []
+
+    def fake_score(scene_list, preds, batch_size=16):  # the pairing under test, not NAVSIM's numbers (tested above)
+        scored.extend(s.id for s in scene_list)
+        return pd.DataFrame([{"token": s.id, **{c: 1.0 for c in predictions_module.COLUMNS.values()}}
+                             for s in scene_list])
+
+    monkeypatch.setattr(predictions_module, "score_predictions", fake_score)
+    args = ["score", "--scenes", str(scenes), "--predictions", str(tmp_path / "P.npz"), "--out", str(tmp_path / "o")]
+    assert main(args) == 3
+    err = capsys.readouterr().err
+    assert sorted(scored) == sorted(ids[:2]), scored
+    assert "zz_copy.json" in err and repr(ids[0]) in err and "scored once" in err, err
+    assert "1 scenes" in err and "no prediction" in err and repr(ids[2]) in err, err
+    for extra, needle in ((["--gates", "g.json"], "--gates"), (["--proposals", "p.npz"], "--proposals"),
+                          (["--ep-mode", "batch"], "--ep-mode batch"), (["--resume"], "--resume"),
+                          (["--ep-mode", "reference", "--reference-progress", "r.json"], "--reference-progress")):
+        assert main(args + extra) == 2
+        err = capsys.readouterr().err
+        assert needle in err and "would be ignored" in err, (extra, err)
+    pq.write_table(pa.table({"token": [ids[0], ids[1], ids[0]], "poses": [np.zeros(24).tolist()] * 3}),
+                   tmp_path / "dup.parquet")
+    with pytest.raises(ValueError, match=f"token '{ids[0]}' has 2 rows"):
+        load_predictions(tmp_path / "dup.parquet")

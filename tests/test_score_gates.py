@@ -52,15 +52,17 @@ def run(scenes_dir, tmp_path, gates) -> tuple[int, object]:
 
 
 @pytest.mark.slow  # one compile (gates are traced arrays: both runs share it)
-def test_global_per_scene_and_per_proposal_gates_follow_eq14(scenes_dir, tmp_path):
+def test_global_per_scene_and_per_proposal_gates_follow_eq14(scenes_dir, tmp_path, capsys):
     rng = np.random.default_rng(0)
     scenes = [read_scene(f) for f in FILES]
-    per = {}
+    per = {"scene of another set": [True] * len(GATES)}  # not an error, but said (it was dropped silently)
     for i, s in enumerate(scenes):  # scenes 0, 2: one vector; 1, 3: one row per proposal
         per[s.id] = (rng.random(len(GATES)) < 0.6).tolist() if i % 2 == 0 else \
             (rng.random((s.num_proposals, len(GATES))) < 0.6).tolist()
     rc, rows = run(scenes_dir, tmp_path / "per", per)
     assert rc == 0 and len(rows) == sum(s.num_proposals for s in scenes)
+    err = capsys.readouterr().err
+    assert "--gates" in err and "1 of its 5 scene ids name no scene scored" in err and "another set" in err, err
     changed = 0
     for r in rows.itertuples():
         g = per[r.scene_id] if isinstance(per[r.scene_id][0], bool) else per[r.scene_id][r.proposal]
@@ -71,7 +73,7 @@ def test_global_per_scene_and_per_proposal_gates_follow_eq14(scenes_dir, tmp_pat
 
     only_nc_and_ep = [m in ("nc", "ep") for m in GATES]
     rc, rows = run(scenes_dir, tmp_path / "global", only_nc_and_ep)
-    assert rc == 0
+    assert rc == 0 and "name no scene scored" not in capsys.readouterr().err
     np.testing.assert_allclose(rows.epdms.to_numpy(), (rows.nc * rows.ep).to_numpy(), rtol=1e-6, atol=1e-6)
 
 

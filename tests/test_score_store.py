@@ -30,7 +30,7 @@ from jaxdrive.data.synthetic import generate_scene
 from jaxdrive.scene import PadSpec, batch_scenes
 from jaxdrive.scoring.outputs import ERRORS, read_results
 from jaxdrive.scoring.runner import ScoreOptions, score_source
-from jaxdrive.scoring.sources import SceneDirSource, SceneStoreSource
+from jaxdrive.scoring.sources import SceneDirSource, SceneStoreSource, SourceError
 from conftest import EPDMS_FIXTURES
 
 FILES = sorted(glob.glob(f"{EPDMS_FIXTURES}/*.json")) + sorted(glob.glob(f"{EPDMS_FIXTURES}/sanity/*.json"))
@@ -362,3 +362,26 @@ def test_scenes_refresh_rewrites_stale_needs_and_a_missing_padded_copy(tmp_path,
     assert "wrote the padded copy and the broad-phase needs of its 8 scenes" in capsys.readouterr().out
     np.testing.assert_array_equal(PaddedStore.open(SceneStore(tmp_path / "store")).needs, want)
     assert main(["scenes", "refresh", str(tmp_path / "nowhere")]) == 2
+
+
+def test_a_store_scene_without_proposals_is_named_not_the_end_of_the_run(tmp_path, capsys):
+    """A store may hold scenes without proposals (``jaxdrive scenes convert`` of a folder with one, converted NAVSIM
+    caches); ``--proposals`` does not pair with a store, so such a scene cannot be scored. It was padded as is and
+    the run stopped with a usage error (exit 2) at its batch, the store's other scenes unscored; it is now an
+    errors.jsonl row naming the scene, like a JSON file without proposals."""
+    import dataclasses
+
+    with_proposals = read_scene(FILES[0])
+    empty = dataclasses.replace(read_scene(FILES[1]), proposal_states=np.zeros((0, 41, 11)), proposal_names=[],
+                                proposal_families=[], previous_states=None, previous_kinds=None)
+    write_store([with_proposals, empty], tmp_path / "mixed")
+    source = SceneStoreSource(tmp_path / "mixed")
+    assert source.load(0).id == with_proposals.id
+    error = source.load(1)
+    assert isinstance(error, SourceError) and empty.id in error.message and "no proposals" in error.message, error
+    write_store([empty], tmp_path / "store")  # nothing to score: exit 3 without a compile
+    rc = main(["score", "--scenes", str(tmp_path / "store"), "--out", str(tmp_path / "out"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 3 and "no scenes scored" in err, err
+    logged = [json.loads(line) for line in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
+    assert len(logged) == 1 and empty.id in logged[0]["error"] and "(scene 0)" in logged[0]["name"], logged

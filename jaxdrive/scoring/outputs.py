@@ -197,6 +197,12 @@ def run_errors(path: str | os.PathLike) -> list[dict]:
     return [{"shard": k, **e} for k, v in _completed(Path(path)) for e in v.get("errors", [])]
 
 
+def run_scene_ids(path: str | os.PathLike) -> set[str]:
+    """The scene ids in the completed shards of a run directory (all invocations)."""
+    return {sid for f in completed_files(path)
+            for sid in pq.read_table(f, columns=["scene_id"]).column("scene_id").to_pylist()}
+
+
 def iter_shard_columns(path: str | os.PathLike):
     """Yields each completed shard's rows as a dict of numpy columns (the runner's layout), in shard order."""
     for f in completed_files(path):

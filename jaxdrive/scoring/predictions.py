@@ -19,6 +19,7 @@ The summary is NAVSIM's table: the mean of every column over the tokens, the las
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import zipfile
 from pathlib import Path
@@ -49,6 +50,11 @@ def load_predictions(path: str | Path) -> dict[str, np.ndarray]:
             table = pq.read_table(path).to_pydict()
             if "token" not in table or "poses" not in table:
                 raise ValueError(f"expected columns 'token' and 'poses', got {sorted(table)}")
+            rows = collections.Counter(str(t) for t in table["token"])
+            repeated = sorted(t for t, n in rows.items() if n > 1)
+            if repeated:  # a dict would keep the last row of each silently
+                raise ValueError(f"token {repeated[0]!r} has {rows[repeated[0]]} rows, expected one per token "
+                                 f"({len(repeated)} tokens repeated)")
             raw = {str(t): np.asarray(p, dtype=np.float64) for t, p in zip(table["token"], table["poses"])}
         else:
             raise ValueError("expected a .npz or .parquet file")
@@ -147,6 +153,24 @@ def summary_table(df) -> str:
     return "\n".join(lines)
 
 
+def _refuse_other_options(args) -> None:
+    """ValueError for the ``jaxdrive score`` options that NAVSIM's evaluation would ignore (it fixes the EP normaliser,
+    the gates, the proposals and the human filter, and writes one file: no resume), and for a scene store."""
+    from jaxdrive.data.store import is_store
+
+    given = [flag for flag, used in (("--proposals", args.proposals), ("--gates", args.gates),
+                                     ("--reference-progress", args.reference_progress),
+                                     (f"--ep-mode {args.ep_mode}", args.ep_mode != "scene"), ("--resume", args.resume))
+             if used]
+    if given:
+        raise ValueError(f"--predictions: runs NAVSIM's evaluation as it is ([PDM-Closed, agent], EP over the pair, "
+                         f"all gates, human filter, one output file); {', '.join(given)} would be ignored: leave "
+                         f"{'it' if len(given) == 1 else 'them'} out")
+    if is_store(args.scenes):
+        raise ValueError(f"--predictions: reads scene JSON files (`jaxdrive scenes from-navsim CACHE --out DIR`); "
+                         f"{args.scenes} is a scene store")
+
+
 def run_predictions(args) -> int:
     """``jaxdrive score --scenes DIR --predictions P --out OUT``: writes OUT/predictions.parquet, prints the table."""
     import sys
@@ -155,8 +179,9 @@ def run_predictions(args) -> int:
 
     if not args.scenes:
         raise ValueError("--predictions: needs --scenes DIR (converted metric caches with a PDM-Closed reference)")
+    _refuse_other_options(args)
     predictions = load_predictions(args.predictions)
-    scenes, missing = [], []
+    scenes, missing, first, unpredicted = [], [], {}, []
     for path in scene_files(args.scenes):
         try:
             scene = read_scene(path)
@@ -164,11 +189,22 @@ def run_predictions(args) -> int:
             print(f"jaxdrive score: unreadable scene {e}", file=sys.stderr)
             missing.append(str(path))
             continue
+        if scene.id in first:  # one token in two files: scored once (it counted twice in the summary's means)
+            print(f"jaxdrive score: {path}: scene id {scene.id!r} was read already (from {first[scene.id]}): each "
+                  f"token is scored once", file=sys.stderr)
+            missing.append(str(path))
+            continue
+        first[scene.id] = path
         if scene.id in predictions:
             scenes.append(scene)
+        else:
+            unpredicted.append(scene.id)
     unknown = sorted(set(predictions) - {s.id for s in scenes})
     if unknown:
         print(f"jaxdrive score: {len(unknown)} predicted tokens have no scene, e.g. {unknown[:3]}", file=sys.stderr)
+    if unpredicted and scenes:
+        print(f"jaxdrive score: {len(unpredicted)} scenes of --scenes {args.scenes} have no prediction and are not "
+              f"scored, e.g. {unpredicted[:3]}", file=sys.stderr)
     if not scenes:
         raise ValueError(f"--predictions: no token matches a scene of --scenes {args.scenes}")
     df = score_predictions(scenes, predictions)

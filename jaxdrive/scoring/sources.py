@@ -151,10 +151,14 @@ class SceneStoreSource(SceneSource):
 
     def load(self, i: int) -> HostScene | SourceError:
         try:
-            return self.store[i]
+            scene = self.store[i]
         except Exception as e:  # a damaged record file (e.g. a truncated copy): named, the rest still scored
             return SourceError(name=self.name(i), message=f"corrupt store record ({type(e).__name__}: {e}); "
                                                           f"convert the scenes again")
+        if scene.num_proposals == 0:  # a store holds them (converted NAVSIM caches) but --proposals takes JSON files
+            return SourceError(name=self.name(i), message=f"scene {scene.id!r}: no proposals in the store (score its "
+                                                          f"JSON files with --proposals P.npz instead)")
+        return scene
 
     def pad_spec(self):
         """A ``PadSpec`` holding every scene (from the store's metadata)."""
