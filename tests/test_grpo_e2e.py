@@ -1,6 +1,7 @@
 """GRPO end to end on the tiny VLM and the verifiable "is the image bright?" task (a shortened run of
 benchmarks/grpo_sft_vs_zero.py): from a format-SFT warm start the sampled reward rises; the zero-shot start is
 reported (a random model never emits a well-formed answer, so its groups have zero reward variance)."""
+import ml_collections
 import numpy as np
 import pytest
 
@@ -53,3 +54,28 @@ def test_nan_reward_in_the_loop_is_an_error():
                  tx=optim.make_optimizer(g.optim, 10), progress=False)
     with pytest.raises(ValueError, match="reward 'flaky': NaN/missing value at row 0"):
         tr.run(1, rollouts)
+
+
+def test_a_completion_ends_at_any_of_the_stop_ids():
+    """Qwen's generation_config lists two stop tokens (<|im_end|>, <|endoftext|>): the rollout used only ``eos_id``,
+    so a completion that emitted the other one ran on to ``completion_len`` with every token in the loss mask."""
+    from jaxdrive.train import optim
+    from jaxdrive.train.grpo_trainer import grpo_loss_fn
+    from jaxdrive.train.trainer import Trainer
+
+    _, g = warm_vs_zero_configs(grpo_steps=1)
+    g.grpo.completion_len, g.grpo.prompts_per_step = 4, 2
+
+    def block(**kw):
+        return ml_collections.ConfigDict(dict(g.grpo.to_dict(), **kw))
+
+    examples = [{"prompt": np.asarray([7, 8, 5], np.int32)}, {"prompt": np.asarray([7, 6], np.int32)}]
+    tr = Trainer(tiny_vlm(), loss_fn=grpo_loss_fn(g.grpo), tx=optim.make_optimizer(g.optim, 10), progress=False)
+    free = Rollouts(examples, [], decode, block(eos_id=47))
+    tokens, mask = free.generate(tr, examples, None)  # greedy, no stop among the first tokens
+    assert mask[:, 0].all() and not (tokens[:, 0] == 47).any()
+    cfg = jobs.token_ids(block(eos_id=None, stop_ids=[47, int(tokens[0, 0])]))
+    assert cfg.eos_id == 47 and list(cfg.stop_ids) == [47, int(tokens[0, 0])]
+    stopped, smask = Rollouts(examples, [], decode, cfg).generate(tr, examples, None)
+    assert smask[0].tolist() == [1, 0, 0, 0] and stopped[0, 0] == tokens[0, 0]
+    assert (stopped[0, 1:] == g.grpo.pad_id).all()

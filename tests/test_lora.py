@@ -238,3 +238,35 @@ def test_lora_and_chunked_logprobs_on_the_qwen_model():
         np.testing.assert_array_equal(forward(model, inputs)[0], base_logits)
     merge_lora(model)
     np.testing.assert_allclose(forward(model, inputs)[0], adapted, atol=1e-5)
+
+
+def test_an_adapter_on_lm_head_reaches_the_logits_and_its_gradient():
+    """``lm_head_weight()`` returned the base kernel, so an adapter on ``lm_head`` was ignored by the logits, the
+    sampler and the chunked log-probs until merged (merged vs unmerged logits differed by ~0.5; its gradient was 0)."""
+    models = pytest.importorskip("jaxdrive.models")
+    testing = pytest.importorskip("jaxdrive.models.testing")
+    from jaxdrive.models.logprobs import token_logprobs
+
+    config = testing.tiny_hf_config("qwen3", text={"num_hidden_layers": 1})
+    model = models.QwenModel(models.parse_config(config.to_dict()), rngs=nnx.Rngs(0))
+    ids = np.random.RandomState(0).randint(0, config.vocab_size, (2, 6))
+    targets = jnp.asarray(np.roll(ids, -1, axis=1))
+    inputs = model.prepare_inputs(ids)
+    base = np.asarray(model(ids))
+    assert apply_lora(model, "lm_head", rank=2, alpha=4.0, rngs=nnx.Rngs(1)) == ["lm_head"]
+    model.lm_head.lora_b[...] = 0.1 * jnp.ones_like(model.lm_head.lora_b[...])
+    unmerged = np.asarray(model(ids))
+    assert np.abs(unmerged - base).max() > 1e-2
+    with lora_disabled(model):
+        np.testing.assert_allclose(np.asarray(model(ids)), base, atol=1e-5)
+    merge_lora(model)
+    np.testing.assert_allclose(np.asarray(model(ids)), unmerged, atol=1e-5)
+    with lora_disabled(model):  # merged, then disabled: the base again
+        np.testing.assert_allclose(np.asarray(model(ids)), base, atol=1e-5)
+    unmerge_lora(model)
+
+    def loss(m):
+        return -token_logprobs(m.forward_hidden(inputs)[0], m.lm_head_weight(), targets).mean()
+
+    grads = nnx.grad(loss, argnums=nnx.DiffState(0, LoRAParam))(model)
+    assert float(jnp.abs(grads["lm_head"]["lora_a"][...]).max()) > 0

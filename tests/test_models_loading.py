@@ -125,3 +125,13 @@ def test_missing_vision_module_is_an_error_not_a_text_model(saved, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_vision)
     with pytest.raises(ImportError, match="simulated"):
         QwenModel(load_config(path), rngs=nnx.Rngs(0))
+
+
+def test_tied_config_with_a_different_lm_head_is_an_error(tmp_path):
+    """config.json says tied but the checkpoint's lm_head.weight is not the embedding: transformers (5.x) loads it
+    untied, and the load ignored it silently (logits off by ~1 on the tiny model); now an error naming the key."""
+    T.save_tiny_model("qwen3", tmp_path / "hf", seed=1, tie_word_embeddings=True)
+    emb = np.asarray(SafetensorsDir(tmp_path / "hf").get("model.embed_tokens.weight"))
+    _copy(tmp_path / "hf", tmp_path / "ck", extra={"lm_head.weight": emb + 0.5})
+    with pytest.raises(ValueError, match="'lm_head.weight' differs from 'model.embed_tokens.weight'"):
+        from_pretrained(tmp_path / "ck")

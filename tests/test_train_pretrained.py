@@ -87,3 +87,27 @@ def test_train_sft_then_grpo_on_the_pretrained_directory(model_dir, tmp_path, ca
     assert [r["step"] for r in records] == [1, 2], records
     assert all(0.0 <= r["train/reward_mean"] <= 1.0 and np.isfinite(r["train/loss"]) for r in records)
     assert "done: step 2" in capsys.readouterr().out
+
+
+def test_grpo_stop_ids_come_from_the_generation_config(tmp_path):
+    """Qwen chat checkpoints list two stop tokens in generation_config.json (<|im_end|>, <|endoftext|>); with
+    ``eos_id`` unset the rollout stops on both (the tokenizer's eos alone was <|im_end|>). A config naming one
+    ``eos_id`` keeps stopping on that one; ``stop_ids`` is the explicit set; bad values name the field."""
+    import json
+
+    im_end, endoftext = TEST_TOKEN_IDS["<|im_end|>"], TEST_TOKEN_IDS["<|endoftext|>"]
+    tok = argparse.Namespace(eos_token_id=im_end, pad_token_id=endoftext)
+    T.tiny_hf_config("qwen3", text=dict(eos_token_id=im_end)).to_json_file(str(tmp_path / "config.json"))
+    block = ml_collections.ConfigDict(dict(eos_id=None, pad_id=None, stop_ids=None))
+    assert list(jobs.token_ids(block, tok, str(tmp_path)).stop_ids) == [im_end]  # no generation_config.json
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [im_end, endoftext]}))
+    g = jobs.token_ids(block, tok, str(tmp_path))
+    assert (list(g.stop_ids), g.eos_id, g.pad_id) == ([im_end, endoftext], im_end, endoftext)
+    assert list(jobs.token_ids(ml_collections.ConfigDict(dict(eos_id=7)), tok, str(tmp_path)).stop_ids) == [7]
+    assert list(jobs.token_ids(ml_collections.ConfigDict(dict(stop_ids=[7, 8])), tok).stop_ids) == [7, 8]
+    assert list(jobs.token_ids(ml_collections.ConfigDict(dict(eos_id=None))).stop_ids) == [1]  # tiny recipes
+    with pytest.raises(ValueError, match="stop_ids"):
+        jobs.token_ids(ml_collections.ConfigDict(dict(stop_ids=["<|im_end|>"])), tok)
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": "x"}))
+    with pytest.raises(ValueError, match="generation_config.json: eos_token_id"):
+        jobs.token_ids(block, tok, str(tmp_path))

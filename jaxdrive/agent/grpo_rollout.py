@@ -26,7 +26,7 @@ from jaxdrive.agent.tools import Observation, ToolContext, default_registry
 from jaxdrive.data.synthetic import generate_scene
 from jaxdrive.models.generate import SamplingConfig
 from jaxdrive.train import grpo
-from jaxdrive.train.grpo_trainer import Rollouts, _generate, left_pad
+from jaxdrive.train.grpo_trainer import Rollouts, _generate, completion_stop_ids, left_pad
 from jaxdrive.train.rewards import combine_rewards
 
 
@@ -163,7 +163,7 @@ class MultiTurnRollouts(Rollouts):
         seen = [set() for _ in rows]
         done = np.zeros(n, bool)
         sampling = SamplingConfig(max_new_tokens=codec.turn_tokens, temperature=cfg.temperature, greedy=key is None,
-                                  stop_token_ids=(cfg.eos_id,), pad_token_id=cfg.pad_id)
+                                  stop_token_ids=completion_stop_ids(cfg), pad_token_id=cfg.pad_id)
         for turn in range(max_tools + 1):
             if done.all():
                 break

@@ -30,7 +30,11 @@ def get_config() -> ml_collections.ConfigDict:
     c.decoder = ml_collections.ConfigDict(dict(kind="tokenizer"))
     c.grpo.update(dict(rollouts="agent_multi_turn", max_tool_turns=7, turn_tokens=192, group_size=8,
                        prompts_per_step=2, prompt_len=4096, completion_len=1536, temperature=1.0, advantage="trl",
-                       eps_low=0.2, eps_high=0.2, beta=0.001, kl="k3", policy_epochs=1, eos_id=151_645,
+                       eps_low=0.2, eps_high=0.2, beta=0.001, kl="k3", policy_epochs=1,
+                       # None: the model's generation_config.json eos ids (<|im_end|>, <|endoftext|>), else the
+                       # tokenizer's eos; eos_id None: the first stop id
+                       eos_id=ml_collections.FieldReference(None, field_type=int),
+                       stop_ids=ml_collections.FieldReference(None, field_type=list),
                        pad_id=151_643, seed=42))
     c.optim = ml_collections.ConfigDict(dict(lr=1e-6, warmup_steps=200, end_lr_ratio=0.0, b1=0.9, b2=0.95, eps=1e-8,
                                              weight_decay=0.01, clip_norm=1.0))

@@ -29,7 +29,9 @@ def get_config() -> ml_collections.ConfigDict:
         eps_low=0.2, eps_high=0.2, dual_clip=ml_collections.FieldReference(None, field_type=float),
         beta=0.01, kl="k3", agg="seq-mean-token-mean", max_len=ml_collections.FieldReference(None, field_type=int),
         policy_epochs=1, allow_missing_rewards=False,
-        eos_id=ml_collections.FieldReference(None, field_type=int),  # None: the tokenizer's eos (<|im_end|>)
+        # None: the model's generation_config.json eos ids (<|im_end|>, <|endoftext|>), else the tokenizer's eos
+        eos_id=ml_collections.FieldReference(None, field_type=int),  # None: the first stop id
+        stop_ids=ml_collections.FieldReference(None, field_type=list),
         pad_id=ml_collections.FieldReference(None, field_type=int)))  # None: the tokenizer's pad token
     c.optim = ml_collections.ConfigDict(dict(lr=1e-6, warmup_steps=10, end_lr_ratio=0.1, b1=0.9, b2=0.999, eps=1e-8,
                                              weight_decay=0.0, clip_norm=1.0))

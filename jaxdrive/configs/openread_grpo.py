@@ -41,7 +41,11 @@ def get_config() -> ml_collections.ConfigDict:
         eps=ml_collections.FieldReference(None, field_type=float), eps_low=0.2, eps_high=0.2,
         dual_clip=ml_collections.FieldReference(None, field_type=float), beta=0.04, kl="k3",
         agg="seq-mean-token-mean", max_len=ml_collections.FieldReference(None, field_type=int), policy_epochs=1,
-        allow_missing_rewards=False, eos_id=151645, pad_id=151643))
+        allow_missing_rewards=False,
+        # None: the model's generation_config.json eos ids (<|im_end|>, <|endoftext|>), else the tokenizer's eos
+        eos_id=ml_collections.FieldReference(None, field_type=int),  # None: the first stop id
+        stop_ids=ml_collections.FieldReference(None, field_type=list),
+        pad_id=151643))
     c.optim = ml_collections.ConfigDict(dict(lr=1e-4, warmup_steps=0, end_lr_ratio=1.0, b1=0.9, b2=0.999, eps=1e-8,
                                              weight_decay=0.0, clip_norm=1.0))
     c.checkpoint = ml_collections.ConfigDict(dict(enabled=True, every=250, keep=2, best_metric="reward_mean",

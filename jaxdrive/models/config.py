@@ -112,8 +112,7 @@ def parse_config(raw: dict[str, Any]) -> ModelConfig:
                 f"{head_dim // 2}, got {list(section)}"
             )
     tie = bool(raw.get("tie_word_embeddings", False) or text.get("tie_word_embeddings", False))
-    eos = text.get("eos_token_id", raw.get("eos_token_id"))
-    eos = () if eos is None else tuple(eos) if isinstance(eos, (list, tuple)) else (int(eos),)
+    eos = token_id_tuple(text.get("eos_token_id", raw.get("eos_token_id")), f"config.json: {where}eos_token_id")
     text_cfg = TextConfig(
         vocab_size=int(_need(text, "vocab_size", where)),
         hidden_size=int(hidden),
@@ -151,6 +150,28 @@ def parse_config(raw: dict[str, Any]) -> ModelConfig:
         eos_token_ids=eos,
         raw=raw,
     )
+
+
+def token_id_tuple(value, where: str) -> tuple[int, ...]:
+    """An ``eos_token_id``-style value (None, one id, or a list of ids) as a tuple of ints; ``where`` names it in
+    the error."""
+    ids = () if value is None else tuple(value) if isinstance(value, (list, tuple)) else (value,)
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        raise ValueError(f"{where}: expected a token id or a list of token ids (ints >= 0), got {value!r}")
+    return ids
+
+
+def stop_token_ids(path: str | os.PathLike) -> tuple[int, ...]:
+    """The ids that end a generation for the pretrained directory ``path``, as transformers' ``generate`` reads them:
+    ``generation_config.json``'s ``eos_token_id`` (one id or a list: Qwen chat models list ``<|im_end|>`` and
+    ``<|endoftext|>``) when the file sets one, else ``config.json``'s; ``()`` when neither does."""
+    file = os.path.join(os.fspath(path), "generation_config.json")
+    if os.path.exists(file):
+        with open(file) as f:
+            ids = token_id_tuple(json.load(f).get("eos_token_id"), f"{file}: eos_token_id")
+        if ids:
+            return ids
+    return load_config(path).eos_token_ids
 
 
 def load_config(path: str | os.PathLike) -> ModelConfig:

@@ -99,6 +99,16 @@ class LoRALinear(nnx.Linear):
         b = self.lora_b[...].astype(jnp.float32)
         return self.lora_scale * jnp.matmul(a, b, precision=jax.lax.Precision.HIGHEST)
 
+    def effective_kernel(self) -> Float[Array, "in out"]:
+        """The ``[in, out]`` kernel this layer applies (base, plus or minus the update as the enabled / merged flags
+        say), in the kernel's dtype; for callers that use the weight itself (a tied or chunked output head). The
+        adapter's input dropout has no weight form and is not applied."""
+        kernel = self.kernel[...]
+        if self.lora_enabled == self.merged:
+            return kernel
+        sign = -1.0 if self.merged else 1.0
+        return (kernel.astype(jnp.float32) + sign * self.lora_delta()).astype(kernel.dtype)
+
     def __call__(self, inputs: Float[Array, "... in"], out_sharding=None) -> Float[Array, "... out"]:
         y = super().__call__(inputs, out_sharding=out_sharding)
         if self.lora_enabled == self.merged:  # enabled+merged: folded in; disabled+unmerged: plain base

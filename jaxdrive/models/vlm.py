@@ -27,6 +27,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.models.config import ModelConfig
 from jaxdrive.models.decoder import LayerCache, Rotary, TextModel, attention_mask, linear, take_rows
+from jaxdrive.models.lora import LoRALinear
 from jaxdrive.models.vision_common import uniform_frame_patches
 from jaxdrive.models.rope import get_rope_index, inv_frequencies, mrope_axis_map, rope_cos_sin
 from jaxdrive.parallel import constrain
@@ -182,9 +183,12 @@ class QwenModel(nnx.Module):
     def lm_head_weight(self) -> Float[Array, "H V"]:
         """The output projection ``[H, V]`` (the transposed embedding table when tied): ``logits = h @ W``.
 
-        This is the base weight: merge a LoRA adapter on ``lm_head`` before using it for log-probs."""
+        A LoRA adapter on ``lm_head`` is included (``LoRALinear.effective_kernel``, without its input dropout), so
+        the logits, the sampler and the chunked log-probs all see it."""
         if self.lm_head is None:
             return self.language_model.embed_tokens.embedding[...].T
+        if isinstance(self.lm_head, LoRALinear):
+            return self.lm_head.effective_kernel()
         return self.lm_head.kernel[...]
 
     def logits(self, hidden: Float[Array, "B S H"]) -> Float[Array, "B S V"]:

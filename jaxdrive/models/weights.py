@@ -130,6 +130,21 @@ def _names(items: list[str], limit: int = 20) -> str:
     return shown + (f", ... ({len(items) - limit} more)" if len(items) > limit else "")
 
 
+def _tied_twin_problems(reader: SafetensorsDir, tied_twin: set[str], embed: TensorSpec) -> list[str]:
+    """[] unless the tied model's checkpoint carries an ``lm_head.weight`` that is not the embedding's twin (compared
+    in blocks of rows, so a large vocabulary is never read twice into memory)."""
+    key = next(iter(tied_twin), None)
+    if key is None or key not in reader or embed.key not in reader:
+        return []
+    head, emb = reader.get(key), reader.get(embed.key)
+    same = head.shape == emb.shape and all(
+        np.array_equal(head[i:i + 4096], emb[i:i + 4096]) for i in range(0, emb.shape[0], 4096))
+    if same:
+        return []
+    return [f"config.json ties the embeddings (tie_word_embeddings=true) but tensor {key!r} differs from "
+            f"{embed.key!r}: an untied checkpoint (set tie_word_embeddings=false; transformers loads it untied)"]
+
+
 def load_weights(
     model: QwenModel,
     path: str | os.PathLike,
@@ -143,10 +158,12 @@ def load_weights(
     Every parameter must come from exactly one checkpoint tensor and every checkpoint tensor must be used: missing
     and unexpected tensors are listed by name in a ``ValueError`` raised before anything is loaded (so a VL model
     whose checkpoint lacks its vision tower, or a checkpoint of another architecture, never loads half-way).
-    ``lm_head.weight`` in a checkpoint of a model with tied embeddings is not unexpected: it is the embedding's twin
-    and ignored, as transformers ignores it. ``strict=False`` is the opt-out for intentional partial loads: unexpected
-    tensors are skipped and parameters without a tensor keep ``model``'s values (which must then be concrete); both
-    lists are reported with ``warnings.warn``. Mis-shaped tensors are always an error.
+    ``lm_head.weight`` in a checkpoint of a model with tied embeddings is not unexpected when it is the embedding's
+    twin (equal values): it is ignored, as transformers ignores it; a different one is an error (the config's
+    ``tie_word_embeddings`` is wrong for this checkpoint, and transformers would load it untied). ``strict=False``
+    is the opt-out for intentional partial loads: unexpected tensors are skipped and parameters without a tensor
+    keep ``model``'s values (which must then be concrete); both lists are reported with ``warnings.warn``.
+    Mis-shaped tensors are always an error.
     """
     reader = SafetensorsDir(path)
     keys = reader.keys()
@@ -160,6 +177,7 @@ def load_weights(
     where = f"checkpoint {os.fspath(path)}"
     wanted = {s.key for s in specs}
     tied_twin = {"lm_head.weight"} if model.cfg.text.tie_word_embeddings else set()
+    embed_spec = next(s for s in specs if s.path == ("language_model", "embed_tokens", "embedding"))
     unexpected = sorted(k for k in keys if k not in wanted and k not in tied_twin)
     missing = [s for s in specs if s.key not in reader]
     misshaped = [f"tensor {s.key!r}: expected shape {s.hf_shape}, got {reader.shape(s.key)}"
@@ -172,7 +190,7 @@ def load_weights(
         if abstract:
             raise ValueError(f"{where}: strict=False keeps the current value of a parameter without a tensor, but "
                              f"the model is abstract (no values) for: {_names(abstract)}")
-    problems = list(misshaped)
+    problems = list(misshaped) + _tied_twin_problems(reader, tied_twin, embed_spec)
     if strict:
         problems += [f"missing tensor {s.key!r} (shape {s.hf_shape})" for s in missing[:20]]
         if len(missing) > 20:

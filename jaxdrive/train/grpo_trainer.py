@@ -112,6 +112,13 @@ def grpo_summary(sums: dict) -> dict:
     return dict(grpo.token_metrics(sums), tokens=sums["tokens"])
 
 
+def completion_stop_ids(cfg: ml_collections.ConfigDict) -> tuple[int, ...]:
+    """The token ids that end a sampled completion: ``cfg.stop_ids`` when set (``jobs.token_ids`` resolves it from
+    the model's ``generation_config.json``), else the one ``cfg.eos_id``."""
+    stop = cfg.get("stop_ids")
+    return tuple(int(i) for i in stop) if stop is not None else (int(cfg.eos_id),)
+
+
 def left_pad(prompts: Sequence[np.ndarray], length: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
     """[N, length] ids and mask of prompts left-padded to ``length``."""
     ids = np.full((len(prompts), length), pad_id, np.int32)
@@ -134,7 +141,8 @@ class Rollouts:
       decode: completion ids [T] (+ mask) -> text for host rewards.
       cfg: the ``grpo`` config block (group_size, prompts_per_step, prompt_len, completion_len, temperature,
         advantage convention / scale / eps, eps_low/high, dual_clip, beta, kl, agg, policy_epochs, allow_missing_rewards,
-        eos_id, pad_id, seed).
+        eos_id / stop_ids (the tokens that end a completion: ``stop_ids`` when set, else ``eos_id``; see
+        ``jobs.token_ids``), pad_id, seed).
     """
 
     def __init__(self, examples: list[dict], rewards: Sequence[Reward], decode, cfg: ml_collections.ConfigDict):
@@ -148,7 +156,7 @@ class Rollouts:
     def _sampling(self, greedy: bool) -> SamplingConfig:
         cfg = self.cfg
         return SamplingConfig(max_new_tokens=cfg.completion_len, temperature=cfg.temperature, greedy=greedy,
-                              stop_token_ids=(cfg.eos_id,), pad_token_id=cfg.pad_id)
+                              stop_token_ids=completion_stop_ids(cfg), pad_token_id=cfg.pad_id)
 
     def rollout_inputs(self, model, rows: list[dict], completions: np.ndarray | None = None, completion_mask=None):
         """Host-prepared model inputs for N rows (images repeated per row): the left-padded prompts alone

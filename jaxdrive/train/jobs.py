@@ -53,17 +53,47 @@ def load_tokenizer(cfg: ml_collections.ConfigDict):
         raise ValueError(f"model.path {cfg.path!r}: cannot load its tokenizer ({e})") from None
 
 
-def token_ids(block: ml_collections.ConfigDict, tokenizer=None) -> ml_collections.ConfigDict:
-    """``block`` with ``pad_id`` / ``eos_id`` that are None (or absent) filled from the tokenizer (pad: its pad token,
-    eos: its eos token, ``<|im_end|>`` for Qwen chat models), or 0 / 1 without one (the tiny token-id recipes)."""
+def token_ids(block: ml_collections.ConfigDict, tokenizer=None,
+              model_path: str | None = None) -> ml_collections.ConfigDict:
+    """``block`` with ``pad_id`` / ``eos_id`` that are None (or absent) filled, and ``stop_ids`` (the tokens that end
+    a completion) resolved:
+
+    * pad: the tokenizer's pad token, or 0 without one (the tiny token-id recipes);
+    * stop: ``stop_ids`` when set (a list of ids); else ``[eos_id]`` when ``eos_id`` is set (a config that names one
+      id stops on that id only); else the pretrained directory's stop ids (``model_path``: its
+      ``generation_config.json``, where Qwen chat models list ``<|im_end|>`` and ``<|endoftext|>``), else the
+      tokenizer's eos token, else 1. ``eos_id`` left None becomes the first stop id.
+    """
     out = ml_collections.ConfigDict(block.to_dict())
-    for name, attr, default in (("pad_id", "pad_token_id", 0), ("eos_id", "eos_token_id", 1)):
-        if out.get(name) is None:
-            value = getattr(tokenizer, attr, None) if tokenizer is not None else default
-            if value is None:
-                raise ValueError(f"{name}: not set and the tokenizer has no {attr}")
-            out[name] = int(value)
+    if out.get("pad_id") is None:
+        value = getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else 0
+        if value is None:
+            raise ValueError("pad_id: not set and the tokenizer has no pad_token_id")
+        out["pad_id"] = int(value)
+    out["stop_ids"] = list(_stop_ids(out, tokenizer, model_path))
+    if out.get("eos_id") is None:
+        out["eos_id"] = out["stop_ids"][0]
     return out
+
+
+def _stop_ids(block: ml_collections.ConfigDict, tokenizer, model_path: str | None) -> tuple[int, ...]:
+    """The stop set of :func:`token_ids` (validated: a non-empty tuple of ids)."""
+    from jaxdrive.models.config import stop_token_ids, token_id_tuple
+
+    if block.get("stop_ids") is not None:
+        ids = token_id_tuple(block.stop_ids, "stop_ids")
+        if not ids:
+            raise ValueError("stop_ids: expected at least one token id (or None to use eos_id / the model's)")
+        return ids
+    if block.get("eos_id") is not None:
+        return token_id_tuple(block.eos_id, "eos_id")
+    if model_path and stop_token_ids(model_path):
+        return stop_token_ids(model_path)
+    if tokenizer is None:
+        return (1,)
+    if getattr(tokenizer, "eos_token_id", None) is None:
+        raise ValueError("eos_id: not set, the model directory names no eos_token_id and the tokenizer has none")
+    return (int(tokenizer.eos_token_id),)
 
 
 def build_examples(cfg: ml_collections.ConfigDict, tokenizer=None) -> list[dict]:
@@ -204,7 +234,7 @@ def run_grpo(cfg: ml_collections.ConfigDict, model=None):
                          "or beta=0")
     tokenizer = load_tokenizer(cfg.model)
     examples = build_examples(cfg.data, tokenizer)
-    g = token_ids(cfg.grpo, tokenizer)
+    g = token_ids(cfg.grpo, tokenizer, cfg.model.path if cfg.model.kind == "pretrained" else None)
     kind = g.get("rollouts", "single_turn")
     extra = {} if kind == "single_turn" else {"tokenizer": tokenizer}
     rollouts = ROLLOUTS.get(kind)(examples, build_rewards(cfg.rewards), build_decoder(cfg.decoder, tokenizer), g, **extra)
