@@ -38,9 +38,9 @@ def _add_score(sub) -> None:
     src = p.add_argument_group("inputs")
     src.add_argument("--scenes", type=Path,
                      help="directory of epdms-scene/1 JSON files, searched recursively (default: synthetic scenes)")
-    src.add_argument("--count", type=int, default=1024, help="number of synthetic scenes")
-    src.add_argument("--seed", type=int, default=0, help="seed of the synthetic scenes")
-    src.add_argument("--num-proposals", type=int, default=16, help="proposals per synthetic scene")
+    src.add_argument("--count", type=int, help="number of synthetic scenes (default 1024)")
+    src.add_argument("--seed", type=int, help="seed of the synthetic scenes (default 0)")
+    src.add_argument("--num-proposals", type=int, help="proposals per synthetic scene (default 16)")
     src.add_argument("--proposals", type=Path, help="with --scenes: .npz of one [K, 41, 11] state array per scene id "
                      "(global frame), scored in row order instead of the files' proposals (no previous plans: EC is "
                      "NaN and EPDMS its /14 form)")
@@ -110,6 +110,7 @@ def _run_score(args) -> int:
 
     if args.resume and not args.out:
         raise ValueError("--resume: name the run to continue with --out DIR")
+    _synthetic_defaults(args)
     if args.proposals and not args.scenes:
         raise ValueError("--proposals: needs --scenes DIR (the scenes the arrays belong to)")
     if args.proposals and is_store(args.scenes):
@@ -179,6 +180,19 @@ def _run_score(args) -> int:
     png = plot_summary(stats, Path(out) / "summary.png")
     print(f"results: {out}/part-*.parquet   plot: {png}")
     return EXIT_PARTIAL if stats.errors else EXIT_OK
+
+
+def _synthetic_defaults(args) -> None:
+    """Fills --count / --seed / --num-proposals for the synthetic scenes; with --scenes they are a usage error (they
+    would be ignored: the scenes and their proposals come from the files)."""
+    given = [flag for flag, value in (("--count", args.count), ("--seed", args.seed),
+                                      ("--num-proposals", args.num_proposals)) if value is not None]
+    if args.scenes and given:
+        raise ValueError(f"{', '.join(given)}: only for the built-in synthetic scenes; --scenes {args.scenes} "
+                         f"scores the files' scenes and proposals")
+    args.count = 1024 if args.count is None else args.count
+    args.seed = 0 if args.seed is None else args.seed
+    args.num_proposals = 16 if args.num_proposals is None else args.num_proposals
 
 
 def _note_unused_entries(out: Path, tables: dict[str, dict | None]) -> None:

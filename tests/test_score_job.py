@@ -165,6 +165,9 @@ def test_resume_with_other_inputs_is_refused(tmp_path, capsys):
     (["--count", "0"], "--count"),
     (["--devices", "99"], "--devices"),
     (["--ep-mode", "reference"], "--reference-progress"),
+    # found by an exploratory pass: with --scenes these were accepted and ignored
+    (["--scenes", "s", "--count", "10", "--seed", "3"], "--count, --seed: only for the built-in synthetic scenes"),
+    (["--scenes", "s", "--num-proposals", "4"], "--num-proposals: only for the built-in synthetic scenes"),
 ])
 def test_bad_options(tmp_path, capsys, args, needle):
     rc = main(["score", "--out", str(tmp_path / "o"), "--no-progress", *args])
