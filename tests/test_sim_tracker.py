@@ -247,6 +247,24 @@ def test_bad_values_are_named():
         simulate_trajectories(good_initial, good_poses, t0_us=0.5)
 
 
+
+def test_dense_reference_tracking_refuses_non_finite_input():
+    """``track_poses`` (the dense 0.1 s path of PDM-Closed, vocabularies and cached references) names a NaN in its
+    inputs; it used to return NaN states silently, which the scorer then turned into arbitrary sub-scores."""
+    from jaxdrive.sim.reference import track_poses
+
+    reference = np.zeros((2, C.NUM_STATES, 3))
+    reference[:, :, 0] = np.arange(C.NUM_STATES) * 0.5
+    assert np.all(np.isfinite(track_poses(np.zeros((2, 11)), reference)))
+    bad = reference.copy()
+    bad[1, 7, 2] = np.nan
+    with pytest.raises(ValueError, match=r"reference_poses: expected finite values, got nan at index \(1, 7, 2\)"):
+        track_poses(np.zeros((2, 11)), bad)
+    initial = np.zeros((2, 11))
+    initial[0, 3] = np.inf
+    with pytest.raises(ValueError, match=r"initial_states: expected finite values, got inf"):
+        track_poses(initial, reference)
+
 def test_parked_ego_creeps_and_stops_controller(cases):
     """All-zero poses: the stopping controller decays the speed; no NaN from the singular-looking fits."""
     parked = [i for i, c in enumerate(cases["cases"]) if not np.any(c["submitted_poses"])]

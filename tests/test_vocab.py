@@ -226,6 +226,30 @@ def test_bad_inputs_are_usage_errors(tmp_path, capsys):
         assert says in capsys.readouterr().err
 
 
+
+@pytest.mark.parametrize("mangle,says", [
+    (lambda v: v * np.array([1.0, 1.0, 180.0 / np.pi]), r"heading .* exceeds 2π: expected radians"),
+    (lambda v: v + np.array([664000.0, 3997000.0, 0.0]),
+     r"[0-9.e+]+ m/s into \(trajectory, pose\) \(\d+, 0\).*ego rear-axle"),
+    (lambda v: v * np.array([100.0, 100.0, 1.0]), r"[0-9.e+]+ m/s into .*other units"),
+    (lambda v: np.concatenate([v[:, 4::5]] * 5, axis=1), r"[0-9.e+]+ m/s into .*another sampling"),
+])
+def test_vocabulary_in_another_frame_or_units_is_named(tmp_path, capsys, mangle, says):
+    """A vocabulary in degrees, in a global (UTM) frame, in centimetres or at 0.5 s steps was scored silently (every
+    trajectory far off the road or spinning): the CLI now refuses it, naming --vocabulary and the worst entry."""
+    from jaxdrive.vocab.core import check_vocabulary
+
+    good = _vocab(6)
+    assert check_vocabulary(good).shape == (6, 40, 3)
+    assert check_vocabulary(build_vocabulary(4, 16, seed=1)).shape == (4, 40, 3)
+    with pytest.raises(ValueError, match="--vocabulary: " + says):
+        check_vocabulary(mangle(good))
+    np.save(tmp_path / "bad.npy", mangle(good))
+    assert main(["vocab", "--vocabulary", str(tmp_path / "bad.npy"), "--out", str(tmp_path / "o"), "--count", "1",
+                 "--no-progress"]) == 2
+    assert "--vocabulary" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
 def test_kmeans_and_demo_vocabulary():
     pts = np.concatenate([np.zeros((5, 2)), np.full((5, 2), 10.0)])
     centres, labels = kmeans(pts, 2, seed=0)

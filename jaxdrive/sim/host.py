@@ -25,7 +25,7 @@ def _bucket_size(count: int) -> int:
     return max(_MIN_BUCKET, 1 << max(count - 1, 0).bit_length())
 
 
-def _as_float_array(name: str, value, trailing: tuple[int, ...]) -> np.ndarray:
+def as_float_array(name: str, value, trailing: tuple[int, ...]) -> np.ndarray:
     """`value` as float64 with the given trailing shape and finite entries, or a ValueError naming `name`."""
     try:
         array = np.asarray(value, dtype=np.float64)
@@ -57,8 +57,8 @@ def simulate_trajectories(initial_states, poses, t0_us=0) -> np.ndarray:
     Raises:
       ValueError: naming the argument, on a wrong shape, non-finite values or non-integer / unbroadcastable t0_us.
     """
-    initial = _as_float_array("initial_states", initial_states, (C.NUM_STATE_FIELDS,))
-    relative = _as_float_array("poses", poses, (C.NUM_SUBMITTED_POSES, 3))
+    initial = as_float_array("initial_states", initial_states, (C.NUM_STATE_FIELDS,))
+    relative = as_float_array("poses", poses, (C.NUM_SUBMITTED_POSES, 3))
     t0 = np.asarray(t0_us)
     if not (np.issubdtype(t0.dtype, np.integer) or (np.issubdtype(t0.dtype, np.floating) and np.all(t0 == np.round(t0)))):
         raise ValueError(f"t0_us: expected integer microseconds, got {t0_us!r}")

@@ -7,6 +7,7 @@ import jax
 import numpy as np
 
 from jaxdrive.sim import constants as C
+from jaxdrive.sim.host import as_float_array
 from jaxdrive.sim.simulate import track_reference
 
 _track_jit = jax.jit(jax.vmap(lambda s, p: track_reference(s, p)[0]))
@@ -14,9 +15,13 @@ _track_jit = jax.jit(jax.vmap(lambda s, p: track_reference(s, p)[0]))
 
 def track_poses(initial_states, reference_poses) -> np.ndarray:
     """Simulated states [B, 41, 11] (global frame, float64) tracking ``reference_poses`` [B, 41, 3] (x, y, heading,
-    global) from ``initial_states`` [B, 11] (``StateIndex`` layout). Only the reference poses matter (NAVSIM)."""
-    init = np.asarray(initial_states, np.float64)
-    ref = np.asarray(reference_poses, np.float64)
+    global) from ``initial_states`` [B, 11] (``StateIndex`` layout). Only the reference poses matter (NAVSIM).
+
+    Raises:
+      ValueError: naming the argument, on a wrong shape or a non-finite value (NaN would propagate silently).
+    """
+    init = as_float_array("initial_states", initial_states, (C.NUM_STATE_FIELDS,))
+    ref = as_float_array("reference_poses", reference_poses, (3,))
     if init.ndim != 2 or init.shape[1] != C.NUM_STATE_FIELDS:
         raise ValueError(f"initial_states: expected shape [B, {C.NUM_STATE_FIELDS}], got {list(init.shape)}")
     if ref.shape != (init.shape[0], C.NUM_STATES, 3):

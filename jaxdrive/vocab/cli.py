@@ -13,7 +13,8 @@ def add_vocab_parser(sub) -> None:
     p = sub.add_parser("vocab", help="score every scene against a (K, 40, 3) trajectory vocabulary (GTRS / Hydra-MDP "
                        "targets); `vocab build` makes a demo vocabulary",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--vocabulary", type=Path, help=".npy of shape (K, 40, 3): x, y, heading at 0.1..4.0 s, ego frame")
+    p.add_argument("--vocabulary", type=Path, help=".npy of shape (K, 40, 3): x, y [m], heading [rad] at 0.1..4.0 s, "
+                   "ego rear-axle frame (checked: no step over 100 m/s, |heading| <= 2π)")
     p.add_argument("--scenes", type=Path, help="directory of epdms-scene/1 files (e.g. from `scenes from-navsim`); "
                    "default: synthetic scenes (--count, --seed; needs --reference pdm-closed or first-proposal)")
     p.add_argument("--count", type=int, default=64, help="number of synthetic scenes")

@@ -52,6 +52,8 @@ FIELDS = ("nc", "dac", "ddc", "tlc", "ep", "ttc", "lk", "hc", "raw_progress", "m
 EpMode = Literal["gtrs", "pairwise", "batch"]
 EP_MODES = ("gtrs", "pairwise", "batch")
 PROGRESS_THRESHOLD_M = 5.0  # NAVSIM's progress_distance_threshold
+VOCAB_INTERVAL_S = 0.1  # a vocabulary pose every 0.1 s (0.1 .. 4.0 s)
+MAX_PLAUSIBLE_SPEED = 100.0  # m/s; faster steps mean a wrong frame, unit or sampling
 
 
 def check_vocabulary(vocab: np.ndarray, name: str = "--vocabulary") -> np.ndarray:
@@ -64,7 +66,28 @@ def check_vocabulary(vocab: np.ndarray, name: str = "--vocabulary") -> np.ndarra
         raise ValueError(f"{name}: expected floats, got dtype {v.dtype}")
     if not np.all(np.isfinite(v)):
         raise ValueError(f"{name}: expected finite values, got NaN/inf at {tuple(np.argwhere(~np.isfinite(v))[0])}")
-    return v.astype(np.float64)
+    v = v.astype(np.float64)
+    _check_frame_and_units(v, name)
+    return v
+
+
+def _check_frame_and_units(vocab: np.ndarray, name: str) -> None:
+    """ValueError naming ``name`` and the worst offending entry unless ``vocab`` (K, 40, 3) looks like metres and
+    radians in the ego rear-axle frame: headings within ±2π (degrees exceed it on any turn over 6.3°) and no step,
+    from the ego pose at t = 0 on, faster than ``MAX_PLAUSIBLE_SPEED`` (a global-frame / UTM vocabulary, centimetres,
+    or poses sampled at 0.5 s instead of 0.1 s)."""
+    heading = np.abs(vocab[..., 2])
+    if np.any(heading > 2 * np.pi):
+        at = tuple(int(i) for i in np.unravel_index(np.argmax(heading), heading.shape))
+        raise ValueError(f"{name}: heading {vocab[at + (2,)]:g} at (trajectory, pose) {at} exceeds 2π: expected "
+                         "radians (degrees?)")
+    xy = np.concatenate([np.zeros((vocab.shape[0], 1, 2)), vocab[..., :2]], axis=1)
+    speed = np.hypot(*np.moveaxis(np.diff(xy, axis=1), -1, 0)) / VOCAB_INTERVAL_S
+    if np.any(speed > MAX_PLAUSIBLE_SPEED):
+        at = tuple(int(i) for i in np.unravel_index(np.argmax(speed), speed.shape))
+        raise ValueError(f"{name}: {np.max(speed):.4g} m/s into (trajectory, pose) {at} (from the ego at the origin "
+                         f"for pose 0): expected metres in the ego rear-axle frame at {VOCAB_INTERVAL_S} s steps "
+                         f"(a global frame, other units or another sampling?)")
 
 
 def to_global(ego: np.ndarray, poses: np.ndarray) -> np.ndarray:
