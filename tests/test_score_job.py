@@ -147,6 +147,8 @@ def test_unwritable_output_dir(tmp_path, capsys):
     rc = main(["score", "--count", "2", "--out", str(blocker / "sub"), "--no-progress"])
     assert rc == EXIT_USAGE
     assert "not writable" in capsys.readouterr().err
+    assert main(["score", "--count", "2", "--out", str(blocker), "--no-progress"]) == EXIT_USAGE
+    assert "is a file, expected an output directory" in capsys.readouterr().err  # it said "not writable (File exists)"
 
 
 def test_resume_with_other_inputs_is_refused(tmp_path, capsys):

@@ -54,6 +54,8 @@ class RunDir:
         self.identity = identity
         self.process_index, self.process_count = process_index, process_count
         self.created = not self.path.exists()
+        if self.path.exists() and not self.path.is_dir():
+            raise RunDirError(f"--out {self.path}: is a file, expected an output directory")
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             probe = self.path / f".write_probe.{process_index}"
