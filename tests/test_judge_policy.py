@@ -79,6 +79,33 @@ def test_trajectory_given_as_states_scores_like_its_proposal():
     assert bare.previous_states is None and bare.previous_kinds is None
 
 
+def test_slots_refuse_a_template_that_moves_the_answer_block(tmp_path):
+    """The yes/no slots are read at fixed offsets from the first assistant token. A chat template that writes an empty
+    ``<think></think>`` block before the assistant's content (Qwen3 thinking templates) moves the answer block: the
+    slot positions used to point at think-block tokens silently; now they are refused, naming the chat template."""
+    from jaxdrive.judge.policy import answer_slots, slot_positions
+    from jaxdrive.models.chat import ChatEncoder
+    from jaxdrive.models.image_processing import ImageProcessorConfig
+    from jaxdrive.models.tokenizer_testing import QWEN_VL_CHAT_TEMPLATE, build_test_tokenizer
+
+    tok = build_test_tokenizer(str(tmp_path / "tok"))
+    encoder = ChatEncoder(tok, 2)
+    slots = answer_slots(encoder)
+    conv = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Judge."}]},
+            {"role": "assistant", "content": P.answer_text(ALL_YES)}]
+    image = np.zeros((56, 56, 3), np.uint8)
+    enc = encode(encoder, [conv, conv], [image, image], ImageProcessorConfig())
+    pos = slot_positions(enc, slots)
+    assert (enc.input_ids[np.arange(2)[:, None], pos + 1] == slots.yes_id).all()
+    header = "<|im_start|>{{ message['role'] }}\n"
+    assert header in QWEN_VL_CHAT_TEMPLATE
+    tok.chat_template = QWEN_VL_CHAT_TEMPLATE.replace(
+        header, header + "{% if message['role'] == 'assistant' %}<think>\n\n</think>\n\n{% endif %}")
+    enc = encode(ChatEncoder(tok, 2), [conv, conv], [image, image], ImageProcessorConfig())
+    with pytest.raises(ValueError, match="chat template"):
+        slot_positions(enc, slots)
+
+
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     root = tmp_path_factory.mktemp("judge_policy")

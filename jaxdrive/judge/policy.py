@@ -108,9 +108,24 @@ def _slot_logits(graphdef, state, inputs, positions, yes_no):
     return jnp.einsum("brh,hc->brc", h.astype(jnp.float32), w.astype(jnp.float32))
 
 
+def check_slot_tokens(tokens: np.ndarray, yes_id: int) -> None:
+    """Raises unless every token id in ``tokens`` [B, R] (the tokens at the answer slots of conversations
+    teacher-forced with ``yes`` lines) is ``yes_id``: a chat template that writes something before the assistant's
+    content (an empty ``<think></think>`` block, as Qwen3 thinking templates do) moves the answer block, and the
+    slots would read (and SFT would train) the logits of other tokens."""
+    if (np.asarray(tokens) != yes_id).any():
+        raise ValueError("chat template: the answer block does not start at the first assistant token (a template "
+                         "that writes e.g. an empty <think></think> block first?), so the yes/no slots would read "
+                         "other tokens; use a template that renders the assistant content as given")
+
+
 def slot_positions(enc: Encoded, slots: AnswerSlots) -> np.ndarray:
-    """[B, 7] positions whose output predicts each rule's answer token."""
-    return (enc.answer_start[:, None] + np.asarray(slots.offsets)[None, :] - 1).astype(np.int32)
+    """[B, 7] positions whose output predicts each rule's answer token, in conversations teacher-forced with the
+    all-yes block (checked: ``check_slot_tokens``)."""
+    pos = enc.answer_start[:, None] + np.asarray(slots.offsets)[None, :]
+    check_slot_tokens(np.take_along_axis(enc.input_ids, np.minimum(pos, enc.input_ids.shape[1] - 1), 1),
+                      slots.yes_id)
+    return (pos - 1).astype(np.int32)
 
 
 def gate_probabilities(model, enc: Encoded, slots: AnswerSlots, bucket: int = 64) -> np.ndarray:
