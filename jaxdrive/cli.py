@@ -60,7 +60,8 @@ def _add_score(sub) -> None:
     p.add_argument("--reference-progress", type=Path, help="JSON {scene_id: metres} for --ep-mode reference")
     p.add_argument("--gates", type=Path, help="JSON list of 9 booleans (nc,dac,ddc,tlc,ep,ttc,lk,hc,ec) for every "
                    "scene, or {scene_id: 9 booleans} per scene, or {scene_id: [9 booleans per proposal]}; "
-                   "or judge:MODEL_DIR[,describe]: per-proposal gates decided by a DriveJudge model; all on if omitted")
+                   "or judge:MODEL_DIR[,describe][,size=N]: per-proposal gates decided by a DriveJudge model "
+                   "(BEV images of N pixels, the side it was trained on; default 64); all on if omitted")
     p.add_argument("--human-filter", action="store_true",
                    help="NAVSIM's human penalty filter (scenes with a logged human future)")
     p.add_argument("--simulate", action="store_true",

@@ -2,6 +2,7 @@
 gate probabilities read at the right slots (equal to the full logits), DriveJudge.score consistent with the exact
 expected score, SFT targets, Eq. 12 reward; ``jaxdrive train sft`` then ``train grpo`` (gate rollouts) on the
 directory, ``jaxdrive judge run --report`` and ``jaxdrive eval dqc`` on the result."""
+import dataclasses
 import json
 
 import jax.numpy as jnp
@@ -15,7 +16,7 @@ from jaxdrive.judge import prompt as P
 from jaxdrive.judge import recipes
 from jaxdrive.judge.dataset import Record, read_records
 from jaxdrive.judge.gates import RULE_LABELS, expected_score, rule_gated_score
-from jaxdrive.judge.policy import ALL_YES, DriveJudge, encode, gate_probabilities
+from jaxdrive.judge.policy import ALL_YES, DriveJudge, encode, gate_probabilities, with_trajectory
 from jaxdrive.judge.tiny import save_tiny_judge
 
 
@@ -50,6 +51,59 @@ def test_balance_records():
     records = [rec(i, i in (1, 4)) for i in range(9)]  # 2 with LK off, 7 all-yes -> each off record 4 times
     assert [r.id for r in recipes.balance_records(records)] == list("011112344445678")
     assert [r.id for r in recipes.balance_records(records[5:])] == list("5678")  # nothing off: unchanged
+
+
+def test_trajectory_given_as_states_scores_like_its_proposal():
+    """``DriveJudge.score`` with rear-axle states: the appended trajectory's previous plan is the same plan 0.5 s
+    earlier, so every sub-score (EC included) equals the proposal's own when that proposal's previous kind is "same".
+    The previous plan used to be the states unshifted, so EC compared the plan with itself 0.5 s later and was 0 for
+    20 of 24 such proposals (EPDMS 0.125 lower)."""
+    from jaxdrive.data.synthetic import generate_scene
+    from jaxdrive.rules.epdms import METRICS
+    from jaxdrive.scene import batch_scenes
+    from jaxdrive.scorer import BatchScorer
+
+    scene = generate_scene(3, num_proposals=8)
+    same = [k for k, kind in enumerate(scene.previous_kinds) if kind == "same"]
+    assert len(same) >= 3
+    scenes = [with_trajectory(scene, scene.proposal_states[k]) for k in same]
+    assert all(s.num_proposals == scene.num_proposals + 1 and s.previous_kinds[-1] == "same" for s in scenes)
+    sc, pr, _ = batch_scenes(scenes)
+    sub, j = BatchScorer()(sc, pr), scene.num_proposals  # the judged trajectory's column
+    for b, k in enumerate(same):
+        for m in METRICS + ("epdms",):
+            assert float(getattr(sub, m)[b, j]) == pytest.approx(float(getattr(sub, m)[b, k]), abs=1e-6), (k, m)
+    assert all(float(sub.ec[b, j]) == 1.0 for b in range(len(same)))
+    bare = with_trajectory(dataclasses.replace(scene, previous_states=None, previous_kinds=None),
+                           scene.proposal_states[0])
+    assert bare.previous_states is None and bare.previous_kinds is None
+
+
+def test_slots_refuse_a_template_that_moves_the_answer_block(tmp_path):
+    """The yes/no slots are read at fixed offsets from the first assistant token. A chat template that writes an empty
+    ``<think></think>`` block before the assistant's content (Qwen3 thinking templates) moves the answer block: the
+    slot positions used to point at think-block tokens silently; now they are refused, naming the chat template."""
+    from jaxdrive.judge.policy import answer_slots, slot_positions
+    from jaxdrive.models.chat import ChatEncoder
+    from jaxdrive.models.image_processing import ImageProcessorConfig
+    from jaxdrive.models.tokenizer_testing import QWEN_VL_CHAT_TEMPLATE, build_test_tokenizer
+
+    tok = build_test_tokenizer(str(tmp_path / "tok"))
+    encoder = ChatEncoder(tok, 2)
+    slots = answer_slots(encoder)
+    conv = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Judge."}]},
+            {"role": "assistant", "content": P.answer_text(ALL_YES)}]
+    image = np.zeros((56, 56, 3), np.uint8)
+    enc = encode(encoder, [conv, conv], [image, image], ImageProcessorConfig())
+    pos = slot_positions(enc, slots)
+    assert (enc.input_ids[np.arange(2)[:, None], pos + 1] == slots.yes_id).all()
+    header = "<|im_start|>{{ message['role'] }}\n"
+    assert header in QWEN_VL_CHAT_TEMPLATE
+    tok.chat_template = QWEN_VL_CHAT_TEMPLATE.replace(
+        header, header + "{% if message['role'] == 'assistant' %}<think>\n\n</think>\n\n{% endif %}")
+    enc = encode(ChatEncoder(tok, 2), [conv, conv], [image, image], ImageProcessorConfig())
+    with pytest.raises(ValueError, match="chat template"):
+        slot_positions(enc, slots)
 
 
 @pytest.fixture(scope="module")

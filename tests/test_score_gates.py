@@ -100,3 +100,21 @@ def test_per_proposal_gates_of_the_wrong_length_are_refused(scenes_dir, tmp_path
     err = capsys.readouterr().err
     assert rc == EXIT_USAGE and "--gates" in err and "rows (one per proposal)" in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_judge_gates_render_the_image_size_the_judge_was_trained_on(tmp_path, monkeypatch):
+    """``--gates judge:DIR[,describe][,size=N]``: the judge sees BEV images of N pixels (default 64, the size of
+    ``jaxdrive judge data``); it used to get ``BevConfig()``'s 96 whatever it was trained on (a judge trained on
+    64-pixel images was shown another scale and another number of image tokens). Bad options name ``--gates``."""
+    from jaxdrive.judge import policy, score_gates
+
+    (tmp_path / "config.json").write_text("{}")
+    seen = []
+    monkeypatch.setattr(policy.DriveJudge, "from_pretrained", classmethod(lambda cls, path, **kw: seen.append(kw)))
+    for spec, size, describe in ((f"judge:{tmp_path}", 64, False), (f"judge:{tmp_path},size=32", 32, False),
+                                 (f"judge:{tmp_path},describe,size=128", 128, True)):
+        assert score_gates.gates_from_judge(spec, [], None, progress=False) == {}
+        assert seen[-1]["bev"].size == size and seen[-1]["describe"] is describe
+    for bad in (",size=4", ",size=x", ",big"):
+        with pytest.raises(ValueError, match="--gates"):
+            score_gates.parse_spec(f"judge:{tmp_path}{bad}")

@@ -62,6 +62,7 @@ COLORS = {
 COLOR_LEGEND = ("grey road, blue route lanes, red lanes have a red light, green route line, blue vehicles, orange "
                 "pedestrians, purple bicycles, brown static objects, lighter front ends show headings, dark boxes are "
                 "future positions, white ego now, plan yellow to red over 4 s")
+IMAGE_SIZE = 64  # the judge's image side by default (jaxdrive judge data --image-size; score --gates judge:)
 TILE = 8  # pixels per side of a culling tile (render_bev_batch)
 CULL_MARGIN = 0.5  # metres beyond the line width within which a tile tests a map element (candidates)
 FUTURE_STEPS = (10, 20, 30, 40)  # agent boxes at 1..4 s

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from jaxdrive.judge.bev import IMAGE_SIZE
 from jaxdrive.judge.run import add_run
 
 
@@ -59,7 +60,7 @@ def add_data(jsub) -> None:
     p.add_argument("--test", type=int, default=60, help="held-out test scenes")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated scenes and labels")
     p.add_argument("--per-scene", type=int, default=4, help="labelled trajectories per scene (at most)")
-    p.add_argument("--image-size", type=int, default=64, help="BEV image side (pixels)")
+    p.add_argument("--image-size", type=int, default=IMAGE_SIZE, help="BEV image side (pixels)")
     p.add_argument("--batch-size", type=int, default=8, help="scenes scored and rendered per batch")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run_data)

@@ -34,6 +34,7 @@ from jaxdrive.judge.labels import PAPER_THRESHOLDS, rule_values
 from jaxdrive.models.chat import ChatEncoder
 from jaxdrive.models.image_processing import ImageProcessorConfig, preprocess_images
 from jaxdrive.rules import epdms
+from jaxdrive.rules.comfort import EC_SHIFT
 from jaxdrive.scene import HostScene, PadSpec, batch_scenes
 from jaxdrive.scorer import BatchScorer
 
@@ -107,9 +108,24 @@ def _slot_logits(graphdef, state, inputs, positions, yes_no):
     return jnp.einsum("brh,hc->brc", h.astype(jnp.float32), w.astype(jnp.float32))
 
 
+def check_slot_tokens(tokens: np.ndarray, yes_id: int) -> None:
+    """Raises unless every token id in ``tokens`` [B, R] (the tokens at the answer slots of conversations
+    teacher-forced with ``yes`` lines) is ``yes_id``: a chat template that writes something before the assistant's
+    content (an empty ``<think></think>`` block, as Qwen3 thinking templates do) moves the answer block, and the
+    slots would read (and SFT would train) the logits of other tokens."""
+    if (np.asarray(tokens) != yes_id).any():
+        raise ValueError("chat template: the answer block does not start at the first assistant token (a template "
+                         "that writes e.g. an empty <think></think> block first?), so the yes/no slots would read "
+                         "other tokens; use a template that renders the assistant content as given")
+
+
 def slot_positions(enc: Encoded, slots: AnswerSlots) -> np.ndarray:
-    """[B, 7] positions whose output predicts each rule's answer token."""
-    return (enc.answer_start[:, None] + np.asarray(slots.offsets)[None, :] - 1).astype(np.int32)
+    """[B, 7] positions whose output predicts each rule's answer token, in conversations teacher-forced with the
+    all-yes block (checked: ``check_slot_tokens``)."""
+    pos = enc.answer_start[:, None] + np.asarray(slots.offsets)[None, :]
+    check_slot_tokens(np.take_along_axis(enc.input_ids, np.minimum(pos, enc.input_ids.shape[1] - 1), 1),
+                      slots.yes_id)
+    return (pos - 1).astype(np.int32)
 
 
 def gate_probabilities(model, enc: Encoded, slots: AnswerSlots, bucket: int = 64) -> np.ndarray:
@@ -142,6 +158,22 @@ class Judgement:
     probs: np.ndarray
     subscores: dict
     rationale: list[str]
+
+
+def with_trajectory(scene: HostScene, states: np.ndarray) -> HostScene:
+    """``scene`` with rear-axle ``states`` [41, 11] (global frame) appended as its last proposal ("judged"); the
+    others stay the EP normaliser's reference. When the scene has previous plans, the judged one's is the same plan
+    planned 0.5 s earlier (kind "same"): previous[5:] = states[:36], what EC compares with states[:36], so its EC is
+    that of an unchanged plan (1); the 0.5 s before now, which EC does not read, repeat the current state."""
+    previous = None
+    if scene.previous_states is not None:
+        shifted = np.concatenate([np.repeat(states[:1], EC_SHIFT, axis=0), states[:len(states) - EC_SHIFT]])
+        previous = np.concatenate([scene.previous_states, shifted[None]])
+    return dataclasses.replace(
+        scene, proposal_states=np.concatenate([scene.proposal_states, states[None]]),
+        proposal_names=scene.proposal_names + ["judged"], proposal_families=scene.proposal_families + ["judged"],
+        previous_states=previous,
+        previous_kinds=None if previous is None or scene.previous_kinds is None else scene.previous_kinds + ["same"])
 
 
 def rationale(probs: np.ndarray) -> str:
@@ -205,7 +237,8 @@ class DriveJudge:
 
     def score(self, scenes: Sequence[HostScene], trajectories: Sequence[int | np.ndarray]) -> Judgement:
         """Judges one trajectory per scene: a proposal index of the scene, or rear-axle states [41, 11] in the scene's
-        global frame (appended to the scene's proposals, which stay the EP normaliser's reference)."""
+        global frame (appended to the scene's proposals, which stay the EP normaliser's reference; its previous plan
+        is itself 0.5 s earlier: ``with_trajectory``)."""
         if len(scenes) != len(trajectories):
             raise ValueError(f"trajectories: expected one per scene ({len(scenes)}), got {len(trajectories)}")
         scenes, proposals = list(scenes), []
@@ -218,11 +251,7 @@ class DriveJudge:
             t = np.asarray(t, np.float64)
             if t.shape != s.proposal_states.shape[1:]:
                 raise ValueError(f"trajectories[{i}]: expected states {s.proposal_states.shape[1:]}, got {t.shape}")
-            scenes[i] = dataclasses.replace(
-                s, proposal_states=np.concatenate([s.proposal_states, t[None]]),
-                proposal_names=s.proposal_names + ["judged"], proposal_families=s.proposal_families + ["judged"],
-                previous_states=None if s.previous_states is None else np.concatenate([s.previous_states, t[None]]),
-                previous_kinds=None if s.previous_kinds is None else s.previous_kinds + ["same"])
+            scenes[i] = with_trajectory(s, t)
             proposals.append(s.num_proposals)
         sc, pr, _ = batch_scenes(scenes, self.pad)
         subs = self.scorer(sc, pr)

@@ -30,7 +30,8 @@ from jaxdrive.judge.baselines import subscores_of
 from jaxdrive.judge.dataset import dataset_thresholds, read_pairs, read_records
 from jaxdrive.judge.gates import RULE_LABELS, rule_gated_score
 from jaxdrive.judge.labels import rule_values
-from jaxdrive.judge.policy import ALL_YES, answer_slots, encode, load_image_config, slot_positions
+from jaxdrive.judge.policy import ALL_YES, answer_slots, check_slot_tokens, encode, load_image_config, \
+    slot_positions
 from jaxdrive.models.chat import ChatEncoder
 from jaxdrive.train.rewards import Reward
 
@@ -113,6 +114,7 @@ def gate_examples(cfg, tokenizer=None) -> list[dict]:
               "gates": np.asarray(gates), "label": r.label, "id": r.id}
         if slots is not None:
             offsets = np.asarray(slots.offsets)
+            check_slot_tokens(ex["answer"][None, np.minimum(offsets, len(ex["answer"]) - 1)], slots.yes_id)
             ex["targets"] = ex["answer"].copy()
             ex["targets"][offsets] = np.where(gates, slots.yes_id, slots.no_id)
             ex["answer_mask"] = np.zeros(n - start, np.float32)
@@ -141,6 +143,7 @@ def direct_examples(cfg, tokenizer=None) -> list[dict]:
         enc = encode(encoder, [conv], [_image(root, r.image)], image_cfg, pad_to_multiple_of=1)
         n, start = int(enc.attention_mask[0].sum()), int(enc.answer_start[0])
         answer = enc.input_ids[0, start:n]
+        check_slot_tokens(answer[None, min(slot.offsets[0], len(answer) - 1)], slot.yes_id)
         targets, mask = answer.copy(), np.zeros(n - start, np.float32)
         targets[slot.offsets[0]] = slot.yes_id if r.label else slot.no_id
         mask[slot.offsets[0]] = 1.0

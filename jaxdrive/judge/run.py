@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from jaxdrive.data.scene_json import read_scene
 from jaxdrive.data.synthetic import pad_spec
-from jaxdrive.judge.bev import BevConfig
+from jaxdrive.judge.bev import IMAGE_SIZE, BevConfig
 from jaxdrive.judge.dataset import dataset_thresholds, read_pairs, read_records
 from jaxdrive.judge.gates import RULE_LABELS
 
@@ -80,7 +80,7 @@ def run(args) -> int:
     if not records:
         raise ValueError(f"--split {args.split}: no records in {root}")
     meta = json.loads((root / "meta.json").read_text()) if (root / "meta.json").exists() else {}
-    judge = DriveJudge.from_pretrained(args.model, bev=BevConfig(size=int(meta.get("image_size", 64))),
+    judge = DriveJudge.from_pretrained(args.model, bev=BevConfig(size=int(meta.get("image_size", IMAGE_SIZE))),
                                       describe=args.describe, batch_size=args.batch_size, pad=pad_spec(32),
                                       thresholds=dataset_thresholds(root))
     out = Path(args.out or root / "judge")

@@ -7,7 +7,9 @@ per-proposal gate table ``{scene_id: [[9 booleans] per proposal]}`` that ``jaxdr
 table is also written beside the run (``judge_gates.json``) so it can be inspected or reused as a file.
 
 The spec after ``judge:`` is the pretrained judge directory, optionally followed by ``,describe`` when the judge was
-trained with the text scene description (``--describe`` of ``jaxdrive judge run``).
+trained with the text scene description (``--describe`` of ``jaxdrive judge run``) and ``,size=N`` for the side in
+pixels of the BEV images it was trained on (``jaxdrive judge data --image-size``; default ``IMAGE_SIZE``, that
+command's default): the judge must see the images of its training, at the same scale and number of image tokens.
 """
 from __future__ import annotations
 
@@ -17,20 +19,28 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from jaxdrive.judge.bev import IMAGE_SIZE, BevConfig
 from jaxdrive.judge.gates import expand_gates
 
 PREFIX = "judge:"
 
 
-def parse_spec(spec: str) -> tuple[Path, bool]:
-    """``judge:DIR[,describe]`` -> (DIR, describe); a ValueError naming ``--gates`` otherwise."""
-    body = spec[len(PREFIX):]
-    path, _, flag = body.partition(",")
-    if flag not in ("", "describe"):
-        raise ValueError(f"--gates {spec}: expected judge:DIR or judge:DIR,describe, got option {flag!r}")
+def parse_spec(spec: str) -> tuple[Path, bool, int]:
+    """``judge:DIR[,describe][,size=N]`` -> (DIR, describe, BEV image side N); a ValueError naming ``--gates``
+    otherwise."""
+    path, *options = spec[len(PREFIX):].split(",")
+    describe, size = False, IMAGE_SIZE
+    for opt in options:
+        if opt == "describe":
+            describe = True
+        elif opt.startswith("size=") and opt[5:].isdigit() and int(opt[5:]) >= 8:
+            size = int(opt[5:])
+        else:
+            raise ValueError(f"--gates {spec}: expected judge:DIR[,describe][,size=N] (N >= 8 pixels), got option "
+                             f"{opt!r}")
     if not (Path(path) / "config.json").is_file():
         raise ValueError(f"--gates {spec}: {path!r} is not a pretrained judge directory (no config.json)")
-    return Path(path), flag == "describe"
+    return Path(path), describe, size
 
 
 def judge_gate_table(judge, source, *, chunk: int = 8, progress: bool = True) -> dict[str, list[list[bool]]]:
@@ -54,12 +64,13 @@ def judge_gate_table(judge, source, *, chunk: int = 8, progress: bool = True) ->
 
 def gates_from_judge(spec: str, source, out: Path | None, *, pad=None, batch_size: int = 8,
                      progress: bool = True) -> dict[str, list[list[bool]]]:
-    """Loads the judge of ``spec`` (``parse_spec``), builds the gate table over ``source`` and writes it to
-    ``out/judge_gates.json`` (when ``out`` is given)."""
+    """Loads the judge of ``spec`` (``parse_spec``: BEV images of its ``size``), builds the gate table over
+    ``source`` and writes it to ``out/judge_gates.json`` (when ``out`` is given)."""
     from jaxdrive.judge.policy import DriveJudge
 
-    path, describe = parse_spec(spec)
-    judge = DriveJudge.from_pretrained(path, describe=describe, batch_size=batch_size, pad=pad)
+    path, describe, size = parse_spec(spec)
+    judge = DriveJudge.from_pretrained(path, bev=BevConfig(size=size), describe=describe, batch_size=batch_size,
+                                       pad=pad)
     table = judge_gate_table(judge, source, chunk=batch_size, progress=progress)
     if out is not None:
         Path(out).mkdir(parents=True, exist_ok=True)

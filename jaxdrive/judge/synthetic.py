@@ -32,7 +32,7 @@ from tqdm import tqdm
 from jaxdrive.data.scene_json import write_scene
 from jaxdrive.data.synthetic import PROFILES, generate_scene, pad_spec
 from jaxdrive.judge import prompt as P
-from jaxdrive.judge.bev import BevConfig, render_bev_batch, save_png
+from jaxdrive.judge.bev import IMAGE_SIZE, BevConfig, render_bev_batch, save_png
 from jaxdrive.judge.dataset import SUBSCORE_KEYS, Pair, Record, write_jsonl
 from jaxdrive.judge.gates import RULE_LABELS
 from jaxdrive.judge.labels import PAPER_THRESHOLDS, gate_labels, rule_values
@@ -114,7 +114,7 @@ def _mean_or_none(values: list) -> float | None:
 
 
 def build_dataset(out: str | Path, num_train: int, num_test: int, *, seed: int = 0, per_scene: int = 4,
-                  image_size: int = 64, batch_size: int = 8, progress: bool = True) -> dict:
+                  image_size: int = IMAGE_SIZE, batch_size: int = 8, progress: bool = True) -> dict:
     """Writes the synthetic set to ``out`` (``num_train`` / ``num_test`` scenes); returns the meta dict."""
     out = Path(out)
     for sub in ("scenes", "images"):
