@@ -76,9 +76,24 @@ def capacity_for(needed: PackSpec, headroom: float = 1.25) -> PackSpec:
     return PackSpec(**{f.name: up(f.name, getattr(needed, f.name)) for f in dataclasses.fields(PackSpec)})
 
 
+def _kernel_dtypes(tree):
+    """``tree``'s leaves as arrays of the kernels' dtypes: any floating leaf float32 (a bfloat16 policy output, float64
+    arrays under ``jax_enable_x64``), any integer leaf int32, booleans kept."""
+    def one(x):
+        x = jnp.asarray(x)
+        if jnp.issubdtype(x.dtype, jnp.floating):
+            return x.astype(jnp.float32)
+        return x.astype(jnp.int32) if jnp.issubdtype(x.dtype, jnp.integer) else x
+
+    return jax.tree_util.tree_map(one, tree)
+
+
 def _check(scene: Scene, proposals: Proposals, groups: int, gates=None, ep_mode: str = "scene",
-           reference_progress=None) -> None:
+           reference_progress=None, capacity=None) -> None:
     """Static (shape and dtype) checks; values cannot be checked inside a jitted program."""
+    if capacity is not None and not isinstance(capacity, PackSpec):
+        raise ValueError(f"jaxdrive.score: capacity: expected a PackSpec (jaxdrive.scorer.capacity_for / "
+                         f"default_capacity) or None, got {type(capacity).__name__}")
     s = proposals.states
     b, k = s.shape[:2] if s.ndim >= 2 else (None, None)
     if jnp.result_type(proposals.valid) != jnp.bool_:
@@ -100,9 +115,12 @@ def _check(scene: Scene, proposals: Proposals, groups: int, gates=None, ep_mode:
     if s.ndim != 4 or s.shape[2:] != (NUM_STEPS, STATE_DIM):
         raise ValueError(f"jaxdrive.score: proposals.states: expected shape (B, K, {NUM_STEPS}, {STATE_DIM}), "
                          f"got {s.shape}")
-    if proposals.valid.shape != s.shape[:2]:
-        raise ValueError(f"jaxdrive.score: proposals.valid: expected shape {s.shape[:2]} (one flag per proposal), "
-                         f"got {proposals.valid.shape}")
+    for name, want, what in (("valid", s.shape[:2], "one flag per proposal"),
+                             ("has_previous", s.shape[:2], "one flag per proposal"),
+                             ("previous", s.shape, "the states' shape: zeros where has_previous is False")):
+        got = getattr(proposals, name).shape
+        if got != want:
+            raise ValueError(f"jaxdrive.score: proposals.{name}: expected shape {want} ({what}), got {got}")
     if scene.history_padded.shape[0] != s.shape[0]:
         raise ValueError(f"jaxdrive.score: scene: expected {s.shape[0]} scenes (the proposals' B), got "
                          f"{scene.history_padded.shape[0]}")
@@ -134,10 +152,19 @@ def score_with_overflow(scene: Scene, proposals: Proposals, *, capacity: PackSpe
     the unculled kernels are not compiled at all and the rows of an overflowing batch are NOT valid: the caller must
     re-score it (e.g. at ``capacity_for(needs(...))``).
     """
-    _check(scene, proposals, groups, gates, ep_mode, reference_progress)
     # numpy leaves (a batch_scenes batch closed over by a user's jitted function) become constants here: the broad
     # phase indexes them with traced indices
-    scene, proposals = jax.tree_util.tree_map(jnp.asarray, (scene, proposals))
+    gates, reference_progress = (None if x is None else jnp.asarray(x) for x in (gates, reference_progress))
+    scene, proposals, gates, reference_progress = _kernel_dtypes((scene, proposals, gates, reference_progress))
+    _check(scene, proposals, groups, gates, ep_mode, reference_progress, capacity)
+    with jax.enable_x64(False):  # 32-bit kernels also where the caller enabled x64 (int64 indices would not mix)
+        return _score_32(scene, proposals, capacity, ep_mode, reference_progress, gates, apply_human_filter,
+                         comfort_precision, groups, fallback)
+
+
+def _score_32(scene, proposals, capacity, ep_mode, reference_progress, gates, apply_human_filter, comfort_precision,
+              groups, fallback) -> tuple[epdms.SubScores, Bool[Array, ""]]:
+    """``score_with_overflow`` of checked float32 / int32 / bool inputs, traced with x64 off."""
     proposals = proposals.replace(valid=epdms.finite_proposals(proposals))  # NaN states: padding (no capacity)
     capacity = capacity or default_capacity(proposals.states.shape[1])
     packed, overflow = pack_on_device(scene, proposals, capacity, groups)
@@ -161,7 +188,9 @@ def score(scene: Scene, proposals: Proposals, *, capacity: PackSpec | None = Non
     """EPDMS sub-scores ``SubScores[B, K]`` of ``proposals`` in ``scene`` (jittable; module docstring).
 
     Args:
-      scene, proposals: a padded batch (ego-centred float32; ``jaxdrive.scene.batch_scenes``).
+      scene, proposals: a padded batch (ego-centred float32; ``jaxdrive.scene.batch_scenes``). Leaves of other
+        widths are cast: floating ones (a bfloat16 policy's states; float64 with ``jax_enable_x64``) to float32,
+        integer ones to int32; the kernels run in 32 bits whatever the process's x64 setting.
       capacity: the broad phase's fixed sizes (``PackSpec``, per scene of the batch); default
         ``default_capacity(K)``. ``capacity_for(needs(...))`` sizes it from data.
       ep_mode: EP normaliser: "scene" (NAVSIM), "batch" or "reference" (``jaxdrive.rules.epdms``).

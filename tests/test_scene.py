@@ -163,6 +163,38 @@ def test_padspec_too_small_names_the_size(scenes):
         batch_scenes(scenes[:3], PadSpec(agents=1))
 
 
+HOST_MISTAKES = [  # a HostScene built in Python, not read from JSON: mistakes that used to raise unnamed errors
+    ("polygon as a nested list", lambda s: setattr(s.areas[0], "polygon", s.areas[0].polygon.tolist()),
+     r"'map.drivable_areas\[0\].polygon': expected a polygon: an array of shape \(n, 2\), got a list"),
+    ("lane polygon as a nested list", lambda s: setattr(s.lanes[0], "polygon", s.lanes[0].polygon.tolist()),
+     r"'map.lanes\[0\].polygon': expected a polygon.*got a list"),
+    ("area kind as its JSON name", lambda s: setattr(s.areas[0], "kind", "roadblock"),
+     r"'map.drivable_areas\[0\].kind': expected one of AreaKind.ROADBLOCK.*got 'roadblock'"),
+    ("lane kind as its JSON name", lambda s: setattr(s.lanes[0], "kind", "lane"),
+     r"'map.lanes\[0\].kind': expected one of LaneKind.LANE, LaneKind.LANE_CONNECTOR"),
+    ("agent type out of range", lambda s: setattr(s.agents[0], "type", 9), r"'agents\[0\].type': expected one of"),
+    ("agent type as its JSON name", lambda s: setattr(s.agents[0], "type", "vehicle"), r"'agents\[0\].type'"),
+    ("agent length None", lambda s: setattr(s.agents[0], "length", None),
+     r"'agents\[0\].length/width': expected positive finite box size, got None"),
+    ("history as a nested list", lambda s: setattr(s, "history_states", s.history_states.tolist()),
+     r"'ego.history.states': expected an array of shape \(4, 11\), got a list, not a numpy array"),
+]
+
+
+@pytest.mark.parametrize("name,mutate,needle", HOST_MISTAKES, ids=[m[0] for m in HOST_MISTAKES])
+def test_host_scene_built_in_python_names_the_bad_field(scenes, name, mutate, needle):
+    """Polygons as lists failed with AttributeError ('list' object has no attribute 'ndim'), kinds given by their JSON
+    names with "invalid literal for int()" from the padding, a None box size with a TypeError; integer kinds and the
+    enums' members are accepted."""
+    scene = copy.deepcopy(next(s for s in scenes if s.agents and s.lanes))
+    mutate(scene)
+    with pytest.raises(SceneValidationError, match=needle):
+        batch_scenes([scene])
+    ok = copy.deepcopy(next(s for s in scenes if s.agents and s.lanes))
+    ok.areas[0].kind, ok.agents[0].type = int(ok.areas[0].kind), np.int64(ok.agents[0].type)
+    batch_scenes([ok])
+
+
 def test_validate_batch_mismatch(scenes):
     scene, props, _ = batch_scenes(scenes[:2])
     bad = props.replace(valid=props.valid[:, :3])

@@ -124,6 +124,21 @@ def _same_rows(a: SubScores, b: SubScores) -> None:
             np.testing.assert_array_equal(x, y, err_msg=name)
 
 
+@pytest.mark.slow  # a compile of the scorer under x64
+def test_the_scorer_with_jax_enable_x64_on_scores_as_without_it(batch, trained):
+    """A user's process with ``jax_enable_x64`` on could not trace ``jaxdrive.score`` at all, even on a
+    ``batch_scenes`` batch (int64 indices met int32 ones in a ``lax.concatenate`` of NC's contact windows). Now the
+    kernels run with x64 off inside the scorer and float64 states are cast to float32: the fixtures' rows equal the
+    x64-off run's."""
+    _, _, sc, pr, capacity = batch
+    with jax.enable_x64(True):
+        states = np.asarray(pr.states, np.float64)  # e.g. a float64 policy's output
+        step = jax.jit(lambda s, p: jaxdrive.score(s, p, capacity=capacity, ep_mode="scene"))
+        out = jax.device_get(step(sc, pr.replace(states=states)))
+    assert out.epdms.dtype == np.float32 and out.nc_step.dtype == np.int32
+    _same_rows(out, trained[1])
+
+
 @pytest.mark.slow  # a second compile of the whole scorer
 def test_the_accelerator_loop_settings_score_the_fixtures_identically(batch, trained, monkeypatch):
     """Traced as for an accelerator (``jax.default_backend`` reads "gpu", on this CPU): loop blocks of a capacity /
@@ -204,6 +219,27 @@ def test_static_misuse_of_the_scorer_names_the_argument():
         batch_scenes([FILES[0]])
     with pytest.raises(ValueError, match="agents: expected a positive integer"):
         PadSpec(agents=-1)
+    # these failed deep inside the kernels with broadcasting / attribute errors that named no argument
+    shape = lambda p, **kw: jax.eval_shape(lambda s, q: jaxdrive.score(s, q, **kw), sc, p)
+    for bad, needle in ((pr.replace(previous=pr.previous[:, :3]), r"proposals.previous: expected shape \(2, 16, 41"),
+                        (pr.replace(has_previous=pr.has_previous[:, :3]), r"proposals.has_previous: expected shape"),
+                        (pr.replace(states=pr.states[:, :8], valid=pr.valid[:, :8]), "proposals.has_previous")):
+        with pytest.raises(ValueError, match=needle):
+            shape(bad)
+    with pytest.raises(ValueError, match="capacity: expected a PackSpec"):
+        shape(pr, capacity={"agents": 8})
+
+
+def test_the_scorer_takes_low_precision_states_and_gates_as_a_list():
+    """A bfloat16 (or float16) policy's states failed to trace (a while_loop carry of the states' dtype met a float32
+    update); they are now cast to float32, like integer states. Gates as a Python list raised "Cannot determine
+    dtype". Traced only (``jax.eval_shape``): the rows are those of the float32 states (the cast is the only change)."""
+    sc, pr, _ = batch_scenes([read_scene(f) for f in FILES[:2]])
+    for dtype in (jnp.bfloat16, jnp.float16):
+        out = jax.eval_shape(jaxdrive.score, sc, pr.replace(states=jnp.asarray(pr.states, dtype)))
+        assert out.epdms.shape == pr.valid.shape and out.epdms.dtype == jnp.float32
+    gated = jax.eval_shape(lambda s, p: jaxdrive.score(s, p, gates=[True] * 8 + [False]), sc, pr)
+    assert gated.epdms.shape == pr.valid.shape
 
 
 @pytest.mark.slow  # a compile of the scorer in a fresh interpreter

@@ -162,7 +162,22 @@ def _check_shape(scene_id: str, field: str, arr: Any, shape: tuple) -> None:
     ok = got is not None and len(got) == len(shape) and all(s is None or s == g for s, g in zip(shape, got))
     if not ok:
         want = "(" + ", ".join("K" if s is None else str(s) for s in shape) + ")"
-        _fail(scene_id, field, f"an array of shape {want}", f"shape {got}")
+        _fail(scene_id, field, f"an array of shape {want}", _described_shape(arr))
+
+
+def _described_shape(arr: Any) -> str:
+    """``arr``'s shape for an error message, or what it is when it is not an array (a nested list, None)."""
+    got = getattr(arr, "shape", None)
+    return f"shape {got}" if got is not None else f"a {type(arr).__name__}, not a numpy array"
+
+
+def _check_kind(scene_id: str, field: str, value: Any, kinds: type[enum.IntEnum]) -> None:
+    """``value`` a member of ``kinds`` (or its integer value): a name such as "roadblock" is the JSON's spelling."""
+    if type(value) is kinds:  # what the readers and the generator give
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value not in kinds._value2member_map_:
+        members = ", ".join(f"{kinds.__name__}.{k.name}" for k in kinds)
+        _fail(scene_id, field, f"one of {members} (jaxdrive.scene.{kinds.__name__})", repr(value))
 
 
 def _polygon_area(poly: np.ndarray) -> float:
@@ -171,8 +186,8 @@ def _polygon_area(poly: np.ndarray) -> float:
 
 
 def _check_polygon(scene_id: str, field: str, poly: np.ndarray) -> None:
-    if poly.ndim != 2 or poly.shape[1] != 2:
-        _fail(scene_id, field, "a polygon of shape (n, 2)", f"shape {poly.shape}")
+    if not isinstance(poly, np.ndarray) or poly.ndim != 2 or poly.shape[1] != 2:
+        _fail(scene_id, field, "a polygon: an array of shape (n, 2)", _described_shape(poly))
     if poly.shape[0] < 3:
         _fail(scene_id, field, "a polygon with at least 3 vertices", f"{poly.shape[0]} vertices")
     _check_finite(scene_id, field, poly)
@@ -224,7 +239,8 @@ def _check_agent(scene_id: str, i: int, agent: Agent) -> None:
     if np.any(np.abs(agent.track[present, 2]) > math.pi + 1e-3):
         _fail(scene_id, f"agents[{i}].track[:, heading]", "headings in (-pi, pi]",
               f"max |heading| {np.abs(agent.track[present, 2]).max():.4f}")
-    if not (agent.length > 0 and agent.width > 0 and math.isfinite(agent.length) and math.isfinite(agent.width)):
+    size = np.array([agent.length, agent.width], dtype=object)
+    if not all(isinstance(v, (int, float, np.number)) and math.isfinite(v) and v > 0 for v in size):
         _fail(scene_id, f"agents[{i}].length/width", "positive finite box size", f"{agent.length} x {agent.width}")
 
 
@@ -275,6 +291,7 @@ def validate_host_scene(scene: HostScene) -> HostScene:
     for i, area in enumerate(scene.areas):
         if suspect[i]:
             _check_polygon(sid, f"map.drivable_areas[{i}].polygon", area.polygon)
+        _check_kind(sid, f"map.drivable_areas[{i}].kind", area.kind, AreaKind)
         if area.id in area_ids:
             _fail(sid, f"map.drivable_areas[{i}].id", "unique area ids", f"duplicate {area.id!r}")
         area_ids.add(area.id)
@@ -283,6 +300,7 @@ def validate_host_scene(scene: HostScene) -> HostScene:
     for i, lane in enumerate(scene.lanes):
         if suspect[i]:
             _check_polygon(sid, f"map.lanes[{i}].polygon", lane.polygon)
+        _check_kind(sid, f"map.lanes[{i}].kind", lane.kind, LaneKind)
         if lane.id in lane_ids:
             _fail(sid, f"map.lanes[{i}].id", "unique lane ids", f"duplicate {lane.id!r}")
         lane_ids.add(lane.id)
@@ -306,6 +324,7 @@ def validate_host_scene(scene: HostScene) -> HostScene:
         agent_ids.add(agent.id)
         if suspect[i]:
             _check_agent(sid, i, agent)
+        _check_kind(sid, f"agents[{i}].type", agent.type, AgentType)
     return scene
 
 
