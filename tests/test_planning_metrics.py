@@ -376,7 +376,8 @@ def test_cli_malformed_arrays_are_usage_errors_naming_file_and_field(tmp_path, c
     np.savez(tmp_path / "g.npz", **good)
     for bad in (gt[..., :1], gt.reshape(n, 12), np.array(["x"] * n)):
         np.savez(tmp_path / "p.npz", pred=bad)
-        assert main(["eval", "planning", "--predictions", str(tmp_path / "p.npz"), "--gt", str(tmp_path / "g.npz")]) == 2
+        assert main(["eval", "planning", "--predictions", str(tmp_path / "p.npz"), "--gt",
+                     str(tmp_path / "g.npz")]) == 2
         err = capsys.readouterr().err
         assert "p.npz" in err and "'pred'" in err, err
     assert main(["eval", "planning", "--predictions", str(tmp_path / "pred.npz"), "--gt", str(tmp_path / "g.npz")]) == 0
