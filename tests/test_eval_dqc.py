@@ -137,3 +137,24 @@ def test_float32_scores_are_compared_in_their_own_precision(tmp_path):
     pd.DataFrame({"score": s, "label": y}).to_parquet(p)
     assert main(["eval", "dqc", "--predictions", str(p), "--no-plot"]) == 0
     assert json.loads((tmp_path / "f32.dqc.json").read_text())["acc_0.8"] == 75.0
+
+
+def test_cli_tps_errors_name_the_file_and_nothing_is_written_until_all_files_are_valid(tmp_path, capsys):
+    """``eval tps`` errors did not name the file (which of several?), a string score column said only "could not
+    convert string to float"; ``eval dqc``/``tps`` wrote the JSON of the files before a bad one."""
+    good, bad = tmp_path / "good.parquet", tmp_path / "bad.parquet"
+    pd.DataFrame({"score_a": [0.9, 0.2], "score_b": [0.1, 0.3], "preferred": ["a", "b"]}).to_parquet(good)
+    pd.DataFrame({"score_a": [0.9, 0.2], "score_b": [0.1, 0.3], "preferred": ["a", "c"]}).to_parquet(bad)
+    assert main(["eval", "tps", "--predictions", str(good), str(bad)]) == 2
+    assert "bad.parquet: preferred" in capsys.readouterr().err
+    assert not (tmp_path / "good.tps.json").exists()
+    pd.DataFrame({"score_a": ["x", "y"], "score_b": [0.1, 0.3], "preferred": ["a", "b"]}).to_parquet(bad)
+    assert main(["eval", "tps", "--predictions", str(good), str(bad)]) == 2
+    assert "bad.parquet: score_a: expected numbers" in capsys.readouterr().err
+    ok, wrong = tmp_path / "ok.parquet", tmp_path / "wrong.parquet"
+    pd.DataFrame({"score": [0.9, 0.2], "label": [1, 0]}).to_parquet(ok)
+    pd.DataFrame({"score": [0.9, 0.2], "label": [1, 3]}).to_parquet(wrong)
+    assert main(["eval", "dqc", "--no-plot", "--predictions", str(ok), str(wrong)]) == 2
+    assert not (tmp_path / "ok.dqc.json").exists()
+    assert main(["eval", "dqc", "--predictions", str(ok), "--plot", str(tmp_path / "roc.png")]) == 0
+    assert (tmp_path / "roc.png").read_bytes()[:4] == b"\x89PNG" and not list(tmp_path.glob("*.tmp"))

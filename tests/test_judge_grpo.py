@@ -244,3 +244,19 @@ def test_paired_bootstrap_interval():
     swap[np.flatnonzero(a)[:10]] = False
     r = paired_bootstrap(a, swap, num=4000)
     assert r["diff_pp"] == 0.0 and r["ci_low"] < 0.0 < r["ci_high"] and 0.3 < r["frac_le_0"] < 0.8
+
+
+def test_significance_refuses_scores_for_correctness_and_bootstraps_in_chunks(monkeypatch):
+    """Scores passed as correctness were cast to bool (0.3 -> right) silently; the bootstrap drew all [num, n]
+    indices at once (16 GB for 10k resamples of 100k pairs). Chunked, it gives the same numbers."""
+    from jaxdrive.judge import significance
+
+    with pytest.raises(ValueError, match="correct_a: expected per-pair correctness"):
+        significance.mcnemar_exact([0.3, 0.9], [1, 0])
+    with pytest.raises(ValueError, match="correct_b"):
+        significance.paired_bootstrap([1, 0], [0.5, 1.0])
+    rng = np.random.default_rng(3)
+    a, b = rng.random(300) < 0.7, rng.random(300) < 0.8
+    whole = significance.paired_bootstrap(a, b, num=1000)
+    monkeypatch.setattr(significance, "_DRAWS_PER_CHUNK", 300 * 7)  # 7 resamples per chunk, a short last one
+    assert significance.paired_bootstrap(a, b, num=1000) == whole

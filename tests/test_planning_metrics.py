@@ -125,7 +125,7 @@ def test_conventions_uniad_at_and_stp3_mean_up_to():
     assert [u["l2_1s"], u["l2_2s"], u["l2_3s"]] == pytest.approx([2, 4, 6], abs=1e-5)
     assert [s["l2_1s"], s["l2_2s"], s["l2_3s"]] == pytest.approx([1.5, 2.5, 3.5], abs=1e-5)
     with pytest.raises(ValueError, match="convention"):
-        planning_metrics(pred, gt, occ, convention="vad")
+        planning_metrics(pred, gt, occ, convention="average")
 
 
 def test_matches_a_loop_reference_with_truncation_on_random_inputs():
@@ -309,3 +309,76 @@ def test_cli_prints_both_conventions_and_reads_text_answers(tmp_path, capsys):
     # bad inputs: exit 2 with the flag named
     assert main(["eval", "planning", "--predictions", str(tmp_path / "nope.npz"), "--gt", str(gt_path)]) == 2
     assert "--predictions" in capsys.readouterr().err
+
+
+def test_vad_convention_averages_over_complete_samples_only():
+    """VAD (``nuscenes_vad_dataset.py``) averages over the samples with ``fut_valid_flag`` (every future step
+    present) only: the others leave the numerator and the denominator. It was not a convention here."""
+    pred, gt = straight(2), straight(2)
+    pred[:, :, 0] += 1.0  # 1 m lateral error at every step
+    occ = empty(2)
+    occ[1, 0][cell(1.5, 2.0)] = True  # the incomplete sample's prediction (x = 1) collides at step 0, its GT not
+    mask = np.ones((2, 6), np.float32)
+    mask[1, 5] = 0
+    vad = planning_metrics(pred, gt, occ, gt_mask=mask, convention="vad")
+    stp3 = planning_metrics(pred, gt, occ, gt_mask=mask, convention="stp3")
+    assert vad["num_samples"] == 1 and vad["num_excluded"] == 1 and stp3["num_excluded"] == 0
+    assert [vad[f"l2_{s}s"] for s in (1, 2, 3)] == pytest.approx([1.0, 1.0, 1.0])
+    assert [vad[f"collision_{s}s"] for s in (1, 2, 3)] == [0.0, 0.0, 0.0]
+    assert stp3["l2_3s"] == pytest.approx(11 / 12) and stp3["collision_1s"] == pytest.approx(0.25)
+    complete = planning_metrics(pred[:1], gt[:1], occ[:1], convention="stp3")
+    assert {k: vad[k] for k in complete if k.endswith("s")} == pytest.approx(
+        {k: complete[k] for k in complete if k.endswith("s")})
+    d = np.load(FIXTURE)
+    full = planning_metrics(d["pred"], d["gt"], d["occupancy"], convention="vad")
+    assert full["l2_2s"] == pytest.approx(planning_metrics(d["pred"], d["gt"], d["occupancy"], convention="stp3")[
+        "l2_2s"])  # without a mask every sample is complete: VAD's average is ST-P3's
+    with pytest.raises(ValueError, match="no sample has a complete GT future"):
+        planning_metrics(pred, gt, occ, gt_mask=np.zeros((2, 6)), convention="vad")
+
+
+def test_gt_mask_must_be_0_1_and_points_2d():
+    """A NaN mask made every L2 NaN (printed as 'nan', exit 0); a [N, 6, 1] trajectory broadcast to (x, x) in
+    ``in_layout`` and was scored."""
+    gt = straight(2)
+    mask = np.ones((2, 6))
+    mask[0, 3] = np.nan
+    with pytest.raises(ValueError, match="gt_mask: expected 0/1"):
+        planning_metrics(gt, gt, empty(2), gt_mask=mask)
+    with pytest.raises(ValueError, match=r"pred: expected \[\.\.\., 2\]"):
+        P.in_layout(gt[..., :1], gt, empty(2), "uniad")
+
+
+def test_cli_malformed_arrays_are_usage_errors_naming_file_and_field(tmp_path, capsys):
+    """GT arrays of another length (gt_mask, occupancy, tokens) raised IndexError tracebacks, a 0-d 'gt' a TypeError,
+    a [N, 6, 1] 'pred' was broadcast and scored (exit 0), a NaN gt_mask printed nan (exit 0)."""
+    from jaxdrive.cli import main
+
+    n = 3
+    gt, occ = straight(n), empty(n)
+    good = dict(gt=gt, gt_mask=np.ones((n, 6), np.float32), occupancy=occ)
+    np.savez(tmp_path / "pred.npz", pred=gt)
+    nan_mask = np.ones((n, 6), np.float32)
+    nan_mask[1, 1] = np.nan
+    cases = {
+        "gt_mask": dict(good, gt_mask=np.ones((n - 1, 6), np.float32)),
+        "occupancy": dict(good, occupancy=occ[: n - 1]),
+        "tokens": dict(good, tokens=np.array(["a", "b"])),
+        "'gt'": dict(good, gt=np.float32(1.0)),
+        "gt_mask: expected 0/1": dict(good, gt_mask=nan_mask),
+    }
+    for field, arrays in cases.items():
+        np.savez(tmp_path / "g.npz", **arrays)
+        assert main(["eval", "planning", "--predictions", str(tmp_path / "pred.npz"), "--gt",
+                     str(tmp_path / "g.npz")]) == 2, field
+        err = capsys.readouterr().err
+        assert "g.npz" in err and field in err, err
+    np.savez(tmp_path / "g.npz", **good)
+    for bad in (gt[..., :1], gt.reshape(n, 12), np.array(["x"] * n)):
+        np.savez(tmp_path / "p.npz", pred=bad)
+        assert main(["eval", "planning", "--predictions", str(tmp_path / "p.npz"), "--gt",
+                     str(tmp_path / "g.npz")]) == 2
+        err = capsys.readouterr().err
+        assert "p.npz" in err and "'pred'" in err, err
+    assert main(["eval", "planning", "--predictions", str(tmp_path / "pred.npz"), "--gt", str(tmp_path / "g.npz")]) == 0
+    assert "vad " in capsys.readouterr().out

@@ -100,3 +100,18 @@ def test_meteor_known_values():
     exact, para, wrong = per[:3], per[3:6], per[6:]
     assert (exact > 0.95).all() and (para < exact).all() and (para > 0.2).all()
     assert wrong.mean() < para.mean()
+
+
+def test_empty_corpus_wordless_references_and_short_questions_are_errors():
+    """An empty corpus scored BLEU 0 and judge accuracy 0 (not defined) and crashed CIDEr with pycocoevalcap's
+    "max() arg is an empty sequence", as did references without a word; too few questions misaligned the critic's
+    rows ("zero-size array to reduction operation")."""
+    for metric in (M.bleu, M.cider):
+        with pytest.raises(ValueError, match="at least one prediction"):
+            metric([], [])
+    with pytest.raises(ValueError, match="no reference has a word"):
+        M.cider(["a car"], [["..."]])
+    with pytest.raises(ValueError, match="at least one prediction"):
+        M.judge_accuracy(KeywordCritic(), [], [], [])
+    with pytest.raises(ValueError, match="questions: expected 3"):
+        M.judge_accuracy(KeywordCritic(), ["q"], PRED, REFS)

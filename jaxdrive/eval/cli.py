@@ -15,6 +15,7 @@ import json
 import math
 from pathlib import Path
 
+from jaxdrive import atomic
 from jaxdrive.eval import dqc
 
 EXIT_USAGE = 2
@@ -89,7 +90,8 @@ def plot_dqc(rows: list[tuple[str, object, object]], out: Path) -> Path:
         ax.legend(fontsize=8, loc="lower right" if ax is roc else "lower left")
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    with atomic.replacing(out) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
     return out
 
@@ -117,10 +119,10 @@ def run_dqc(args) -> int:
         if ((s < 0) | (s > 1)).any():
             raise ValueError(f"--predictions {path}: column 'score' must lie in [0, 1], got min {s.min()}, "
                              f"max {s.max()}")
-        out = Path(path).with_suffix(".dqc.json")
-        out.write_text(json.dumps(_json_ready(metrics), indent=2) + "\n")
         rows.append((_name(path, args.names, i), metrics))
         curves.append((_name(path, args.names, i), y.astype(int), s.astype(float)))
+    for path, (_, metrics) in zip(args.predictions, rows):  # only once every file is valid
+        atomic.write_text(Path(path).with_suffix(".dqc.json"), json.dumps(_json_ready(metrics), indent=2) + "\n")
     print(dqc_table(rows))
     if not args.no_plot:
         png = plot_dqc(curves, Path(args.plot) if args.plot else Path(args.predictions[0]).with_suffix(".dqc.png"))
@@ -133,9 +135,13 @@ def run_tps(args) -> int:
     frames = [_read(p, ("score_a", "score_b", "preferred")) for p in args.predictions]
     rows = []
     for i, (path, frame) in enumerate(zip(args.predictions, frames)):
-        acc = dqc.tps_accuracy(frame["score_a"], frame["score_b"], frame["preferred"])
-        Path(path).with_suffix(".tps.json").write_text(json.dumps({"accuracy": round(acc, 6)}, indent=2) + "\n")
+        try:
+            acc = dqc.tps_accuracy(frame["score_a"], frame["score_b"], frame["preferred"])
+        except ValueError as e:
+            raise ValueError(f"--predictions {path}: {e}") from None
         rows.append((_name(path, args.names, i), acc))
+    for path, (_, acc) in zip(args.predictions, rows):  # only once every file is valid
+        atomic.write_text(Path(path).with_suffix(".tps.json"), json.dumps({"accuracy": round(acc, 6)}, indent=2) + "\n")
     print(tps_table(rows))
     return 0
 

@@ -109,6 +109,10 @@ def pr_curve_points(labels, scores) -> tuple[np.ndarray, np.ndarray]:
 
 def tps_accuracy(score_a, score_b, preferred) -> float:
     """Eq. 3 in percent: mean [argmax(score_a, score_b) == preferred]; ties are wrong."""
+    for name, col in (("score_a", score_a), ("score_b", score_b)):
+        dtype = np.asarray(col).dtype
+        if not np.issubdtype(dtype, np.number) or np.issubdtype(dtype, np.complexfloating):
+            raise ValueError(f"{name}: expected numbers, got dtype {dtype}")
     a, b = np.asarray(score_a, np.float64), np.asarray(score_b, np.float64)
     pref = np.asarray(preferred).astype(str)
     if a.ndim != 1 or a.shape != b.shape or pref.shape != a.shape:

@@ -1,5 +1,11 @@
 """nuScenes open-loop planning metrics: L2 at 1/2/3 s and the GT-filtered box collision rate (UniAD's
-``PlanningMetric``), vectorised in jnp, with both averaging conventions by name (``spec/eval-protocols.md`` §B).
+``PlanningMetric``), vectorised in jnp, with the averaging conventions by name (``spec/eval-protocols.md`` §B):
+
+* "uniad": the value *at* 1/2/3 s (steps 1, 3, 5), over every sample (UniAD's default printer);
+* "stp3": the mean over the steps *up to* 1/2/3 s, over every sample (UniAD's "stp3" printer, Agent-Driver, OpenREAD);
+* "vad": the mean up to 1/2/3 s over the samples whose GT future is complete only (``gt_mask`` all 1: VAD's
+  ``fut_valid_flag``); the others leave the numerator and the denominator. Only the averaging: VAD's own occupancy
+  rasterisation and image frame are not reproduced.
 
 Frame and layout (exactly UniAD's native ones, fixed here once and tested with asymmetric occupancies):
 
@@ -36,7 +42,7 @@ EGO_LENGTH = 4.084
 EGO_FORWARD_SHIFT = 0.5  # m, box centre ahead of the trajectory point
 STEPS = 6
 STEP_SECONDS = 0.5
-CONVENTIONS = ("uniad", "stp3")
+CONVENTIONS = ("uniad", "stp3", "vad")
 HORIZONS = (1, 2, 3)  # seconds
 
 
@@ -97,6 +103,8 @@ def _validate(pred, gt, occupancy, gt_mask) -> tuple[np.ndarray, ...]:
     mask = np.ones((n, t), np.float32) if gt_mask is None else np.asarray(gt_mask, np.float32)
     if mask.shape != (n, t):
         raise ValueError(f"gt_mask: expected [{n}, {t}] (1 = GT step valid), got shape {mask.shape}")
+    if not np.isin(mask, (0, 1)).all():  # a NaN made every L2 NaN, a 2 scaled an error: both silently
+        raise ValueError(f"gt_mask: expected 0/1 (1 = GT step valid), got values {np.unique(mask)[:5]}")
     for name, a in (("pred", pred), ("gt", gt)):
         if not np.isfinite(a).all():
             raise ValueError(f"{name}: non-finite coordinates at sample {int(np.argwhere(~np.isfinite(a))[0, 0])}")
@@ -104,8 +112,8 @@ def _validate(pred, gt, occupancy, gt_mask) -> tuple[np.ndarray, ...]:
 
 
 def horizon_values(per_step: Float[np.ndarray, "T"], convention: str) -> dict[int, float]:
-    """{seconds: value} for 1, 2, 3 s: "uniad" takes the value at step 2s-1 (indices 1, 3, 5), "stp3" the mean of
-    steps 0..2s-1."""
+    """{seconds: value} for 1, 2, 3 s: "uniad" takes the value at step 2s-1 (indices 1, 3, 5), "stp3" and "vad" the
+    mean of steps 0..2s-1."""
     if convention not in CONVENTIONS:
         raise ValueError(f"convention: expected one of {CONVENTIONS}, got {convention!r}")
     v = np.asarray(per_step, np.float64)
@@ -120,7 +128,7 @@ def planning_metrics(
     gt: Float[np.ndarray, "N T 2"],
     occupancy: Bool[np.ndarray, "N T 200 200"],
     gt_mask: Float[np.ndarray, "N T"] | None = None,
-    convention: Literal["uniad", "stp3"] = "uniad",
+    convention: Literal["uniad", "stp3", "vad"] = "uniad",
     *,
     footprint: Int[np.ndarray, "P 2"] | None = None,
     chunk: int = 256,
@@ -132,17 +140,24 @@ def planning_metrics(
       occupancy: bool [N, 6, 200, 200], rows forward, columns rightwards, cell (i, j) centred at
         (x, y) = (-49.75 + 0.5 j, -49.75 + 0.5 i).
       gt_mask: [N, 6] (1 = GT valid; default all valid); scales the squared error of L2 only.
-      convention: "uniad" (value at 1/2/3 s) or "stp3" (mean up to 1/2/3 s).
+      convention: "uniad" (value at 1/2/3 s), "stp3" (mean up to 1/2/3 s) or "vad" (mean up to 1/2/3 s over the
+        samples whose ``gt_mask`` is all 1; ValueError when there is none).
       footprint: [P, 2] (row, col) ego pixels at the origin (default: UniAD's 32-pixel box).
       chunk: samples per device call (bounds memory for large N).
     Returns:
       {"l2": [6] (sum_n sqrt(mask |pred - gt|^2) / N), "collision": [6] (#GT-filtered box collisions / N),
        "collision_count": [6] int, "l2_1s", "l2_2s", "l2_3s", "collision_1s", "collision_2s", "collision_3s"
-       (floats), "num_samples" (N)}.
+       (floats), "num_samples" (N; "vad": the complete samples), "num_excluded" (samples "vad" left out, else 0)}.
     """
     if convention not in CONVENTIONS:
         raise ValueError(f"convention: expected one of {CONVENTIONS}, got {convention!r}")
     pred, gt, occ, mask = _validate(pred, gt, occupancy, gt_mask)
+    total = len(pred)
+    if convention == "vad":  # VAD averages over the samples with fut_valid_flag (all future steps present) only
+        complete = (mask == 1).all(1)
+        if not complete.any():
+            raise ValueError("gt_mask: no sample has a complete GT future (all steps 1), VAD's mean is over none")
+        pred, gt, occ, mask = pred[complete], gt[complete], occ[complete], mask[complete]
     fp = jnp.asarray(FOOTPRINT if footprint is None else footprint, jnp.int32)
     n, t = pred.shape[:2]
     l2_sum = np.zeros(t, np.float64)
@@ -152,7 +167,8 @@ def planning_metrics(
         l2, hit = _per_sample(pred[sl], gt[sl], occ[sl], mask[sl], fp)
         l2_sum += np.asarray(l2, np.float64).sum(0)
         counts += np.asarray(hit).sum(0)
-    out = {"l2": l2_sum / n, "collision": counts / n, "collision_count": counts, "num_samples": n}
+    out = {"l2": l2_sum / n, "collision": counts / n, "collision_count": counts, "num_samples": n,
+           "num_excluded": total - n}
     for name in ("l2", "collision"):
         for sec, v in horizon_values(out[name], convention).items():
             out[f"{name}_{sec}s"] = v
@@ -218,6 +234,9 @@ def in_layout(pred: Float[np.ndarray, "N T 2"], gt: Float[np.ndarray, "N T 2"], 
     grid and, for the ST-P3 variant, x negated in both trajectories (L2 is unchanged by that)."""
     if layout not in OCCUPANCY_LAYOUTS:
         raise ValueError(f"occupancy layout: expected one of {sorted(OCCUPANCY_LAYOUTS)}, got {layout!r}")
+    for name, traj in (("pred", pred), ("gt", gt)):
+        if np.ndim(traj) < 1 or np.shape(traj)[-1] != 2:  # a [N, T, 1] array broadcast to (x, x) silently
+            raise ValueError(f"{name}: expected [..., 2] (x, y) points, got shape {np.shape(traj)}")
     flip_rows, flip_cols, negate_x = OCCUPANCY_LAYOUTS[layout]
     occ = np.asarray(occupancy)
     if flip_rows:

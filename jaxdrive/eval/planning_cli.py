@@ -1,4 +1,5 @@
-"""``jaxdrive eval planning --predictions P --gt G``: L2 and collision at 1/2/3 s and their average, both conventions.
+"""``jaxdrive eval planning --predictions P --gt G``: L2 and collision at 1/2/3 s and their average, in each convention
+(UniAD, ST-P3, VAD: ``planning.CONVENTIONS``).
 
 Inputs (metric frame x right / y forward unless ``--frame text``):
   * predictions: ``.npz`` with ``pred`` [N, 6, 2] (and optionally ``tokens`` [N] str), or ``.json``
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxdrive import atomic
 from jaxdrive.eval import planning
 from jaxdrive.eval.trajectory_text import parse_trajectory
 
@@ -29,8 +31,8 @@ EXIT_USAGE, EXIT_PARTIAL = 2, 3
 
 def add_planning_parser(subparsers) -> argparse.ArgumentParser:
     """Registers ``jaxdrive eval planning``."""
-    p = subparsers.add_parser("planning", help="open-loop planning metrics (L2, collision) in the UniAD and ST-P3 "
-                              "conventions", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = subparsers.add_parser("planning", help="open-loop planning metrics (L2, collision) in the UniAD, ST-P3 "
+                              "and VAD conventions", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--predictions", type=Path, required=True, help=".npz (pred, tokens) or .json {token: traj}")
     p.add_argument("--gt", type=Path, required=True, help=".npz (gt, gt_mask, occupancy or occupancy_<class>, tokens)")
     p.add_argument("--frame", choices=["lidar", "text"], default="lidar",
@@ -41,7 +43,7 @@ def add_planning_parser(subparsers) -> argparse.ArgumentParser:
                         "when it holds one combined 'occupancy' array)")
     p.add_argument("--occupancy-layout", choices=sorted(planning.OCCUPANCY_LAYOUTS), default="uniad",
                    help="stored layout of the GT occupancy")
-    p.add_argument("--json", type=Path, help="also write the metrics (both conventions) to this JSON file")
+    p.add_argument("--json", type=Path, help="also write the metrics (every convention) to this JSON file")
     p.set_defaults(func=run_planning)
     return p
 
@@ -52,6 +54,37 @@ def _load_npz(path: Path, what: str) -> dict:
             return {k: z[k] for k in z.files}
     except (OSError, ValueError) as e:
         raise ValueError(f"{what} {path}: cannot read .npz ({e})") from None
+
+
+def _check_array(arrays: dict, key: str, shape: tuple, what: str, *, numeric: bool = True) -> np.ndarray:
+    """``arrays[key]`` after checking its shape (None = any size) and, when ``numeric``, that it holds real numbers;
+    ValueError naming ``what`` (the flag and file) and the key otherwise."""
+    a = arrays[key]
+    ok = a.ndim == len(shape) and all(want is None or got == want for got, want in zip(a.shape, shape))
+    if not ok:
+        dims = ", ".join("N" if d is None else str(d) for d in shape)
+        raise ValueError(f"{what}: '{key}' expected shape [{dims}], got {a.shape}")
+    real = (np.issubdtype(a.dtype, np.number) or a.dtype == bool) and not np.iscomplexobj(a)
+    if numeric and not real:
+        raise ValueError(f"{what}: '{key}' expected numbers, got dtype {a.dtype}")
+    return a
+
+
+def _check_gt_file(gt: dict, path: Path) -> None:
+    """The arrays of the --gt file agree with its 'gt' [N, 6, 2]: 'gt_mask' [N, 6], 'tokens' [N], every occupancy
+    array [N, 6, 200, 200] (an array of another length was an IndexError, a 0-d 'gt' a TypeError)."""
+    what = f"--gt {path}"
+    if "gt" not in gt:
+        raise ValueError(f"{what}: no 'gt' array (have {sorted(gt)})")
+    n = len(_check_array(gt, "gt", (None, planning.STEPS, 2), what))
+    if n == 0:
+        raise ValueError(f"{what}: 'gt' holds no samples")
+    if "gt_mask" in gt:
+        _check_array(gt, "gt_mask", (n, planning.STEPS), what)
+    if "tokens" in gt:
+        _check_array(gt, "tokens", (n,), what, numeric=False)
+    for key in [k for k in gt if k == "occupancy" or k.startswith("occupancy_")]:
+        _check_array(gt, key, (n, planning.STEPS, planning.GRID, planning.GRID), what)
 
 
 def _unique_tokens(tokens, what: str) -> list[str]:
@@ -109,8 +142,10 @@ def load_predictions(path: Path, frame: str) -> tuple[dict | np.ndarray, dict[st
     z = _load_npz(path, "--predictions")
     if "pred" not in z:
         raise ValueError(f"--predictions {path}: no 'pred' array (have {sorted(z)})")
+    n = len(_check_array(z, "pred", (None, planning.STEPS, 2), f"--predictions {path}"))
     pred = planning.text_to_lidar(z["pred"]) if frame == "text" else z["pred"]
     if "tokens" in z:
+        _check_array(z, "tokens", (n,), f"--predictions {path}", numeric=False)
         return dict(zip(_unique_tokens(z["tokens"], f"--predictions {path}"), pred)), errors
     return pred, errors
 
@@ -130,7 +165,8 @@ def _align(pred, unusable: dict[str, str], gt: dict, what: Path) -> tuple[np.nda
     known = set(tokens)
     report += [f"{t}: a prediction for a token not in --gt" for t in list(pred) + list(unusable) if t not in known]
     if not keep:
-        raise ValueError(f"--predictions: no token matches --gt {what}")
+        why = f" ({len(report)} reported, e.g. {report[0]})" if report else ""
+        raise ValueError(f"--predictions: no usable prediction for a token of --gt {what}{why}")
     return np.stack([pred[tokens[i]] for i in keep]).astype(np.float32), np.asarray(keep), report
 
 
@@ -160,23 +196,39 @@ def format_table(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def _metrics(pred, truth, occ, mask, args) -> dict[str, dict]:
+    """{convention: metrics} of every convention; "vad" is left out (with a note) when no sample is complete. A
+    ValueError names the file of the array it is about."""
+    results = {}
+    for c in planning.CONVENTIONS:
+        try:
+            results[c] = planning.planning_metrics(pred, truth, occ, gt_mask=mask, convention=c)
+        except ValueError as e:
+            if c == "vad" and results:  # the other conventions passed the same checks: no complete sample
+                print(f"jaxdrive eval planning: vad left out: {e}", file=sys.stderr)
+                continue
+            flag = f"--predictions {args.predictions}" if str(e).startswith("pred") else f"--gt {args.gt}"
+            raise ValueError(f"{flag}: {e}") from None
+    return results
+
+
 def run_planning(args) -> int:
     pred, errors = load_predictions(args.predictions, args.frame)
     gt = _load_npz(args.gt, "--gt")
-    if "gt" not in gt:
-        raise ValueError(f"--gt {args.gt}: no 'gt' array (have {sorted(gt)})")
+    _check_gt_file(gt, args.gt)
     pred, keep, report = _align(pred, errors, gt, args.gt)
     mask = gt["gt_mask"][keep] if "gt_mask" in gt else None
     pred, truth, occ = planning.in_layout(pred, gt["gt"][keep], _occupancy(gt, args)[keep], args.occupancy_layout)
-    results = {c: planning.planning_metrics(pred, truth, occ, gt_mask=mask, convention=c)
-               for c in planning.CONVENTIONS}
+    results = _metrics(pred, truth, occ, mask, args)
     print(format_table(results))
     left_out = len(gt["gt"]) - len(keep)
     print(f"samples: {len(keep)}" + (f" ({left_out} of the GT's left out: no usable prediction)" if left_out else ""))
+    if "vad" in results and results["vad"]["num_excluded"]:
+        print(f"vad: over the {results['vad']['num_samples']} samples with a complete GT future "
+              f"({results['vad']['num_excluded']} left out)")
     if args.json:
-        args.json.write_text(json.dumps({c: {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in r.items()}
-                                         for c, r in results.items()}, indent=2))
+        atomic.write_text(args.json, json.dumps({c: {k: (v.tolist() if isinstance(v, np.ndarray) else v)
+                                                     for k, v in r.items()} for c, r in results.items()}, indent=2))
     for line in report:
         print(f"prediction {line}", file=sys.stderr)
     return EXIT_PARTIAL if report else 0
-

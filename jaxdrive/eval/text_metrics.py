@@ -31,6 +31,10 @@ _CLITIC = re.compile(r"(.+?)(n't|'(?:s|re|ve|ll|d|m))$")  # the endings the PTB 
 
 
 def _check(predictions: Sequence[str], references: Sequence[Sequence[str]]) -> list[list[str]]:
+    """The references as lists, after checking one non-empty list per prediction and at least one prediction (an
+    empty corpus gave BLEU 0, judge accuracy 0 and a CIDEr 'max() arg is an empty sequence')."""
+    if len(predictions) == 0:
+        raise ValueError("predictions: expected at least one prediction, got none (the scores are undefined)")
     if len(predictions) != len(references):
         raise ValueError(f"references: expected {len(predictions)} lists (one per prediction), got {len(references)}")
     refs = [[r] if isinstance(r, str) else list(r) for r in references]
@@ -87,6 +91,8 @@ def cider(predictions: Sequence[str], references: Sequence[Sequence[str]]) -> fl
 
     refs = _check(predictions, references)
     gts = {i: [tokenize(x) for x in r] for i, r in enumerate(refs)}
+    if not any(x for r in gts.values() for x in r):  # pycocoevalcap: "max() arg is an empty sequence"
+        raise ValueError("references: no reference has a word, CIDEr's document frequencies are undefined")
     res = {i: [tokenize(p)] for i, p in enumerate(predictions)}
     score, _ = Cider().compute_score(gts, res)
     return float(score)
@@ -118,13 +124,15 @@ def judge_accuracy(critic, questions: Sequence[str], predictions: Sequence[str],
     """Lingo-Judge-style accuracy: a prediction is correct when the critic's p(match) with any reference exceeds
     ``threshold``."""
     refs = _check(predictions, references)
+    if len(questions) != len(predictions):  # zip cut the rows short and misaligned the references' scores
+        raise ValueError(f"questions: expected {len(predictions)} (one per prediction), got {len(questions)}")
     rows = [(q, r, p) for q, p, rs in zip(questions, predictions, refs) for r in rs]
-    probs = critic.probabilities(*map(list, zip(*rows))) if rows else np.zeros(0)
+    probs = critic.probabilities(*map(list, zip(*rows)))
     best, k = [], 0
     for rs in refs:
         best.append(float(np.max(probs[k : k + len(rs)])))
         k += len(rs)
-    return float(np.mean(np.asarray(best) > threshold)) if best else 0.0
+    return float(np.mean(np.asarray(best) > threshold))
 
 
 def text_metrics(predictions: Sequence[str], references: Sequence[Sequence[str]], *, questions=None, critic=None,

@@ -13,10 +13,21 @@ import math
 import numpy as np
 
 
+_DRAWS_PER_CHUNK = 1 << 22  # resampled indices held at once by the bootstrap (32 MiB of int64)
+
+
+def _correctness(values, name: str) -> np.ndarray:
+    """``values`` as bool, or ValueError naming ``name`` unless they are bools or 0/1 (a score of 0.3 became True)."""
+    v = np.asarray(values)
+    if v.dtype != bool and not (np.issubdtype(v.dtype, np.number) and np.isin(v, (0, 1)).all()):
+        raise ValueError(f"{name}: expected per-pair correctness (bool or 0/1), got values {np.unique(v)[:5]}")
+    return v.astype(bool)
+
+
 def mcnemar_exact(correct_a, correct_b) -> dict:
     """McNemar's exact (binomial) test. Returns n, b (A right / B wrong), c (A wrong / B right), the accuracy
     difference B - A in percent points and the two-sided p-value (1 when there is no discordant pair)."""
-    a, b_ = np.asarray(correct_a, bool), np.asarray(correct_b, bool)
+    a, b_ = _correctness(correct_a, "correct_a"), _correctness(correct_b, "correct_b")
     if a.shape != b_.shape or a.ndim != 1:
         raise ValueError(f"correct_a, correct_b: expected two 1-d arrays of one length, got {a.shape}, {b_.shape}")
     b, c = int(np.sum(a & ~b_)), int(np.sum(~a & b_))
@@ -30,13 +41,15 @@ def paired_bootstrap(correct_a, correct_b, *, num: int = 10_000, seed: int = 0, 
     """Paired bootstrap (resampling pairs with replacement) of the accuracy difference B - A in percent points:
     the difference, its percentile confidence interval at ``level`` and the fraction of resamples with a
     difference <= 0 (a one-sided bootstrap p-value for "B is better")."""
-    a, b = np.asarray(correct_a, float), np.asarray(correct_b, float)
+    a, b = _correctness(correct_a, "correct_a").astype(float), _correctness(correct_b, "correct_b").astype(float)
     if a.shape != b.shape or a.ndim != 1 or a.size == 0:
         raise ValueError(f"correct_a, correct_b: expected two non-empty 1-d arrays of one length, got {a.shape}, "
                          f"{b.shape}")
     d = b - a
-    idx = np.random.default_rng(seed).integers(0, d.size, (num, d.size))
-    diffs = 100.0 * d[idx].mean(-1)
+    rng = np.random.default_rng(seed)
+    rows = max(1, _DRAWS_PER_CHUNK // d.size)  # [num, n] at once took 16 GB for 10k resamples of 100k pairs
+    diffs = 100.0 * np.concatenate([d[rng.integers(0, d.size, (min(rows, num - i), d.size))].mean(-1)
+                                    for i in range(0, num, rows)])  # the same draws as one [num, n] call
     lo, hi = np.quantile(diffs, [(1 - level) / 2, (1 + level) / 2])
     return {"diff_pp": 100.0 * float(d.mean()), "ci_low": float(lo), "ci_high": float(hi), "level": level,
             "frac_le_0": float(np.mean(diffs <= 0.0))}
