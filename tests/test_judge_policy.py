@@ -218,3 +218,15 @@ def test_sft_learns_gates_end_to_end(tmp_path, capsys):
     print("CI-LEARN", judge["auc"], epdms["auc"], gates["perfect_match"], gates["majority_perfect_match"],
           gates["rule_accuracy"], file=sys.stderr)
     assert judge["auc"] > epdms["auc"]
+
+
+def test_a_judge_built_in_python_sees_images_of_the_training_default_size():
+    """DriveJudge rendered 96-pixel BEVs (BevConfig's default) for a judge trained on `judge data`'s 64-pixel
+    images unless told otherwise: another scale and another number of image tokens than in training."""
+    import inspect
+
+    from jaxdrive.cli import build_parser
+
+    data = build_parser().parse_args(["judge", "data", "--out", "x"])
+    default = inspect.signature(DriveJudge.__init__).parameters["bev"].default
+    assert default.size == data.image_size == 64

@@ -28,7 +28,7 @@ import numpy as np
 from flax import nnx
 
 from jaxdrive.judge import prompt as P
-from jaxdrive.judge.bev import BevConfig, render_bev_batch
+from jaxdrive.judge.bev import IMAGE_SIZE, BevConfig, render_bev_batch
 from jaxdrive.judge.gates import RULE_LABELS, expected_score, rule_gated_score
 from jaxdrive.judge.labels import PAPER_THRESHOLDS, rule_values
 from jaxdrive.models.chat import ChatEncoder
@@ -187,12 +187,13 @@ class DriveJudge:
 
     Args:
       model: a ``jaxdrive.models.vlm.QwenModel``; encoder: its ``ChatEncoder``; image_cfg: its image processor.
-      bev: the BEV rendering (the image the model was trained on); describe: add the text scene description (with
+      bev: the BEV rendering (the image the model was trained on; default ``IMAGE_SIZE`` pixels, the side
+      ``jaxdrive judge data`` renders by default); describe: add the text scene description (with
       the rules the plan breaks: rule scores below ``thresholds`` [7], ``RULE_LABELS`` order, as in training).
       batch_size: conversations per forward pass; pad: ``PadSpec`` of the scoring batches (default: fit per call).
     """
 
-    def __init__(self, model, encoder: ChatEncoder, image_cfg: ImageProcessorConfig, *, bev: BevConfig = BevConfig(),
+    def __init__(self, model, encoder: ChatEncoder, image_cfg: ImageProcessorConfig, *, bev: BevConfig = BevConfig(size=IMAGE_SIZE),
                  describe: bool = False, batch_size: int = 8, pad: PadSpec | None = None,
                  thresholds: np.ndarray = PAPER_THRESHOLDS):
         self.model, self.encoder, self.image_cfg = model, encoder, image_cfg
