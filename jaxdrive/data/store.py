@@ -204,7 +204,7 @@ def _write_store(scenes: Iterable[HostScene], out: Path, progress: bool, padded:
         raise ValueError("scenes convert: no scene to write") from None
     meta = {"format": "jaxdrive-scene-store/1", "scenes": written["examples"], "sha256": written["sha256"],
             "max_sizes": {k: getattr(sizes, k) for k in sizes.__dataclass_fields__}}
-    (out / STORE_META).write_text(json.dumps(meta, indent=1))
+    atomic.write_text(out / STORE_META, json.dumps(meta, indent=1))
     if padded:
         write_padded(out)
     return meta

@@ -16,6 +16,8 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from jaxdrive import atomic
+
 DATASET_META = "jaxdrive_dataset.json"
 
 
@@ -130,7 +132,7 @@ class Builder:
                              description=self.description, module_name=type(self).__module__, progress=progress)
         meta = {"format": "jaxdrive-dataset/1", "kind": self.kind, "name": self.name, "version": self.version,
                 "source": str(src.resolve()), "splits": written}
-        (out / DATASET_META).write_text(json.dumps(meta, indent=1))
+        atomic.write_text(out / DATASET_META, json.dumps(meta, indent=1))
         return meta
 
 

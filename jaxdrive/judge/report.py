@@ -11,6 +11,7 @@ import base64
 import html
 from pathlib import Path
 
+from jaxdrive import atomic
 from jaxdrive.judge.gates import RULE_LABELS
 
 _SUBS = ("nc", "dac", "ddc", "tlc", "ep", "ttc", "lk", "hc", "ec")
@@ -99,5 +100,5 @@ def write_report(path: str | Path, root: str | Path, records, cols: dict, title:
             f"<table id='judged'><thead><tr>{head}</tr></thead><tbody>"
             + "".join(rows[i] for i in order) + "</tbody></table></body></html>")
     path = Path(path)
-    path.write_text(page)
+    atomic.write_text(path, page)
     return path

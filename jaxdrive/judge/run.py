@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from jaxdrive import atomic
 from jaxdrive.data.scene_json import read_scene
 from jaxdrive.data.synthetic import pad_spec
 from jaxdrive.judge.bev import IMAGE_SIZE, BevConfig
@@ -97,7 +98,7 @@ def run(args) -> int:
         written.append(out / "tps.parquet")
     if all(r.gates for r in records):
         stats = gate_match(records, cols, read_records(root, "train"))
-        (out / "gates.json").write_text(json.dumps(stats, indent=2) + "\n")
+        atomic.write_text(out / "gates.json", json.dumps(stats, indent=2) + "\n")
         print(f"gate perfect match {stats['perfect_match']:.2f}% (majority baseline {stats['majority_perfect_match']:.2f}%)")
         written.append(out / "gates.json")
     if args.report:

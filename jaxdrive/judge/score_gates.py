@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from jaxdrive import atomic
 from jaxdrive.judge.bev import IMAGE_SIZE, BevConfig
 from jaxdrive.judge.gates import expand_gates
 
@@ -74,5 +75,5 @@ def gates_from_judge(spec: str, source, out: Path | None, *, pad=None, batch_siz
     table = judge_gate_table(judge, source, chunk=batch_size, progress=progress)
     if out is not None:
         Path(out).mkdir(parents=True, exist_ok=True)
-        (Path(out) / "judge_gates.json").write_text(json.dumps(table))
+        atomic.write_text(Path(out) / "judge_gates.json", json.dumps(table))
     return table

@@ -29,6 +29,7 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
+from jaxdrive import atomic
 from jaxdrive.data.scene_json import write_scene
 from jaxdrive.data.synthetic import PROFILES, generate_scene, pad_spec
 from jaxdrive.judge import prompt as P
@@ -187,5 +188,5 @@ def build_dataset(out: str | Path, num_train: int, num_test: int, *, seed: int =
             "reasonable_fraction": {s: _mean_or_none([r.label for r in records if r.split == s])
                                     for s in ("train", "test")},
             "pairs": {s: sum(p.split == s for p in pairs) for s in ("train", "test")}}
-    (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    atomic.write_text(out / "meta.json", json.dumps(meta, indent=2) + "\n")
     return meta
