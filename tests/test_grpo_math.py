@@ -1,5 +1,7 @@
 """GRPO advantages and losses against the TRL / verl / Tunix / Dr.GRPO formulas (spec/eval-protocols.md §D),
 re-written here in plain numpy, per group and per sequence, as those libraries write them."""
+import importlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -308,3 +310,20 @@ def test_grpo_config_is_checked_before_anything_runs():
         bad[field] = value
         with pytest.raises(ValueError, match=match):
             Rollouts([{"prompt": np.ones(3, np.int32)}] * 8, [exact_match_reward()], str, bad)
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("eps", -1.0, "grpo.eps: expected >= 0"), ("dual_clip", 0.5, r"grpo.dual_clip: expected > 1"),
+    ("max_len", 0, "grpo.max_len: expected >= 1"), ("scale", "groups", "grpo.scale: expected 'group'"),
+    ("advantage", "dapo", "grpo.advantage: expected one of"),
+])
+def test_advantage_and_loss_settings_are_checked_with_the_config(field, value, match):
+    """Found by an exploratory pass: grpo.eps=-1.0 trained with every advantage's sign flipped (std + eps < 0),
+    grpo.max_len=0 made the Dr.GRPO loss 0/0 = 0 (no gradient, no error); grpo.dual_clip=0.5 and grpo.scale='groups'
+    failed only in the first step, after the step-0 evaluation, and grpo.advantage named no config field."""
+    from jaxdrive.train.grpo_trainer import check_config
+
+    cfg = importlib.import_module("jaxdrive.configs.grpo_tiny").get_config().grpo
+    cfg[field] = value
+    with pytest.raises(ValueError, match=match):
+        check_config(cfg)

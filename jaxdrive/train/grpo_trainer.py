@@ -76,11 +76,18 @@ def check_config(cfg: ml_collections.ConfigDict) -> None:
         "eps_low": (lambda v: 0 <= v < 1, "in [0, 1) (the ratio is clipped below at 1 - eps_low)"),
         "eps_high": (lambda v: v >= 0, ">= 0"),
         "beta": (lambda v: v >= 0, ">= 0"),
+        "eps": (lambda v: v >= 0, ">= 0 (it is added to the reward std: a negative one flips advantages' signs)"),
+        "dual_clip": (lambda v: v > 1, "> 1 or None (the bound -A c of negative-advantage tokens)"),
+        "max_len": (lambda v: v >= 1, ">= 1 or None (the Dr.GRPO normaliser; None: completion_len)"),
     }
     for name, (holds, expected) in bounds.items():
         value = cfg.get(name)
         if value is not None and not holds(value):
             raise ValueError(f"grpo.{name}: expected {expected}, got {value!r}")
+    if cfg.get("advantage") and cfg.advantage not in grpo.ADVANTAGE_CONVENTIONS:
+        raise ValueError(f"grpo.advantage: expected one of {sorted(grpo.ADVANTAGE_CONVENTIONS)}, got {cfg.advantage!r}")
+    if cfg.get("scale") is not None and cfg.scale not in ("group", "batch", "none"):
+        raise ValueError(f"grpo.scale: expected 'group', 'batch', 'none' or None, got {cfg.scale!r}")
     if cfg.get("agg") is not None and cfg.agg not in grpo.AGG_MODES:
         raise ValueError(f"grpo.agg: expected one of {grpo.AGG_MODES}, got {cfg.agg!r}")
     if cfg.get("kl") is not None and cfg.kl not in grpo.KL_NAMES:
