@@ -299,3 +299,25 @@ def test_weight_decay_spares_norms_and_biases():
     updates, _ = tx.update(jax.tree.map(jnp.zeros_like, params), tx.init(params), params)
     assert float(jnp.abs(updates["scale"]).max()) == 0.0 and float(jnp.abs(updates["bias"]).max()) == 0.0
     np.testing.assert_allclose(updates["kernel"], -0.1 * 0.5 * params["kernel"])
+
+
+@pytest.mark.parametrize("job, field, value, match", [
+    ("sft", "log_every", 0, "log_every: expected an integer >= 1"),
+    ("sft", "log_every", -2, "log_every: expected an integer >= 1"),
+    ("sft", "checkpoint.every", -1, "checkpoint.every: expected an integer >= 0"),
+    ("sft", "steps", 0, "steps: expected an integer >= 1"),
+    ("grpo", "steps", -1, "steps: expected an integer >= 1"),
+    ("sft", "seed", -1, "seed: expected an integer >= 0"),
+    ("grpo", "stop_after", -1, "stop_after: expected an integer >= 0"),
+    ("sft", "finetune.mode", "prefix", "finetune.mode: expected 'full' or 'lora'"),
+])
+def test_run_fields_are_checked_before_the_job_starts(job, field, value, match):
+    """Found by an exploratory pass (``jaxdrive train sft ... log_every=0``): log_every=0 crashed after the first step
+    with a ZeroDivisionError traceback, log_every=-2 / checkpoint.every=-1 were taken (Python's step % -1 == 0: a
+    checkpoint every step), steps=0 was reported as a 'schedule' / optim.warmup_steps error, seed=-1 as numpy's
+    'expected non-negative integer', and finetune.mode='prefix' as an 'optim.mode' error."""
+    from jaxdrive.train_cli import apply_overrides
+
+    cfg = apply_overrides(load_config(f"{job}_tiny"), [f"{field}={value!r}", "optim.warmup_steps=0"])
+    with pytest.raises(ValueError, match=match):
+        (jobs.run_sft if job == "sft" else jobs.run_grpo)(cfg)

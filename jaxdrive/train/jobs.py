@@ -13,7 +13,7 @@ from flax import nnx
 
 from jaxdrive.train import data, optim, sft
 from jaxdrive.train.checkpoint import Checkpointer
-from jaxdrive.train.grpo_trainer import grpo_loss_fn, grpo_summary
+from jaxdrive.train.grpo_trainer import check_config, grpo_loss_fn, grpo_summary
 from jaxdrive.train.metrics import MetricsLogger
 from jaxdrive.train.registry import DATASETS, DECODERS, REWARDS, ROLLOUTS
 from jaxdrive.train.trainer import Trainer
@@ -134,6 +134,30 @@ def check_multiprocess_mesh(cfg: ml_collections.ConfigDict) -> None:
                          f"(got {got})")
 
 
+def check_run_config(cfg: ml_collections.ConfigDict) -> None:
+    """Host validation of a job's run fields before anything is built; each error names the field.
+
+    ``steps`` >= 1, ``seed`` >= 0, ``log_every`` >= 1, ``checkpoint.every`` >= 0 or None (0 / None: a checkpoint at
+    the end only), ``stop_after`` None or >= 0, ``finetune.mode`` "full" or "lora". (``eval_every`` <= 0 disables
+    evaluation, as documented, and needs no check.)"""
+    fields = {  # dotted name: (value, allowed None, holds, expectation)
+        "steps": (cfg.get("steps"), False, lambda v: v >= 1, ">= 1"),
+        "seed": (cfg.get("seed", 0), False, lambda v: v >= 0, ">= 0"),
+        "log_every": (cfg.get("log_every", 1), False, lambda v: v >= 1, ">= 1 (log every N steps)"),
+        "checkpoint.every": ((cfg.get("checkpoint") or {}).get("every"), True, lambda v: v >= 0,
+                             ">= 0 or None (0 / None: a checkpoint at the end only)"),
+        "stop_after": (cfg.get("stop_after"), True, lambda v: v >= 0, ">= 0 or None"),
+    }
+    for name, (value, none_ok, holds, expected) in fields.items():
+        if value is None and none_ok:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not holds(value):
+            raise ValueError(f"{name}: expected an integer {expected}, got {value!r}")
+    mode = (cfg.get("finetune") or {}).get("mode", "full")
+    if mode not in ("full", "lora"):
+        raise ValueError(f"finetune.mode: expected 'full' or 'lora', got {mode!r}")
+
+
 def _infra(cfg: ml_collections.ConfigDict):
     from jaxdrive import distributed
 
@@ -158,6 +182,7 @@ def run_sft(cfg: ml_collections.ConfigDict, model=None):
     k = cfg.get("micro_batches", 1)
     if not 1 <= k <= cfg.batch_size:
         raise ValueError(f"micro_batches: expected 1 <= micro_batches <= batch_size ({cfg.batch_size}), got {k}")
+    check_run_config(cfg)
     check_multiprocess_mesh(cfg)
     model = build_model(cfg.model) if model is None else model
     trainable = prepare_finetuning(model, cfg.finetune)
@@ -222,11 +247,13 @@ def run_grpo(cfg: ml_collections.ConfigDict, model=None):
     """Runs (or resumes) a GRPO job; returns (trainer, records). ``model`` overrides ``cfg.model`` (a warm start).
     ``grpo.rollout = "gates"`` samples gate combinations of the DriveJudge policy (``jaxdrive.judge.grpo``) instead
     of text completions."""
+    check_run_config(cfg)
     check_multiprocess_mesh(cfg)
     if cfg.grpo.get("rollout", "text") == "gates":
         from jaxdrive.judge.grpo import run_gate_grpo
 
         return run_gate_grpo(cfg, model)
+    check_config(cfg.grpo)
     model = build_model(cfg.model) if model is None else model
     trainable = prepare_finetuning(model, cfg.finetune)
     if cfg.grpo.beta != 0.0 and cfg.finetune.mode != "lora":
