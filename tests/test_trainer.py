@@ -321,3 +321,19 @@ def test_run_fields_are_checked_before_the_job_starts(job, field, value, match):
     cfg = apply_overrides(load_config(f"{job}_tiny"), [f"{field}={value!r}", "optim.warmup_steps=0"])
     with pytest.raises(ValueError, match=match):
         (jobs.run_sft if job == "sft" else jobs.run_grpo)(cfg)
+
+
+def test_the_best_checkpoint_is_the_best_evaluated_step(tmp_path):
+    """Found by an exploratory pass: checkpoints were written only every checkpoint.every steps, so with
+    eval_every=20 and every=50 (configs/judge_grpo.py) only steps 100, 200, ... could become the best checkpoint, and
+    a best_metric the evaluation does not return failed at the first save, after training up to it."""
+    tr = _linear_trainer(tmp_path / "a", save_every=4)
+    tr.checkpointer = Checkpointer(str(tmp_path / "a"), keep=1, best_metric="acc")
+    acc = {0: 0.0, 3: 0.9, 6: 0.5, 8: 0.1}  # evaluated at 0, every 3 steps and at the end; step 3 is the best
+    tr.run(8, _linear_batch, eval_fns={"ev": (3, lambda t, step: {"acc": acc[step]})}, best_metric_source="ev")
+    assert tr.checkpointer.best_step() == 3 and tr.checkpointer.all_steps() == [3, 8]
+    wrong = _linear_trainer(tmp_path / "b", save_every=4)
+    wrong.checkpointer = Checkpointer(str(tmp_path / "b"), keep=1, best_metric="reward_mean")
+    with pytest.raises(ValueError, match=r"checkpoint.best_metric: 'reward_mean' is not a metric .* \['acc'\]"):
+        wrong.run(8, _linear_batch, eval_fns={"ev": (3, lambda t, step: {"acc": 0.0})}, best_metric_source="ev")
+    assert wrong.step == 0

@@ -175,7 +175,10 @@ class Trainer:
           batch_fn: produces each step's batch (see module docstring).
           updates_per_batch: optimizer updates per batch (GRPO policy epochs over one rollout batch).
           eval_fns: {name: (every, fn(trainer, step) -> metrics)} run at the start, after steps divisible by ``every``
-            (none if ``every`` <= 0) and at the end; logged under "eval/<name>"; the one named ``best_metric_source`` feeds the best-checkpoint metric.
+            (none if ``every`` <= 0) and at the end; logged under "eval/<name>". The one named
+            ``best_metric_source`` scores checkpoints: when the checkpointer keeps the best by a metric, every step
+            it evaluates is saved too (so the best checkpoint is the best evaluated step, whatever ``save_every``),
+            and its step-0 evaluation must return that metric.
           position_fn: data position of a step for the checkpoint meta.
           stop_after: stop (as if killed) after this step, after its checkpoint; for tests and preemption. A run
             that is already at or past it trains nothing (a step past it would be trained and never saved).
@@ -191,6 +194,8 @@ class Trainer:
             start = {"step": 0}
             for name, (_, fn) in eval_fns.items():
                 values = fn(self, 0)
+                if name == best_metric_source:
+                    self._check_best_metric(values)
                 if self.logger is not None:
                     self.logger.log(0, values, prefix=f"eval/{name}")
                 start.update({f"eval/{name}/{k}": float(v) for k, v in values.items()})
@@ -206,15 +211,23 @@ class Trainer:
                 self.history.append(record)
                 bar.update(1)
                 bar.set_postfix(loss=f"{record['loss']:.4g}")
-                if self.checkpointer is not None and (
-                    (self.save_every and step % self.save_every == 0) or step == total_steps or step == stop_after):
-                    ckpt_metrics = evals.get(best_metric_source) if best_metric_source else None
+                ckpt_metrics = evals.get(best_metric_source) if best_metric_source else None
+                scored = ckpt_metrics is not None and bool(self.checkpointer and self.checkpointer.best_metric)
+                if self.checkpointer is not None and (scored or (self.save_every and step % self.save_every == 0)
+                                                      or step == total_steps or step == stop_after):
                     self.save({"data_position": position_fn(step) if position_fn else {}}, ckpt_metrics)
         finally:  # also when a step raises (a crash, Ctrl-C): the checkpoint being written in the background is kept
             bar.close()
             if self.checkpointer is not None:
                 self.checkpointer.wait()
         return records
+
+    def _check_best_metric(self, values: dict) -> None:
+        """Before any training: the checkpointer's best metric must be one the best-metric evaluation returns."""
+        best = self.checkpointer.best_metric if self.checkpointer is not None else None
+        if best and best not in values:
+            raise ValueError(f"checkpoint.best_metric: {best!r} is not a metric of the evaluation that scores "
+                             f"checkpoints (it returns {sorted(values)})")
 
     def _train_step(self, step: int, total_steps: int, batch_fn: BatchFn, updates_per_batch: int,
                     eval_fns: dict[str, tuple[int, EvalFn]]) -> tuple[dict, dict]:
