@@ -327,3 +327,22 @@ def test_advantage_and_loss_settings_are_checked_with_the_config(field, value, m
     cfg[field] = value
     with pytest.raises(ValueError, match=match):
         check_config(cfg)
+
+
+def test_missing_rewards_allowed_in_training_are_allowed_in_the_evaluation_and_its_metrics():
+    """Found by an exploratory pass: with grpo.allow_missing_rewards=True a reward returning None trained, but the
+    greedy evaluation (step 0, before any training) raised 'NaN/missing value'; and zero_std_frac counted a group
+    whose valid rewards are all equal (no learning signal) as having spread, from the 0 put in the missing rows."""
+    from jaxdrive.train.grpo_trainer import Rollouts
+
+    cfg = importlib.import_module("jaxdrive.configs.grpo_tiny").get_config().grpo
+    cfg.allow_missing_rewards = True
+    odd = Reward("odd", lambda c, e: [2.0 if i % 2 else None for i in range(len(c))])
+    rollouts = Rollouts([{"prompt": np.ones(3, np.int32)}] * 8, [odd], lambda t, m: "x", cfg)
+    rollouts.generate = lambda trainer, rows, key: (np.ones((len(rows), 3), np.int32), np.ones((len(rows), 3)))
+    assert rollouts.evaluate(None, [{"prompt": np.ones(3, np.int32)}] * 4) == {"reward_mean": 2.0}
+    r = jnp.asarray([0.0, 2.0, 0.0, 2.0, 1.0, 0.0, 1.0, 1.0])
+    valid = jnp.asarray([False, True, False, True, True, True, True, True])
+    assert float(grpo.zero_std_fraction(r, 4, valid=valid)) == 0.5  # group 1: its valid rows are all 2.0
+    assert float(grpo.zero_std_fraction(r, 4)) == 0.0
+    assert float(grpo.zero_std_fraction(r, 2, valid=valid)) == 0.75  # two groups of one valid row, one equal pair

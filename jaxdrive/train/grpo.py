@@ -119,10 +119,14 @@ def group_advantages(
     return (centred * wg).reshape(n)
 
 
-def zero_std_fraction(rewards: Float[Array, "n"], group_size: int, atol: float = 1e-6) -> Float[Array, ""]:
-    """Fraction of groups whose rewards are all equal (they carry no GRPO learning signal)."""
+def zero_std_fraction(rewards: Float[Array, "n"], group_size: int, atol: float = 1e-6,
+                      valid: Bool[Array, "n"] | None = None) -> Float[Array, ""]:
+    """Fraction of groups whose valid rewards are all equal, or fewer than two (they carry no GRPO learning signal:
+    every advantage of the group is 0). ``valid`` as in ``group_advantages``: False rows are left out."""
     rg = rewards.astype(jnp.float32).reshape(-1, group_size)
-    return jnp.mean((rg.max(-1) - rg.min(-1)) <= atol)
+    wg = jnp.ones(rg.shape, bool) if valid is None else valid.reshape(-1, group_size)
+    spread = jnp.where(wg, rg, -jnp.inf).max(-1) - jnp.where(wg, rg, jnp.inf).min(-1)
+    return jnp.mean((wg.sum(-1) < 2) | (spread <= atol))
 
 
 def kl_penalty(

@@ -213,14 +213,16 @@ class Rollouts:
         r = total[valid]
         metrics = {"reward_mean": float(r.mean()) if r.size else float("nan"),
                    "reward_std": float(r.std()) if r.size else float("nan"),
-                   "zero_std_frac": float(grpo.zero_std_fraction(jnp.asarray(total), G)),
+                   "zero_std_frac": float(grpo.zero_std_fraction(jnp.asarray(total), G, valid=jnp.asarray(valid))),
                    "completion_len": float(cmask.sum(1).mean())}
         metrics.update({f"reward/{k}": float(np.nanmean(v)) for k, v in parts.items()})
         return batch, metrics
 
     def evaluate(self, trainer, examples: list[dict]) -> dict:
-        """Mean reward of greedy answers on ``examples`` (an evaluation hook; one answer per example)."""
+        """Mean reward of greedy answers on ``examples`` (an evaluation hook; one answer per example). Missing values
+        follow ``allow_missing_rewards`` as in training: the mean is over the rows some reward scored (NaN if none)."""
         tokens, cmask = self.generate(trainer, examples, None)
         texts = [self.decode(t, m) for t, m in zip(tokens, cmask)]
-        total, _, _ = combine_rewards(self.rewards, texts, examples, tokens=tokens, mask=cmask)
-        return {"reward_mean": float(total.mean())}
+        total, valid, _ = combine_rewards(self.rewards, texts, examples, tokens=tokens, mask=cmask,
+                                          allow_missing=self.cfg.get("allow_missing_rewards", False))
+        return {"reward_mean": float(total[valid].mean()) if valid.any() else float("nan")}
