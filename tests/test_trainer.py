@@ -337,3 +337,16 @@ def test_the_best_checkpoint_is_the_best_evaluated_step(tmp_path):
     with pytest.raises(ValueError, match=r"checkpoint.best_metric: 'reward_mean' is not a metric .* \['acc'\]"):
         wrong.run(8, _linear_batch, eval_fns={"ev": (3, lambda t, step: {"acc": 0.0})}, best_metric_source="ev")
     assert wrong.step == 0
+
+
+def test_a_checkpoint_of_another_seed_is_not_resumed(tmp_path):
+    """Found by an exploratory pass: rerunning a stopped ``jaxdrive train sft`` job with seed=1 resumed the seed-0
+    checkpoint, taking its RNG keys but seed 1's data order: the losses matched neither an uninterrupted seed-0 nor
+    seed-1 run."""
+    _linear_trainer(tmp_path).run(2, _linear_batch, stop_after=1)
+    other = _linear_trainer(tmp_path)
+    other.seed = 1
+    with pytest.raises(ValueError, match="seed: the checkpoint at step 1 .* seed=0, this run has seed=1"):
+        other.restore()
+    again = _linear_trainer(tmp_path)
+    assert again.restore()["step"] == 1

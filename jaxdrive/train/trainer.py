@@ -156,10 +156,17 @@ class Trainer:
         self.checkpointer.save(self.step, self._ckpt_state(), {**base, **(meta or {})}, metrics)
 
     def restore(self, step: int | None = None) -> dict | None:
-        """Restores the latest (or given) checkpoint if there is one; returns its meta (None if nothing to restore)."""
+        """Restores the latest (or given) checkpoint if there is one; returns its meta (None if nothing to restore).
+
+        A checkpoint written under another ``seed`` is refused: its RNG keys would continue with this run's data
+        order, a run neither seed gives."""
         if self.checkpointer is None or (step is None and self.checkpointer.latest_step() is None):
             return None
         state, meta = self.checkpointer.restore(self._ckpt_state(), step)
+        if int(meta["seed"]) != self.seed:
+            raise ValueError(f"seed: the checkpoint at step {meta['step']} in {self.checkpointer.manager.directory} "
+                             f"was trained with seed={meta['seed']}, this run has seed={self.seed}; resume with the "
+                             "same seed or use another workdir")
         self.params, self.opt_state = state["params"], state["opt_state"]
         self.step, self.seed = int(meta["step"]), int(meta["seed"])
         self.base_key = jax.random.wrap_key_data(jnp.asarray(meta["rng_key"], jnp.uint32))
