@@ -421,3 +421,44 @@ def test_openread_tfds_training_dataset_equals_the_source_records(built):
             np.testing.assert_array_equal(g[k], w[k], err_msg=k)
     with pytest.raises(ValueError, match="openread_tfds reads"):
         DATASETS.get("openread_tfds")(ConfigDict({"path": str(built["drivelmm_o1"][1])}), tok)
+
+
+def _one_knowledge_line(i: int = 0) -> str:
+    return json.dumps({"id": f"k{i}", "task": "knowledge", "question": "Qü 日本?", "think": "t", "answer": "a"}) + "\n"
+
+
+def test_empty_split_fails_before_anything_is_written(tmp_path, capsys):
+    """An empty ``val.jsonl`` beside a good ``train.jsonl`` used to be found only while writing: train's shard was
+    already in --out (docs: "fails before anything is written") and the message named no source."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    src.mkdir()
+    (src / "train.jsonl").write_text(_one_knowledge_line())
+    (src / "val.jsonl").write_text("\n")
+    assert main(["data", "build", "openread_cot", str(src), "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "split 'val' has no example" in err and str(src) in err
+    assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize("stem", ["train.v2", "my split", "all"])
+def test_split_names_tfds_cannot_read_are_refused_before_writing(stem, tmp_path, capsys):
+    """Split names come from file stems; "train.v2", "my split" and "all" were written, and then every read of the
+    split failed inside TFDS ("Unrecognized split format", a RecursionError for "all")."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    src.mkdir()
+    (src / f"{stem}.jsonl").write_text(_one_knowledge_line())
+    assert main(["data", "build", "openread_cot", str(src), "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"split {stem!r}" in err and "rename" in err
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_unicode_and_dash_split_names_read_back(tmp_path):
+    """What TFDS reads back is still accepted: '-' and non-ASCII letters in split names, non-ASCII text."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    src.mkdir()
+    for stem in ("train-v2", "trainé"):
+        (src / f"{stem}.jsonl").write_text(_one_knowledge_line())
+    get_builder("openread_cot").build(src, out)
+    for stem in ("train-v2", "trainé"):
+        assert [r["question"] for r in read_all(out, stem)] == ["Qü 日本?"]
