@@ -462,3 +462,21 @@ def test_unicode_and_dash_split_names_read_back(tmp_path):
     get_builder("openread_cot").build(src, out)
     for stem in ("train-v2", "trainé"):
         assert [r["question"] for r in read_all(out, stem)] == ["Qü 日本?"]
+
+
+@pytest.mark.parametrize("kind,name,data,needle", [
+    ("omnidrive", "vqa/train/t1.json", b"5", "expected a JSON list"),
+    ("omnidrive", "vqa/train/t1.json", b'{"question": "q", "answer": "a"}', "expected a JSON list"),
+    ("omnidrive", "vqa/train/t1.json", b"\xff\xfe[]", "invalid JSON"),
+    ("openread_cot", "train.jsonl", b"\xff\xfe{}\n", "not UTF-8"),
+    ("drivelmm_o1", "train.json", b"\xff\xfe[]", "not JSON"),
+])
+def test_source_file_of_the_wrong_shape_or_encoding_is_named(kind, name, data, needle, tmp_path, capsys):
+    """An OmniDrive QA file holding a number was a TypeError traceback (exit 1), one holding an object was read as
+    its keys ("item 0 is not a {question, answer} object"); a file that is not UTF-8 failed without its name."""
+    src = tmp_path / "src"
+    MAKERS[kind](src)
+    (src / name).write_bytes(data)
+    assert main(["data", "build", kind, str(src), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and str(src / name) in err and needle in err, err

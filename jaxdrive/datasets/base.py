@@ -27,16 +27,20 @@ class SourceError(ValueError):
 
 def read_json_file(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SourceError(f"{path}: file not found") from None
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise SourceError(f"{path}: not JSON ({e})") from None
 
 
 def read_jsonl_file(path: Path) -> Iterator[tuple[str, dict]]:
     """``(where, object)`` for every non-empty line of a JSONL file (``where`` = "FILE:LINE")."""
-    for i, line in enumerate(path.read_text().splitlines()):
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise SourceError(f"{path}: not UTF-8 text ({e})") from None
+    for i, line in enumerate(lines):
         if not line.strip():
             continue
         where = f"{path}:{i + 1}"
