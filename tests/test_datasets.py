@@ -480,3 +480,21 @@ def test_source_file_of_the_wrong_shape_or_encoding_is_named(kind, name, data, n
     assert main(["data", "build", kind, str(src), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and str(src / name) in err and needle in err, err
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("trajectory", [[float("nan"), 1.0]] + [[1.0, 1.0]] * 5, "expected finite numbers"),
+    ("trajectory", [[1e39, 1.0]] + [[1.0, 1.0]] * 5, "expected finite numbers"),
+    ("references", [{"text": "A car."}, 3], "expected a list of strings"),
+])
+def test_openread_cot_non_finite_trajectory_or_non_text_reference_is_refused(field, value, needle, tmp_path, capsys):
+    """A NaN waypoint (JSON's NaN extension) or one beyond float32 was stored as the planning ground truth, and
+    references that are not strings were stored as their Python repr ("{'text': 'A car.'}", "3")."""
+    src = tmp_path / "src"
+    make_openread_cot(src)
+    rows = [json.loads(l) for l in (src / "train.jsonl").read_text().splitlines()]
+    rows[0][field] = value
+    _jsonl(src / "train.jsonl", rows)
+    assert main(["data", "build", "openread_cot", str(src), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "train.jsonl:1" in err and f"'{field}'" in err and needle in err, err
