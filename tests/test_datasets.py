@@ -421,3 +421,80 @@ def test_openread_tfds_training_dataset_equals_the_source_records(built):
             np.testing.assert_array_equal(g[k], w[k], err_msg=k)
     with pytest.raises(ValueError, match="openread_tfds reads"):
         DATASETS.get("openread_tfds")(ConfigDict({"path": str(built["drivelmm_o1"][1])}), tok)
+
+
+def _one_knowledge_line(i: int = 0) -> str:
+    return json.dumps({"id": f"k{i}", "task": "knowledge", "question": "Qü 日本?", "think": "t", "answer": "a"}) + "\n"
+
+
+def test_empty_split_fails_before_anything_is_written(tmp_path, capsys):
+    """An empty ``val.jsonl`` beside a good ``train.jsonl`` used to be found only while writing: train's shard was
+    already in --out (docs: "fails before anything is written") and the message named no source."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    src.mkdir()
+    (src / "train.jsonl").write_text(_one_knowledge_line())
+    (src / "val.jsonl").write_text("\n")
+    assert main(["data", "build", "openread_cot", str(src), "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "split 'val' has no example" in err and str(src) in err
+    assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize("stem", ["train.v2", "my split", "all"])
+def test_split_names_tfds_cannot_read_are_refused_before_writing(stem, tmp_path, capsys):
+    """Split names come from file stems; "train.v2", "my split" and "all" were written, and then every read of the
+    split failed inside TFDS ("Unrecognized split format", a RecursionError for "all")."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    src.mkdir()
+    (src / f"{stem}.jsonl").write_text(_one_knowledge_line())
+    assert main(["data", "build", "openread_cot", str(src), "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"split {stem!r}" in err and "rename" in err
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_unicode_and_dash_split_names_read_back(tmp_path):
+    """What TFDS reads back is still accepted: '-' and non-ASCII letters in split names, non-ASCII text."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    src.mkdir()
+    for stem in ("train-v2", "trainé"):
+        (src / f"{stem}.jsonl").write_text(_one_knowledge_line())
+    get_builder("openread_cot").build(src, out)
+    for stem in ("train-v2", "trainé"):
+        assert [r["question"] for r in read_all(out, stem)] == ["Qü 日本?"]
+
+
+@pytest.mark.parametrize("kind,name,data,needle", [
+    ("omnidrive", "vqa/train/t1.json", b"5", "expected a JSON list"),
+    ("omnidrive", "vqa/train/t1.json", b'{"question": "q", "answer": "a"}', "expected a JSON list"),
+    ("omnidrive", "vqa/train/t1.json", b"\xff\xfe[]", "invalid JSON"),
+    ("openread_cot", "train.jsonl", b"\xff\xfe{}\n", "not UTF-8"),
+    ("drivelmm_o1", "train.json", b"\xff\xfe[]", "not JSON"),
+])
+def test_source_file_of_the_wrong_shape_or_encoding_is_named(kind, name, data, needle, tmp_path, capsys):
+    """An OmniDrive QA file holding a number was a TypeError traceback (exit 1), one holding an object was read as
+    its keys ("item 0 is not a {question, answer} object"); a file that is not UTF-8 failed without its name."""
+    src = tmp_path / "src"
+    MAKERS[kind](src)
+    (src / name).write_bytes(data)
+    assert main(["data", "build", kind, str(src), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and str(src / name) in err and needle in err, err
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("trajectory", [[float("nan"), 1.0]] + [[1.0, 1.0]] * 5, "expected finite numbers"),
+    ("trajectory", [[1e39, 1.0]] + [[1.0, 1.0]] * 5, "expected finite numbers"),
+    ("references", [{"text": "A car."}, 3], "expected a list of strings"),
+])
+def test_openread_cot_non_finite_trajectory_or_non_text_reference_is_refused(field, value, needle, tmp_path, capsys):
+    """A NaN waypoint (JSON's NaN extension) or one beyond float32 was stored as the planning ground truth, and
+    references that are not strings were stored as their Python repr ("{'text': 'A car.'}", "3")."""
+    src = tmp_path / "src"
+    make_openread_cot(src)
+    rows = [json.loads(l) for l in (src / "train.jsonl").read_text().splitlines()]
+    rows[0][field] = value
+    _jsonl(src / "train.jsonl", rows)
+    assert main(["data", "build", "openread_cot", str(src), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "train.jsonl:1" in err and f"'{field}'" in err and needle in err, err

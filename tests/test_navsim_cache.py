@@ -235,3 +235,36 @@ def test_from_navsim_store_output(tmp_path, capsys):
         shift = np.asarray(json_scene.extra["reference"]["states"])[:, :2] - json_scene.origin
         np.testing.assert_allclose(np.asarray(scene.extra["reference"]["states"])[:, :2], shift, atol=1e-5)
     assert main(args) == 2  # the store exists: refused before any work
+
+
+def _without_map_polygon(cache, token: str):
+    """``cache`` with polygon ``token`` taken out of its drivable_area_map (tokens, layers, geometries)."""
+    dam = cache.drivable_area_map
+    keep = [i for i, t in enumerate(dam.args[0]) if t != token]
+    assert len(keep) == len(dam.args[0]) - 1
+    dam.args = ([dam.args[0][i] for i in keep], [dam.args[1][i] for i in keep],
+                np.asarray(list(dam.args[2]), object)[keep], *dam.args[3:])
+    return cache
+
+
+def test_red_light_beyond_the_drivable_map_is_kept_not_a_refused_cache():
+    """NAVSIM's red lights cover every connector of the route, its drivable map only the roadblocks within 100 m of
+    the ego: a red light further along the route names a connector the map lacks. Such a (real) cache was refused
+    whole ("names no lane connector of the map"); the light is now kept with its cached polygon, as NAVSIM's scorer
+    sees it, and the scene is otherwise that of the map without the connector."""
+    from jaxdrive.data.navsim_cache import cache_to_scene
+    from jaxdrive.scene import LaneKind, validate_host_scene
+
+    token = "sanity_red_on_route"
+    path = dict(find_caches(CACHE_DIR))[token]
+    full = cache_to_scene(load_cache(path), token)
+    assert list(full.traffic_lights) == ["c_f1"]
+    got = cache_to_scene(_without_map_polygon(load_cache(path), "c_f1"), token)
+    validate_host_scene(got)
+    assert got.traffic_lights == full.traffic_lights
+    lanes = {lane.id: lane for lane in got.lanes}
+    assert (lanes["c_f1"].kind, lanes["c_f1"].on_route) == (LaneKind.LANE_CONNECTOR, True)
+    np.testing.assert_array_equal(lanes["c_f1"].polygon, {l.id: l for l in full.lanes}["c_f1"].polygon)
+    assert [l.id for l in got.lanes] == [l.id for l in full.lanes if l.id != "c_f1"] + ["c_f1"]
+    assert got.generator["red_light_connectors_outside_map"] == ["c_f1"]
+    assert "red_light_connectors_outside_map" not in full.generator

@@ -15,7 +15,8 @@ numpy arrays and scalars are rebuilt by numpy, polygons by ``shapely.from_wkb``,
   cache (empty);
 * route: ``route_lane_ids`` and the ``centerline`` PDMPath (x, y, heading);
 * lights: the on-route red-light tokens of ``observation._occupancy_maps_tl`` per step ('R'); a cache keeps nothing
-  else, so other steps are 'U' (unknown, which no metric reads);
+  else, so other steps are 'U' (unknown, which no metric reads); a red light on a connector beyond the cached map (NAVSIM's map
+  covers 100 m around the ego, its lights the whole route) adds that connector, with the light's polygon, on route;
 * agents: the 41 frames ``current_tracked_objects + future_tracked_objects`` (box centre, heading, global velocity,
   type, box size; static objects get velocity 0), in the order the frames list them;
 * ego history: ``past_human_trajectory`` (4 rear-axle states at -1.5 .. 0 s);
@@ -311,21 +312,32 @@ def _agents(cache: Any, where: str) -> list[Agent]:
     return out
 
 
-def _red_lights(cache: Any, lanes: list[Lane], where: str) -> dict[str, str]:
+def _red_lights(cache: Any, lanes: list[Lane], where: str) -> tuple[dict[str, str], list[Lane]]:
+    """On-route red lights per step (connector id -> 41-char status) and the connectors they name that the drivable
+    map lacks, as on-route lanes with the red light's polygon.
+
+    NAVSIM's red lights cover every connector of the whole route (``MetricCacheProcessor._load_route_dicts``), but its
+    drivable map holds only the roadblocks within 100 m of the ego (``PDMDrivableMap.from_simulation``): a red light
+    further along the route names a connector the map lacks. NAVSIM's scorer still sees it (its geometry is in the
+    observation), so it is kept, as a connector of its own."""
     obs = _attr(cache, "observation", where)
     per_step = list(_attr(obs, "_occupancy_maps_tl", f"{where}: observation"))
     if len(per_step) != NUM_STEPS:
         raise CacheFileError(f"{where}: observation._occupancy_maps_tl: expected {NUM_STEPS} steps, got {len(per_step)}")
-    connectors = {lane.id for lane in lanes if lane.kind == LaneKind.LANE_CONNECTOR}
+    known = {lane.id: lane.kind for lane in lanes}
     status: dict[str, list[str]] = {}
+    outside: dict[str, Lane] = {}
     for k, entry in enumerate(per_step):
-        tokens = entry[0] if isinstance(entry, tuple) else entry.args[0]
-        for token in tokens:
+        tokens, geometries = entry[:2] if isinstance(entry, tuple) else entry.args[:2]
+        for token, geom in zip(tokens, list(geometries)):
             lc = str(token)[len(RED_LIGHT_PREFIX):] if str(token).startswith(RED_LIGHT_PREFIX) else str(token)
-            if lc not in connectors:
-                raise CacheFileError(f"{where}: red light {token!r} at step {k} names no lane connector of the map")
+            if lc in known and known[lc] != LaneKind.LANE_CONNECTOR:
+                raise CacheFileError(f"{where}: red light {token!r} at step {k} names a lane, not a connector")
+            if lc not in known and lc not in outside:
+                outside[lc] = Lane(id=lc, kind=LaneKind.LANE_CONNECTOR, on_route=True, parent_id="",
+                                   polygon=_ring(geom))
             status.setdefault(lc, ["U"] * NUM_STEPS)[k] = "R"
-    return {lc: "".join(s) for lc, s in status.items()}
+    return {lc: "".join(s) for lc, s in status.items()}, list(outside.values())
 
 
 def _reference(cache: Any, ego: np.ndarray, where: str) -> dict | None:
@@ -372,9 +384,10 @@ def cache_to_scene(cache: Any, token: str, source: str = "<cache>") -> HostScene
         history = np.stack([ego_state_array(s) for s in past])
         ego = ego_state_array(_attr(cache, "ego_state", where))
         centerline = np.array([_se2(p) for p in _attr(cache, "centerline", where).args[0]], np.float64)
+        lights, light_lanes = _red_lights(cache, lanes, where)
         scene = HostScene(
-            id=token, history_states=history, areas=areas, lanes=lanes, centerline=centerline,
-            traffic_lights=_red_lights(cache, lanes, where), agents=_agents(cache, where),
+            id=token, history_states=history, areas=areas, lanes=lanes + light_lanes, centerline=centerline,
+            traffic_lights=lights, agents=_agents(cache, where),
             proposal_states=np.zeros((0, NUM_STEPS, STATE_DIM)), proposal_names=[], proposal_families=[],
             human_states=_human(cache, ego, where),
             generator={"source": "navsim_metric_cache", "log_name": str(getattr(cache, "log_name", "")),
@@ -388,6 +401,8 @@ def cache_to_scene(cache: Any, token: str, source: str = "<cache>") -> HostScene
         raise CacheFileError(f"{where}: unexpected MetricCache structure ({type(e).__name__}: {e})") from None
     if reference is not None:
         scene.extra["reference"] = reference
+    if light_lanes:
+        scene.generator["red_light_connectors_outside_map"] = [lane.id for lane in light_lanes]
     return scene
 
 

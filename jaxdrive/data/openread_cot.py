@@ -347,9 +347,12 @@ def load_omnidrive(root: str | Path, split: str = "train", kinds=("vqa", "conv")
     for kind in kinds:
         for path in sorted((root / kind / split).glob("*.json")):
             try:
-                items = json.loads(path.read_text())
-            except json.JSONDecodeError as e:
+                items = json.loads(path.read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 raise ValueError(f"OmniDrive file {path}: invalid JSON ({e})") from None
+            if not isinstance(items, list):
+                raise ValueError(f"OmniDrive file {path}: expected a JSON list of {{question, answer}} objects, got "
+                                 f"{type(items).__name__}")
             for i, qa in enumerate(items):
                 if not isinstance(qa, dict) or "question" not in qa or "answer" not in qa:
                     raise ValueError(f"OmniDrive file {path}: item {i} is not a {{question, answer}} object")

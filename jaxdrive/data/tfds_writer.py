@@ -2,22 +2,32 @@
 
 ``write_tfds(out, name=..., version=..., features=..., splits={"train": examples, ...})`` serialises every example
 with ``features.serialize_example`` (TFDS's TensorFlow-free path) into ``<name>-<split>.array_record-SSSSS-of-NNNNN``
-shards under ``out`` and writes the TFDS metadata beside them, so ``tfds.builder_from_directory(out)`` and
-``tfds.data_source`` read it back by index (random access, no TensorFlow). Shared by the scene store
-(``jaxdrive.data.store``) and the dataset builders (``jaxdrive.datasets``).
+shards under ``out`` and writes the TFDS metadata beside them, so
+``tfds.builder_from_directory(out).as_data_source(split)`` reads it back by index (random access, no TensorFlow; the
+flat layout is not the ``data_dir/name/version`` one ``tfds.data_source(name, data_dir=)`` looks for). Shared by the
+scene store (``jaxdrive.data.store``) and the dataset builders (``jaxdrive.datasets``).
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 from typing import Iterable, Mapping
 
 RECORDS_PER_SHARD = 4096
+_SPLIT_NAME = re.compile(r"[\w-]+")  # what TFDS's split parser reads back (``tfds.core.splits._SUB_SPEC_RE``)
 
 
 class EmptySplitError(ValueError):
     """A split given to ``write_tfds`` had no example."""
+
+
+def check_split_name(split: str) -> None:
+    """Fails unless TFDS can read ``split`` back: letters, digits, '_' and '-', and not "all" (TFDS's union of
+    every split). Names such as "train.v2" or "my split" were written and then unreadable."""
+    if not isinstance(split, str) or not _SPLIT_NAME.fullmatch(split) or split == "all":
+        raise ValueError(f"split {split!r}: TFDS split names are letters, digits, '_' and '-', and not 'all'")
 
 
 def write_tfds(out: str | os.PathLike, *, name: str, version: str, features, splits: Mapping[str, Iterable[dict]],
@@ -38,6 +48,8 @@ def write_tfds(out: str | os.PathLike, *, name: str, version: str, features, spl
     from array_record.python.array_record_module import ArrayRecordWriter
     from tqdm.auto import tqdm
 
+    for split in splits:
+        check_split_name(split)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     split_infos, summary = [], {}

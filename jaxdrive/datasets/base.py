@@ -27,16 +27,20 @@ class SourceError(ValueError):
 
 def read_json_file(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SourceError(f"{path}: file not found") from None
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise SourceError(f"{path}: not JSON ({e})") from None
 
 
 def read_jsonl_file(path: Path) -> Iterator[tuple[str, dict]]:
     """``(where, object)`` for every non-empty line of a JSONL file (``where`` = "FILE:LINE")."""
-    for i, line in enumerate(path.read_text().splitlines()):
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise SourceError(f"{path}: not UTF-8 text ({e})") from None
+    for i, line in enumerate(lines):
         if not line.strip():
             continue
         where = f"{path}:{i + 1}"
@@ -117,7 +121,7 @@ class Builder:
 
     def build(self, src: str | os.PathLike, out: str | os.PathLike, *, progress: bool = False) -> dict:
         """Reads ``src`` and writes the TFDS dataset into ``out`` (which must not hold one). Returns its metadata."""
-        from jaxdrive.data.tfds_writer import write_tfds
+        from jaxdrive.data.tfds_writer import check_split_name, write_tfds
 
         src, out = Path(src), Path(out)
         if not src.is_dir():
@@ -127,6 +131,13 @@ class Builder:
         splits = self.split_examples(src)
         if not splits:
             raise SourceError(f"{self.kind}: no split found under {src}")
+        for split, rows in splits.items():  # checked before any shard is written
+            try:
+                check_split_name(split)
+            except ValueError as e:
+                raise SourceError(f"{self.kind} source {src}: {e}; rename its file or directory") from None
+            if not rows:
+                raise SourceError(f"{self.kind} source {src}: split {split!r} has no example (an empty file?)")
         splits = {split: (_with_bytes(ex) for ex in rows) for split, rows in splits.items()}
         written = write_tfds(out, name=self.name, version=self.version, features=self.features(), splits=splits,
                              description=self.description, module_name=type(self).__module__, progress=progress)

@@ -27,16 +27,22 @@ def _example(rec: dict, root: Path, where: str) -> dict:
     """The stored example of a CoT record (``images`` paths relative to ``root``)."""
     traj = rec.get("trajectory")
     try:
-        traj = np.zeros((0, 2), np.float32) if traj is None else np.asarray(traj, np.float32)
+        with np.errstate(over="ignore"):  # a value beyond float32 becomes inf, refused below
+            traj = np.zeros((0, 2), np.float32) if traj is None else np.asarray(traj, np.float32)
     except (TypeError, ValueError):
         raise SourceError(f"{where}: field 'trajectory': expected [N, 2] numbers, got {traj!r:.80}") from None
     if traj.ndim != 2 or traj.shape[1] != 2:
         raise SourceError(f"{where}: field 'trajectory': expected [N, 2] points, got shape {traj.shape}")
+    if not np.isfinite(traj).all():  # JSON's NaN / Infinity extensions, or a value beyond float32
+        raise SourceError(f"{where}: field 'trajectory': expected finite numbers, got {traj.tolist()!r:.80}")
+    refs = rec.get("references") or []
+    if not all(isinstance(r, str) for r in refs):
+        raise SourceError(f"{where}: field 'references': expected a list of strings, got {refs!r:.80}")
     paths = [str(p) for p in rec.get("images") or []]
     return {"id": rec["id"], "task": rec["task"], "question": rec["question"], "think": rec["think"],
             "answer": rec["answer"], "target": rec["target"], "image_paths": paths,
             "images": [file_ref(root, p, where, "images") for p in paths], "trajectory": traj,
-            "references": [str(r) for r in rec.get("references") or []],
+            "references": list(refs),
             "extra": json.dumps({k: v for k, v in rec.items() if k not in _CORE}, sort_keys=True)}
 
 
