@@ -15,8 +15,9 @@ numpy arrays and scalars are rebuilt by numpy, polygons by ``shapely.from_wkb``,
   cache (empty);
 * route: ``route_lane_ids`` and the ``centerline`` PDMPath (x, y, heading);
 * lights: the on-route red-light tokens of ``observation._occupancy_maps_tl`` per step ('R'); a cache keeps nothing
-  else, so other steps are 'U' (unknown, which no metric reads); a red light on a connector beyond the cached map (NAVSIM's map
-  covers 100 m around the ego, its lights the whole route) adds that connector, with the light's polygon, on route;
+  else, so other steps are 'U' (unknown, which no metric reads); a red light on a connector beyond the cached map
+  (NAVSIM's map covers 100 m around the ego, its lights the whole route) adds that connector, with the light's
+  polygon, on route;
 * agents: the 41 frames ``current_tracked_objects + future_tracked_objects`` (box centre, heading, global velocity,
   type, box size; static objects get velocity 0), in the order the frames list them;
 * ego history: ``past_human_trajectory`` (4 rear-axle states at -1.5 .. 0 s);
