@@ -153,3 +153,21 @@ def test_text_codec_episode_on_a_byte_level_tiny_model(tmp_path):
         assert context.count("<|im_start|>user") == t["counters"]["turns"] - 1
     total, _, _ = ro._score(rows, tokens, loss_mask, trajs)
     assert np.all(total == 0.0)  # a random byte model answers nothing parseable: tier 6
+
+
+def test_missing_rewards_are_left_out_of_the_agent_metrics_and_evaluation():
+    """With allow_missing_rewards, a row no reward scored is invalid: the agent rollout's evaluation averaged it as 0
+    and zero_std_frac counted that 0 as spread (a group of valid 1s and a missing row looked informative)."""
+    cfg = _cfg()
+    cfg.grpo.group_size, cfg.grpo.prompts_per_step = 4, 1
+    examples = build_examples(cfg.data)
+    ro = MultiTurnRollouts(examples, build_rewards(cfg.rewards), build_decoder(cfg.decoder), cfg.grpo)
+    traj = {"final_answer": "A", "gold": "A", "counters": {"tool_calls": 0}, "termination": "finish"}
+    ro.episodes = lambda trainer, rows, key: (np.zeros((len(rows), 2), np.int32), np.ones((len(rows), 2)),
+                                              np.ones((len(rows), 2)), [traj] * len(rows))
+    ro._score = lambda rows, tokens, mask, trajs: (np.array([1.0, 0.0, 1.0, 1.0][:len(rows)]),
+                                                   np.array([True, False, True, True][:len(rows)]), {})
+    ro.buffer_inputs = lambda *args: None
+    _, metrics = ro(None, 1, jax.random.key(0))
+    assert metrics["reward_mean"] == 1.0 and metrics["zero_std_frac"] == 1.0
+    assert ro.evaluate(None, examples[:4])["reward_mean"] == 1.0

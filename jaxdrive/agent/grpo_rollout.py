@@ -247,8 +247,10 @@ class MultiTurnRollouts(Rollouts):
             batch["old_logp"] = self._completion_logp(trainer, inputs)
         if cfg.beta != 0.0:
             batch["ref_logp"] = self._completion_logp(trainer, inputs, reference=True)
-        metrics = {"reward_mean": float(total[valid].mean()), "reward_std": float(total[valid].std()),
-                   "zero_std_frac": float(grpo.zero_std_fraction(jnp.asarray(total), G)),
+        r = total[valid]
+        metrics = {"reward_mean": float(r.mean()) if r.size else float("nan"),
+                   "reward_std": float(r.std()) if r.size else float("nan"),
+                   "zero_std_frac": float(grpo.zero_std_fraction(jnp.asarray(total), G, valid=jnp.asarray(valid))),
                    "accuracy": float(np.mean([t["final_answer"][:1] == t["gold"] for t in trajs])),
                    "tool_calls": float(np.mean([t["counters"]["tool_calls"] for t in trajs])),
                    "finished": float(np.mean([t["termination"] == "finish" for t in trajs])),
@@ -257,9 +259,11 @@ class MultiTurnRollouts(Rollouts):
         return batch, metrics
 
     def evaluate(self, trainer, examples: list[dict]) -> dict:
+        """Mean reward and accuracy of greedy episodes on ``examples``; with ``allow_missing_rewards`` the mean is
+        over the rows some reward scored, as in training (NaN if none)."""
         tokens, loss_mask, _, trajs = self.episodes(trainer, examples, None)
-        total, _, _ = self._score(examples, tokens, loss_mask, trajs)
-        return {"reward_mean": float(total.mean()),
+        total, valid, _ = self._score(examples, tokens, loss_mask, trajs)
+        return {"reward_mean": float(total[valid].mean()) if valid.any() else float("nan"),
                 "accuracy": float(np.mean([t["final_answer"][:1] == t["gold"] for t in trajs]))}
 
 
