@@ -61,10 +61,12 @@ def parse_reply(text: str) -> dict | None:
     return None
 
 
-LETTER = re.compile(r"^\s*\(?([A-F])\)")
+LETTER = re.compile(r"^\s*\(?([A-F])(?:\)|[.:](?:\s|$)|\s*$)")
 
 
 def answer_letter(final_answer: str) -> str | None:
+    """The option letter a final answer starts with: "B) Brake", "(B)", "B. Brake", "B: Brake" or a bare "B"; None
+    for anything else ("Brake", "A car", "I think B")."""
     m = LETTER.match(final_answer or "")
     return m.group(1) if m else None
 
