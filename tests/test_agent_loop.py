@@ -150,6 +150,32 @@ def test_agent_cli_run_and_convert(tmp_path, capsys):
     assert len(read_records(records)) == 20
 
 
+_OK_STEPS = '"correct": true, "termination": "finish", "steps": [{"action": {"tool": "t"}, "ok": true, "update": "u"}]'
+_OBS = '{"role": "user", "content": "Observation (t): {}", "kind": "observation"}'
+
+
+@pytest.mark.parametrize("messages,msg", [
+    ('[1]', "t.jsonl:1: field 'messages[0]': expected an object, got int"),
+    ('[{"role": "assistant", "content": "x"}]', "t.jsonl:1: messages[0]: missing field 'kind'"),
+    ('[{"role": "user", "content": "x", "kind": "thought"}]', "t.jsonl:1: field 'messages[0].kind': expected one of"),
+    (f'[{{"role": "assistant", "content": "no json", "kind": "action"}}, {_OBS}]',
+     "t.jsonl:1: field 'messages[0].content': an executed tool turn without a JSON action object"),
+    ('[], "steps": "call", "x": 0', "t.jsonl:1: field 'steps': expected a list of step objects"),
+])
+def test_agent_convert_checks_trajectories_by_name(tmp_path, capsys, messages, msg):
+    """Found probing `jaxdrive agent convert` with hand-edited trajectories: a non-object message, a message without
+    ``kind``, an executed tool turn whose content holds no action, a non-list ``steps`` ended in a bare TypeError /
+    AttributeError traceback; each is now a usage error naming FILE:LINE and the field."""
+    from jaxdrive.cli import main
+
+    steps = "" if '"steps"' in messages else ", " + _OK_STEPS
+    (tmp_path / "t.jsonl").write_text(f'{{"id": "x", "messages": {messages}{steps}}}\n')
+    argv = ["agent", "convert", "--trajectories", str(tmp_path / "t.jsonl"), "--phase", "1", "--out",
+            str(tmp_path / "r.jsonl")]
+    assert main(argv) == 2
+    assert msg in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("line,msg", [
     ('{"id": "r0"}', "r.jsonl:1: missing field 'segments'"),
     ('{"segments": ["x"]}', "r.jsonl:1: field 'segments[0]': expected an object, got str"),
