@@ -2,6 +2,7 @@
 tools; the loop's rules and counters; JSONL trajectories; the stepwise converter's phase-1 / phase-2 records and masks;
 the short-term memory scene graph."""
 import json
+import os
 import re
 
 import pytest
@@ -60,6 +61,27 @@ def test_scripted_policy_answers_mcq_through_the_loop(mcq, tmp_path):
     assert all(t["steps"][0]["update"] and t["steps"][0]["latency_ms"] >= 0 for t in trajs)
     write_jsonl(tmp_path / "t.jsonl", trajs)
     assert read_trajectories(tmp_path / "t.jsonl") == json.loads(json.dumps(trajs))
+
+
+def test_trajectories_are_replaced_atomically(tmp_path, monkeypatch):
+    """Found reading the CLI: `agent run` / `agent convert` truncated --out and wrote it line by line, so a kill midway
+    left a prefix that could read back as a shorter set; now the previous file survives a failed write."""
+    import jaxdrive.agent.loop as loop
+
+    out = tmp_path / "t.jsonl"
+    write_jsonl(out, [{"id": "a"}, {"id": "b"}])
+    real = json.dumps
+
+    def dumps(obj, **kw):
+        if obj.get("id") == "d":
+            raise KeyboardInterrupt  # killed after the first record
+        return real(obj, **kw)
+
+    monkeypatch.setattr(loop.json, "dumps", dumps)
+    with pytest.raises(KeyboardInterrupt):
+        write_jsonl(out, [{"id": "c"}, {"id": "d"}])
+    monkeypatch.undo()
+    assert [t["id"] for t in read_trajectories(out)] == ["a", "b"] and sorted(os.listdir(tmp_path)) == ["t.jsonl"]
 
 
 def test_loop_counts_mistakes_and_enforces_budget(mcq):

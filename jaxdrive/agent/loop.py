@@ -162,7 +162,11 @@ def run_episode(policy: Policy, ctx: ToolContext, registry: ToolRegistry, item: 
 
 
 def write_jsonl(path, records: Sequence[dict]) -> None:
-    with open(path, "w") as f:
+    """``records`` as JSON lines, replacing ``path`` atomically: a writer killed midway leaves the previous file (a
+    truncated one could end on a line boundary and read back as a silently shorter set)."""
+    from jaxdrive.atomic import replacing
+
+    with replacing(path) as tmp, open(tmp, "w") as f:
         for r in records:
             f.write(json.dumps(r, separators=(",", ":")) + "\n")
 
