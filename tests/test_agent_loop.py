@@ -2,6 +2,7 @@
 tools; the loop's rules and counters; JSONL trajectories; the stepwise converter's phase-1 / phase-2 records and masks;
 the short-term memory scene graph."""
 import json
+import os
 import re
 
 import pytest
@@ -60,6 +61,27 @@ def test_scripted_policy_answers_mcq_through_the_loop(mcq, tmp_path):
     assert all(t["steps"][0]["update"] and t["steps"][0]["latency_ms"] >= 0 for t in trajs)
     write_jsonl(tmp_path / "t.jsonl", trajs)
     assert read_trajectories(tmp_path / "t.jsonl") == json.loads(json.dumps(trajs))
+
+
+def test_trajectories_are_replaced_atomically(tmp_path, monkeypatch):
+    """Found reading the CLI: `agent run` / `agent convert` truncated --out and wrote it line by line, so a kill midway
+    left a prefix that could read back as a shorter set; now the previous file survives a failed write."""
+    import jaxdrive.agent.loop as loop
+
+    out = tmp_path / "t.jsonl"
+    write_jsonl(out, [{"id": "a"}, {"id": "b"}])
+    real = json.dumps
+
+    def dumps(obj, **kw):
+        if obj.get("id") == "d":
+            raise KeyboardInterrupt  # killed after the first record
+        return real(obj, **kw)
+
+    monkeypatch.setattr(loop.json, "dumps", dumps)
+    with pytest.raises(KeyboardInterrupt):
+        write_jsonl(out, [{"id": "c"}, {"id": "d"}])
+    monkeypatch.undo()
+    assert [t["id"] for t in read_trajectories(out)] == ["a", "b"] and sorted(os.listdir(tmp_path)) == ["t.jsonl"]
 
 
 def test_loop_counts_mistakes_and_enforces_budget(mcq):
@@ -148,6 +170,32 @@ def test_agent_cli_run_and_convert(tmp_path, capsys):
     assert main(["agent", "run", "--scenes", "0", "--out", str(out)]) == 2
     assert "--scenes" in capsys.readouterr().err
     assert len(read_records(records)) == 20
+
+
+_OK_STEPS = '"correct": true, "termination": "finish", "steps": [{"action": {"tool": "t"}, "ok": true, "update": "u"}]'
+_OBS = '{"role": "user", "content": "Observation (t): {}", "kind": "observation"}'
+
+
+@pytest.mark.parametrize("messages,msg", [
+    ('[1]', "t.jsonl:1: field 'messages[0]': expected an object, got int"),
+    ('[{"role": "assistant", "content": "x"}]', "t.jsonl:1: messages[0]: missing field 'kind'"),
+    ('[{"role": "user", "content": "x", "kind": "thought"}]', "t.jsonl:1: field 'messages[0].kind': expected one of"),
+    (f'[{{"role": "assistant", "content": "no json", "kind": "action"}}, {_OBS}]',
+     "t.jsonl:1: field 'messages[0].content': an executed tool turn without a JSON action object"),
+    ('[], "steps": "call", "x": 0', "t.jsonl:1: field 'steps': expected a list of step objects"),
+])
+def test_agent_convert_checks_trajectories_by_name(tmp_path, capsys, messages, msg):
+    """Found probing `jaxdrive agent convert` with hand-edited trajectories: a non-object message, a message without
+    ``kind``, an executed tool turn whose content holds no action, a non-list ``steps`` ended in a bare TypeError /
+    AttributeError traceback; each is now a usage error naming FILE:LINE and the field."""
+    from jaxdrive.cli import main
+
+    steps = "" if '"steps"' in messages else ", " + _OK_STEPS
+    (tmp_path / "t.jsonl").write_text(f'{{"id": "x", "messages": {messages}{steps}}}\n')
+    argv = ["agent", "convert", "--trajectories", str(tmp_path / "t.jsonl"), "--phase", "1", "--out",
+            str(tmp_path / "r.jsonl")]
+    assert main(argv) == 2
+    assert msg in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("line,msg", [

@@ -65,3 +65,11 @@ def test_registered_and_single_turn():
     assert r.weight == 2.0 and r.name == "agent_tiered"
     vals = r.fn(['{"final_answer": "B) Brake", "reasoning": "x"}', "garbage"], [{"gold": "B"}, {"gold": "B"}])
     assert vals == [0.0, 0.0]  # correct but no tool: tier 3; garbage: tier 6
+
+
+@pytest.mark.parametrize("answer,want", [("B", 1), ("B.", 1), ("B. Brake", 1), ("B: Brake", 1), ("(B)", 1),
+                                         (" A ", 4), ("A car", 6), ("Brake", 6), ("Answer: B", 6)])
+def test_a_bare_option_letter_is_a_parseable_answer(answer, want):
+    # the paper scores "the multiple-choice letter of the last parseable final answer": a model answering "B" (or
+    # "B. Brake") chose option B; it was scored as malformed output (tier 6, reward 0) before
+    assert tier(traj(answer, "legal", 2)) == want

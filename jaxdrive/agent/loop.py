@@ -61,10 +61,12 @@ def parse_reply(text: str) -> dict | None:
     return None
 
 
-LETTER = re.compile(r"^\s*\(?([A-F])\)")
+LETTER = re.compile(r"^\s*\(?([A-F])(?:\)|[.:](?:\s|$)|\s*$)")
 
 
 def answer_letter(final_answer: str) -> str | None:
+    """The option letter a final answer starts with: "B) Brake", "(B)", "B. Brake", "B: Brake" or a bare "B"; None
+    for anything else ("Brake", "A car", "I think B")."""
     m = LETTER.match(final_answer or "")
     return m.group(1) if m else None
 
@@ -160,7 +162,11 @@ def run_episode(policy: Policy, ctx: ToolContext, registry: ToolRegistry, item: 
 
 
 def write_jsonl(path, records: Sequence[dict]) -> None:
-    with open(path, "w") as f:
+    """``records`` as JSON lines, replacing ``path`` atomically: a writer killed midway leaves the previous file (a
+    truncated one could end on a line boundary and read back as a silently shorter set)."""
+    from jaxdrive.atomic import replacing
+
+    with replacing(path) as tmp, open(tmp, "w") as f:
         for r in records:
             f.write(json.dumps(r, separators=(",", ":")) + "\n")
 

@@ -72,6 +72,34 @@ def stepwise_records(traj: dict, phase: int) -> list[dict]:
     return records
 
 
+MESSAGE_KINDS = ("prompt", "action", "observation", "feedback", "answer")
+
+
+def check_trajectory(traj: dict, where: str) -> None:
+    """What conversion reads has the loop's types: the fields ``verify`` reads (``consolidate.check_trajectory``),
+    ``messages`` a list of {role: str, content: str, kind: one of ``MESSAGE_KINDS``}, and every executed tool turn (an
+    ``action`` turn followed by an observation) holding a JSON action object; a ``SourceError`` naming ``where`` and
+    the field otherwise (a hand-edited or truncated trajectory crashed the converter with a bare TypeError)."""
+    from jaxdrive.agent.consolidate import check_trajectory as check_verified_fields
+    from jaxdrive.datasets.base import SourceError, require
+
+    check_verified_fields(traj, where)
+    msgs = traj.get("messages")
+    if not isinstance(msgs, list):
+        raise SourceError(f"{where}: field 'messages': expected a list of message objects, got {type(msgs).__name__}")
+    for j, m in enumerate(msgs):
+        if not isinstance(m, dict):
+            raise SourceError(f"{where}: field 'messages[{j}]': expected an object, got {type(m).__name__}")
+        require(m, f"{where}: messages[{j}]", {"role": str, "content": str, "kind": str})
+        if m["kind"] not in MESSAGE_KINDS:
+            raise SourceError(f"{where}: field 'messages[{j}].kind': expected one of {MESSAGE_KINDS}, "
+                              f"got {m['kind']!r}")
+    for j in _accepted(msgs):
+        if msgs[j]["kind"] == "action" and not isinstance((parse_reply(msgs[j]["content"]) or {}).get("action"), dict):
+            raise SourceError(f"{where}: field 'messages[{j}].content': an executed tool turn without a JSON action "
+                              "object")
+
+
 def convert(trajectories: Sequence[dict], phase: int, only_verified: bool = True) -> list[dict]:
     """Records of every (verified) trajectory."""
     return [r for t in trajectories if verify(t) or not only_verified for r in stepwise_records(t, phase)]
