@@ -26,7 +26,7 @@ from jaxdrive.agent.tools import Observation, ToolContext, default_registry
 from jaxdrive.data.synthetic import generate_scene
 from jaxdrive.models.generate import SamplingConfig
 from jaxdrive.train import grpo
-from jaxdrive.train.grpo_trainer import Rollouts, _generate, completion_stop_ids, left_pad
+from jaxdrive.train.grpo_trainer import Rollouts, _generate, completion_stop_ids, left_pad, reward_metrics
 from jaxdrive.train.rewards import combine_rewards
 
 
@@ -247,10 +247,7 @@ class MultiTurnRollouts(Rollouts):
             batch["old_logp"] = self._completion_logp(trainer, inputs)
         if cfg.beta != 0.0:
             batch["ref_logp"] = self._completion_logp(trainer, inputs, reference=True)
-        r = total[valid]
-        metrics = {"reward_mean": float(r.mean()) if r.size else float("nan"),
-                   "reward_std": float(r.std()) if r.size else float("nan"),
-                   "zero_std_frac": float(grpo.zero_std_fraction(jnp.asarray(total), G, valid=jnp.asarray(valid))),
+        metrics = {**reward_metrics(total, valid, G),
                    "accuracy": float(np.mean([t["final_answer"][:1] == t["gold"] for t in trajs])),
                    "tool_calls": float(np.mean([t["counters"]["tool_calls"] for t in trajs])),
                    "finished": float(np.mean([t["termination"] == "finish" for t in trajs])),
@@ -263,7 +260,7 @@ class MultiTurnRollouts(Rollouts):
         over the rows some reward scored, as in training (NaN if none)."""
         tokens, loss_mask, _, trajs = self.episodes(trainer, examples, None)
         total, valid, _ = self._score(examples, tokens, loss_mask, trajs)
-        return {"reward_mean": float(total[valid].mean()) if valid.any() else float("nan"),
+        return {"reward_mean": reward_metrics(total, valid, 1)["reward_mean"],
                 "accuracy": float(np.mean([t["final_answer"][:1] == t["gold"] for t in trajs]))}
 
 

@@ -138,6 +138,15 @@ def left_pad(prompts: Sequence[np.ndarray], length: int, pad_id: int) -> tuple[n
     return ids, mask
 
 
+def reward_metrics(total: np.ndarray, valid: np.ndarray, group_size: int) -> dict:
+    """A rollout batch's reward metrics over its valid rows (``valid`` [n]: some reward scored the row): mean and
+    population std (NaN when no row is valid) and the fraction of groups without learning signal."""
+    r = total[valid]
+    return {"reward_mean": float(r.mean()) if r.size else float("nan"),
+            "reward_std": float(r.std()) if r.size else float("nan"),
+            "zero_std_frac": float(grpo.zero_std_fraction(jnp.asarray(total), group_size, valid=jnp.asarray(valid)))}
+
+
 class Rollouts:
     """The GRPO ``batch_fn``: samples, scores and packs one step's rollout batch.
 
@@ -210,11 +219,7 @@ class Rollouts:
             batch["old_logp"] = self._completion_logp(trainer, inputs)
         if cfg.beta != 0.0:
             batch["ref_logp"] = self._completion_logp(trainer, inputs, reference=True)
-        r = total[valid]
-        metrics = {"reward_mean": float(r.mean()) if r.size else float("nan"),
-                   "reward_std": float(r.std()) if r.size else float("nan"),
-                   "zero_std_frac": float(grpo.zero_std_fraction(jnp.asarray(total), G, valid=jnp.asarray(valid))),
-                   "completion_len": float(cmask.sum(1).mean())}
+        metrics = {**reward_metrics(total, valid, G), "completion_len": float(cmask.sum(1).mean())}
         metrics.update({f"reward/{k}": float(np.nanmean(v)) for k, v in parts.items()})
         return batch, metrics
 
@@ -225,4 +230,4 @@ class Rollouts:
         texts = [self.decode(t, m) for t, m in zip(tokens, cmask)]
         total, valid, _ = combine_rewards(self.rewards, texts, examples, tokens=tokens, mask=cmask,
                                           allow_missing=self.cfg.get("allow_missing_rewards", False))
-        return {"reward_mean": float(total[valid].mean()) if valid.any() else float("nan")}
+        return {"reward_mean": reward_metrics(total, valid, 1)["reward_mean"]}
