@@ -230,7 +230,8 @@ def test_summary_names_an_input_bound_run(tmp_path, monkeypatch):
     import jaxdrive.scoring.runner as runner
     from jaxdrive.data.synthetic import pad_spec
 
-    monkeypatch.setattr(runner, "CAPACITY_HEADROOM", 4.0)  # no unscanned batch overflows (a recompile mid-run)
+    monkeypatch.setattr(runner, "PRESCAN_SCENES", 0)  # 16 batches prescanned, the other 48 read while scoring
+    monkeypatch.setattr(runner, "SAMPLED_HEADROOM", 4.0)  # no unscanned batch overflows (a recompile mid-run)
     monkeypatch.setattr(runner, "READ_AHEAD_BYTES", 0)  # two batches ahead: the slow reads are not all done
     from jaxdrive.scoring.runner import RunStats
     from jaxdrive.scoring.summary import summary_table
@@ -251,6 +252,21 @@ def test_summary_names_an_input_bound_run(tmp_path, monkeypatch):
     assert "input-bound" not in summary_table(busy)
     assert "input-bound: 80% of that time" in summary_table(RunStats(compile_s=1.0, score_s=2.0,
                                                                      scored_after_compile=100, input_wait_s=1.6))
+
+
+def test_a_run_of_one_scene_per_device_compiles_once(tmp_path):
+    """48 synthetic scenes (K = 8) in shards of one scene (batches of one) over the 8 test devices: each device group
+    holds one scene or none, and one scene's broad-phase needs vary far more than a group of 16's (red-light pairs:
+    none in most scenes, 15 in a few). The prescan reads at least ``PRESCAN_SCENES`` scenes (here every batch): no
+    batch overflows, one compile. When it read 16 of the 48 batches, 5 later ones overflowed: 5 recompiles, 119 s
+    instead of 20 s on a 2-core CPU (``jaxdrive score --count 48 --num-proposals 8 --seed 3 --batch-size 2
+    --shard-size 1``)."""
+    from jaxdrive.data.synthetic import pad_spec
+
+    stats = score_source(SyntheticSource(48, seed=3, num_proposals=8), tmp_path / "run",
+                         ScoreOptions(batch_size=2, shard_size=1, pad=pad_spec(8)), progress=False)
+    assert stats.overflow_batches == 0 and stats.compiles == 1
+    assert len(read_results(tmp_path / "run")) == 48 * 8
 
 
 class _CountingSource(SyntheticSource):
@@ -278,13 +294,14 @@ def test_prescanned_batches_are_scored_without_reading_them_again(tmp_path, monk
     import jaxdrive.scoring.runner as runner
     from jaxdrive.data.synthetic import pad_spec
 
+    monkeypatch.setattr(runner, "PRESCAN_SCENES", 0)  # 16 of the 20 batches
     options = ScoreOptions(batch_size=2, shard_size=8, pad=pad_spec(2))
     kept = _CountingSource(40, grow_from)
     score_source(kept, tmp_path / "kept", options, progress=False)
     monkeypatch.setattr(runner, "PRESCAN_KEEP_BYTES", 0)
     again = _CountingSource(40, grow_from)
     score_source(again, tmp_path / "again", options, progress=False)
-    picks = runner.prescan_picks(20, runner.PRESCAN_BATCHES)
+    picks = runner.prescan_picks(20, runner.prescan_count(2))
     assert sorted(again.reads.values()) == [1] * 8 + [2] * 32  # the old behaviour: 16 batches of 2 read twice
     assert set(kept.reads.values()) == {1} and len(kept.reads) == 40
     if grow_from is not None:  # the scan that grew the PadSpec came after some kept batches (re-padded, not re-read)
@@ -292,7 +309,7 @@ def test_prescanned_batches_are_scored_without_reading_them_again(tmp_path, monk
     pd.testing.assert_frame_equal(_sorted(read_results(tmp_path / "kept")), _sorted(read_results(tmp_path / "again")))
 
 
-def test_batches_read_ahead_before_a_scene_grew_the_padspec_are_re_padded_not_read_again(tmp_path):
+def test_batches_read_ahead_before_a_scene_grew_the_padspec_are_re_padded_not_read_again(tmp_path, monkeypatch):
     """The prescan misses one batch whose scenes have 10 proposals; the batches after it were read ahead at the
     PadSpec of 2 before that batch grew it. They are re-padded (``grow_batch``, whose arrays equal ``batch_scenes``'s
     at the grown PadSpec bit for bit: tests/test_scene.py), so every scene is read once (they used to be read again,
@@ -300,7 +317,8 @@ def test_batches_read_ahead_before_a_scene_grew_the_padspec_are_re_padded_not_re
     import jaxdrive.scoring.runner as runner
     from jaxdrive.data.synthetic import pad_spec
 
-    picks = set(runner.prescan_picks(20, runner.PRESCAN_BATCHES))
+    monkeypatch.setattr(runner, "PRESCAN_SCENES", 0)  # 16 of the 20 batches
+    picks = set(runner.prescan_picks(20, runner.prescan_count(2)))
     unpicked = [b for b in range(20) if b not in picks]
     assert len(unpicked) >= 2  # one to grow, at least one read ahead after it
     grow = frozenset({2 * unpicked[0], 2 * unpicked[0] + 1})
@@ -321,6 +339,7 @@ def test_the_reader_reads_the_run_ahead_while_the_first_batch_compiles(tmp_path,
     import jaxdrive.scoring.runner as runner
     from jaxdrive.data.synthetic import pad_spec
 
+    monkeypatch.setattr(runner, "PRESCAN_SCENES", 0)  # 16 of the 40 batches
     source = _CountingSource(80)
     everything_read = threading.Event()
     load = source.load

@@ -13,6 +13,7 @@ The four scoring runs share one padded shape and one set of capacities (one comp
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import shutil
@@ -217,6 +218,7 @@ def test_a_batch_beyond_the_prescanned_capacities_is_rescored_with_identical_row
     write_store(chosen, tmp_path / "store")
     (tmp_path / "store" / "padded" / "needs.npy").unlink()  # no stored needs (as before they existed): a prescan
     monkeypatch.setattr(runner, "PRESCAN_BATCHES", 1)
+    monkeypatch.setattr(runner, "PRESCAN_SCENES", 0)
     source = SceneStoreSource(tmp_path / "store")
     stats = score_source(source, tmp_path / "out", ScoreOptions(batch_size=8, shard_size=8, pad=source.pad_spec()),
                          progress=False)
@@ -289,6 +291,39 @@ def test_prescan_picks_the_first_batch_then_one_per_stratum_not_a_fixed_stride()
     assert prescan_picks(2, 1) == [0] and prescan_picks(1, 16) == [0]
     edges = np.linspace(0, 500, 17).round().astype(int)
     assert all(lo <= p < hi for p, lo, hi in zip(prescan_picks(500, 16)[1:], edges[1:-1], edges[2:]))
+
+
+def test_small_batches_are_prescanned_over_at_least_prescan_scenes():
+    """A device group of one or two scenes varies far more than one of 16 (a run of 48 synthetic scenes in batches
+    of 2 overflowed 5 times when 16 of its 24 batches were read): the prescan reads at least ``PRESCAN_SCENES``."""
+    from jaxdrive.scoring.runner import PRESCAN_BATCHES, PRESCAN_SCENES, prescan_count
+
+    assert prescan_count(16) == max(PRESCAN_BATCHES, PRESCAN_SCENES // 16)
+    assert prescan_count(2) == PRESCAN_SCENES // 2 > PRESCAN_BATCHES
+    assert prescan_count(1024) == PRESCAN_BATCHES
+
+
+def test_red_light_capacities_get_more_room_and_an_overflow_grows_geometrically():
+    """Red-light pairs are 0 in most scenes and many in a few: ``capacity_for`` gives them ``RED_HEADROOM``. After an
+    overflow, only the fields the batch exceeded grow: to ``SAMPLED_HEADROOM`` above its need and at least twice."""
+    from jaxdrive.broadphase import PackSpec
+    from jaxdrive.scorer import RED_HEADROOM, capacity_for
+    from jaxdrive.scoring.runner import OVERFLOW_GROWTH, SAMPLED_HEADROOM, grown_capacity
+
+    need = PackSpec(area_pairs=100, area_tiles=100, lane_pairs=100, lane_tiles=100, red_pairs=15, red_tiles=15,
+                    centerline=100, agents=10, near_segments=40, nc_pairs=50, ttc_pairs=50)
+    cap = capacity_for(need)
+    assert RED_HEADROOM == 4.0 and cap.red_pairs == cap.red_tiles == 64  # 15 x 4 = 60, to a multiple of 8
+    assert cap.lane_pairs == 128 and cap.centerline == 128 and cap.agents == 16
+    assert capacity_for(need, 5.0).red_pairs == 80
+    assert (SAMPLED_HEADROOM, OVERFLOW_GROWTH) == (1.5, 2.0)
+    bigger = dataclasses.replace(need, lane_tiles=129, nc_pairs=200, red_pairs=64)
+    grown = grown_capacity(cap, bigger)
+    assert grown.lane_tiles == 256  # 129 x 1.5 = 194 -> 200, but at least twice 128
+    assert grown.nc_pairs == 304  # 200 x 1.5 = 300 -> 304, more than twice 64
+    assert grown.red_pairs == 64  # a need equal to the capacity fits
+    overflowed = {"lane_tiles", "nc_pairs"}
+    assert all(getattr(grown, f.name) == getattr(cap, f.name) for f in dataclasses.fields(cap) if f.name not in overflowed)
 
 
 @pytest.mark.slow  # two compiles

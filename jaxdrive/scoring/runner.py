@@ -9,15 +9,16 @@ run). A producer thread ``device_put``s each batch sharded over the mesh's ``dat
 the jitted scorer (``jaxdrive.scorer``: the exact broad phase inside the program, at capacities fixed up front) on
 the previous batch. Results come back to the host per batch and are written per shard (see ``outputs.py``).
 
-Capacities: from a scene store, the per-scene needs it keeps size every batch of the run at once; otherwise up to
-``PRESCAN_BATCHES`` of the run's own batches (``prescan_picks``) are read before the first compile
-(and kept, up to ``PRESCAN_KEEP_BYTES``, to be scored without reading them again); the largest of their broad-phase
-needs, with ``CAPACITY_HEADROOM``, fixes the capacities (and the largest scenes fix the ``PadSpec``). The program is
-the culled scorer alone (``score_with_overflow(..., fallback=False)``: compiling the unculled kernels too would double
-the compile time, and they run ~30x slower). A later batch that needs more is
-re-scored at capacities grown to cover it (one recompile; the grown capacities serve the rest of the run; counted in
-``RunStats.overflow_batches``), so results never depend on capacities and the scorer compiles once per run for scenes
-of one distribution.
+Capacities: from a scene store, the per-scene needs it keeps size every batch of the run at once
+(``CAPACITY_HEADROOM`` above them); otherwise ``prescan_count`` of the run's own batches (``prescan_picks``: at least
+``PRESCAN_BATCHES``, and at least ``PRESCAN_SCENES`` scenes) are read before the first compile (and kept, up to
+``PRESCAN_KEEP_BYTES``, to be scored without reading them again); the largest of their broad-phase needs, with
+``SAMPLED_HEADROOM`` (``CAPACITY_HEADROOM`` when they are every batch of the run), fixes the capacities (and the
+largest scenes fix the ``PadSpec``). The program is the culled scorer alone (``score_with_overflow(...,
+fallback=False)``: compiling the unculled kernels too would double the compile time, and they run ~30x slower). A
+later batch that needs more is re-scored at capacities grown to cover it (``grown_capacity``: one recompile; the
+grown capacities serve the rest of the run; counted in ``RunStats.overflow_batches``), so results never depend on
+capacities and the scorer compiles once per run for scenes of one distribution.
 """
 
 from __future__ import annotations
@@ -55,12 +56,19 @@ EP_MODES = ("scene", "batch", "reference")
 DEFAULT_PAD = PadSpec(proposals=16, agents=32, areas=24, area_vertices=96, lanes=64, lane_vertices=96, centerline=512)
 
 
-PRESCAN_BATCHES = 16  # batches of the run whose broad-phase needs fix its capacities
+PRESCAN_BATCHES = 16  # batches of the run whose broad-phase needs fix its capacities, at least
+PRESCAN_SCENES = 256  # and at least this many scenes (small batches: a device group's needs vary more)
 PRESCAN_KEEP_BYTES = 512 << 20  # padded arrays of scanned batches held for the run instead of read again
 READ_AHEAD_BYTES = 256 << 20  # padded batches read ahead of the device (at least two per reader)
 AUTO_READER_SCENES = 512  # runs this long get reader processes from ``auto_workers`` (each takes ~2 s to start)
 MAX_AUTO_READERS = 4
-CAPACITY_HEADROOM = 1.25
+CAPACITY_HEADROOM = 1.25  # above needs measured on every batch of the run
+# Above needs measured on a sample of the run's batches: room for the batches the prescan did not see. Simulated on
+# 1,024 default synthetic scenes (prescan of 256, 300 shuffles): a run with an overflow in 43-71 % of the shuffles at
+# 1.25 for 1, 2, 4 or 16 scenes per device, 0-7 % at 1.5 (with ``scorer.RED_HEADROOM``); at K = 16 and K = 256 a
+# step takes the same time at 1.5 as at 1.25 (docs/scoring-at-scale.md).
+SAMPLED_HEADROOM = 1.5
+OVERFLOW_GROWTH = 2.0  # a field that overflowed grows to at least twice its capacity (each growth is a recompile)
 
 
 @dataclasses.dataclass
@@ -326,6 +334,24 @@ class _Batch:
     sources: list = dataclasses.field(default_factory=list)  # where each scene comes from (``SceneSource.name``)
 
 
+def grown_capacity(capacity: PackSpec, need: PackSpec) -> PackSpec:
+    """``capacity`` with each field that ``need`` exceeds raised to ``SAMPLED_HEADROOM`` above the need (rounded as
+    ``capacity_for`` rounds) and to at least ``OVERFLOW_GROWTH`` x its old value; the other fields kept."""
+    room = capacity_for(need, SAMPLED_HEADROOM)
+
+    def field(name: str) -> int:
+        have, want = getattr(capacity, name), getattr(need, name)
+        return have if want <= have else max(getattr(room, name), math.ceil(have * OVERFLOW_GROWTH))
+
+    return PackSpec(**{f.name: field(f.name) for f in dataclasses.fields(PackSpec)})
+
+
+def prescan_count(batch_size: int) -> int:
+    """Batches a run's prescan reads when its batches hold ``batch_size`` scenes on average: ``PRESCAN_BATCHES``, and
+    at least ``PRESCAN_SCENES`` scenes."""
+    return max(PRESCAN_BATCHES, -(-PRESCAN_SCENES // max(1, batch_size)))
+
+
 def prescan_picks(batches: int, count: int) -> list[int]:
     """Indices of the batches a run's prescan reads: the first batch, then one batch from each of the other
     ``count - 1`` equal strata of the run, drawn at random within its stratum (seeded: a run reads the same batches
@@ -418,16 +444,20 @@ class _Producer(threading.Thread):
         return scene, props, gates, ref
 
     def _prescan(self, ranges: list[tuple[int, int]], readers: Readers | None) -> dict[int, tuple]:
-        """Fix the run's capacities (and grow its PadSpec) from up to ``PRESCAN_BATCHES`` of its own batches
-        (``prescan_picks``): ``CAPACITY_HEADROOM`` above the largest needs. Returns the scanned batches (by index into
+        """Fix the run's capacities (and grow its PadSpec) from up to ``prescan_count`` of its own batches
+        (``prescan_picks``): ``SAMPLED_HEADROOM`` above the largest needs (``CAPACITY_HEADROOM`` if that was every
+        batch). Returns the scanned batches (by index into
         ``ranges``: the PadSpec they were padded to, their ``_Batch`` and padded arrays), up to ``PRESCAN_KEEP_BYTES``
         of arrays: the run scores them without reading them again (a store's batches are slices of its padded copy:
         none kept). A store whose padded copy holds current per-scene needs (``data.store.NEEDS_FILE``) is sized from
         all the run's batches at once, none read (a batch should then never overflow; the on-device check stays)."""
         ndev = self.mesh.devices.size
-        picks = prescan_picks(len(ranges), PRESCAN_BATCHES)
+        in_run = sum(stop - start for start, stop in ranges)  # batches end at shard ends: fewer than batch_size
+        picks = prescan_picks(len(ranges), prescan_count(in_run // max(1, len(ranges))))
         scanned, kept, kept_bytes, largest = [], {}, 0, 0
+        every_batch = len(picks) == len(ranges)
         if self.padded is not None and self.padded.needs is not None and not self.options.simulate:
+            every_batch = True
             per = self._rows(self.options.batch_size) // ndev  # every batch: the same rows, filler rows last
             scenes = np.concatenate([np.arange(a, b) for a, b in ranges])
             group = np.concatenate([i * ndev + np.arange(b - a) // per for i, (a, b) in enumerate(ranges)])
@@ -448,7 +478,7 @@ class _Producer(threading.Thread):
         if largest:
             self.ahead = read_ahead(largest, self.options.workers)
         most = PackSpec(**{f.name: 1 for f in dataclasses.fields(PackSpec)}).union(*scanned)
-        self.capacity = capacity_for(most, CAPACITY_HEADROOM)
+        self.capacity = capacity_for(most, CAPACITY_HEADROOM if every_batch else SAMPLED_HEADROOM)
         return kept
 
     def _emit(self, batch: "_Batch", arrays) -> None:
@@ -711,11 +741,12 @@ def _score_run(source: SceneSource, run: RunDir, options: ScoreOptions, *, progr
     t_first_done = c_first_done = None
 
     def rescore_grown(arrays):
-        """Grow the capacities to cover this batch (``CAPACITY_HEADROOM`` above its needs) and re-score it."""
+        """Grow the capacities to cover this batch and re-score it: each field it overflowed to
+        ``SAMPLED_HEADROOM`` above its needs and at least ``OVERFLOW_GROWTH`` x its capacity (a run whose tail the
+        prescan missed recompiles a few times, not once per new largest batch)."""
         nonlocal step
         need = needs(*jax.device_get(arrays[:2]), mesh.devices.size)
-        grown = capacity_for(need, CAPACITY_HEADROOM)
-        stats.capacity = stats.capacity.union(grown)
+        stats.capacity = grown_capacity(stats.capacity, need)
         step = build_step(mesh, options, stats.capacity, stats)
         result, overflow = step(*arrays)
         if bool(overflow):
