@@ -7,6 +7,7 @@ sources, and called back without tracing. Functions of flat array tuples only (p
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import os
 import time
@@ -22,6 +23,11 @@ _SOURCES_HASH: str | None = None
 # Environment variables that jaxdrive reads while tracing a program (the edge-tile kernel, the broad phase's
 # segment reductions): part of every key, so a program traced under other settings is never called back.
 TRACE_ENV = ("JAXDRIVE_KERNELS", "JAXDRIVE_SEGMENTS")
+# Programs ``cached_jit`` built in this process, by key (the on-disk key): a later run in the same process (a
+# notebook, a Python loop over score_source calls, a test suite) calls the compiled program again instead of
+# loading and compiling it anew. The IN_MEMORY_PROGRAMS most recently used are kept.
+IN_MEMORY_PROGRAMS = 8
+_IN_MEMORY: collections.OrderedDict = collections.OrderedDict()  # digest -> (jitted program, [its on_build hook])
 
 
 def files_hash(files: Sequence[Path], root: Path) -> str:
@@ -133,8 +139,9 @@ def cached_jit(name: str, fn: Callable, key: str, in_sharding: jax.sharding.Shar
     The lowered program is kept on disk (``jax.export``), keyed by ``name``, ``key`` (the caller's static options:
     everything besides the inputs that changes the program), the inputs' tree, shapes, dtypes and sharding, the
     device count and kind, the jax version, jaxdrive's sources and ``TRACE_ENV``; a later process calls it without
-    tracing (XLA's persistent cache then saves the compile). ``on_build()`` runs each time the process builds a
-    program (traces ``fn`` or loads it). In a multi-process run, or when ``fn`` cannot be exported, it is the plain
+    tracing (XLA's persistent cache then saves the compile); a later call in the same process reuses the compiled
+    program (``IN_MEMORY_PROGRAMS``). ``on_build()`` runs each time a caller gets a program: traced, loaded or
+    reused (once per input signature of the returned function). In a multi-process run, or when ``fn`` cannot be exported, it is the plain
     ``jax.jit``.
     """
     out_leaves, out_tree = jax.tree_util.tree_flatten(out_shardings)
@@ -166,7 +173,15 @@ def cached_jit(name: str, fn: Callable, key: str, in_sharding: jax.sharding.Shar
                          repr(in_sharding), f"{len(devices)}x{next(iter(devices)).device_kind}",
                          f"x64={jax.config.jax_enable_x64}", f"matmul={jax.config.jax_default_matmul_precision}",
                          jax.__version__, jax.default_backend(), _sources_hash(), _trace_env()])
-        path = cache_dir() / f"{name}-{hashlib.sha256(text.encode()).hexdigest()[:24]}.bin"
+        digest = hashlib.sha256(text.encode()).hexdigest()[:24]
+        if digest in _IN_MEMORY:
+            _IN_MEMORY.move_to_end(digest)
+            program, hook = _IN_MEMORY[digest]
+            hook[0] = on_build  # a retrace (none expected: the key holds the shapes) counts for the current caller
+            if on_build is not None:
+                on_build()
+            return program
+        path = cache_dir() / f"{name}-{digest}.bin"
         exp = _load(path)
         if exp is None:
             def flat(*flat_leaves):
@@ -184,11 +199,17 @@ def cached_jit(name: str, fn: Callable, key: str, in_sharding: jax.sharding.Shar
                                                                                                           flat_leaves)))
             _store(path, exp)
 
+        hook = [on_build]
+
         def run(*flat_leaves):
-            if on_build is not None:
-                on_build()  # runs only while tracing
+            if hook[0] is not None:
+                hook[0]()  # runs only while tracing
             return exp.call(*flat_leaves)
 
-        return jax.jit(run, in_shardings=ins, out_shardings=outs)
+        program = jax.jit(run, in_shardings=ins, out_shardings=outs)
+        _IN_MEMORY[digest] = (program, hook)
+        while len(_IN_MEMORY) > IN_MEMORY_PROGRAMS:
+            _IN_MEMORY.popitem(last=False)
+        return program
 
     return call

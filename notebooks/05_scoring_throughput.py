@@ -49,6 +49,8 @@ from jaxdrive.rules.progress import raw_progress
 from jaxdrive.rules.tlc import traffic_light_compliance
 from jaxdrive.rules.ttc import batch_time_to_collision
 from jaxdrive.scene import PadSpec, batch_scenes
+from jaxdrive.scorer import capacity_for
+from jaxdrive.scoring.runner import SAMPLED_HEADROOM
 
 SMALL = os.environ.get("JAXDRIVE_NB_SMALL") == "1"
 B, K = (4, 8) if SMALL else (16, 16)
@@ -78,9 +80,8 @@ host["scene source (synthetic generator)"], scenes = best_of(
     lambda: [generate_scene(seed, num_proposals=K, profile=PROFILE, validate=False) for seed in range(B)])
 pad = PadSpec.fit(scenes) if SMALL else RUNNER_PAD
 host["pad + re-centre (batch_scenes)"], (dense, props, _) = best_of(lambda: batch_scenes(scenes, pad, validate=False))
-spec = PackSpec()
-_, used = pack_batch(dense, props.states, spec)
-spec = spec.grow(used, 2.0)  # the runner's first-batch headroom: one shape for the run
+_, used = pack_batch(dense, props.states, PackSpec())
+spec = capacity_for(used, SAMPLED_HEADROOM)  # the runner's headroom over a prescan's needs: one shape for the run
 host["broad phase (pack_batch)"], (packed, _) = best_of(lambda: pack_batch(dense, props.states, spec))
 host["device_put"], (scene_d, props_d) = best_of(lambda: jax.device_put((packed, props)))
 for name, sec in host.items():

@@ -426,19 +426,6 @@ def test_dropped_edges_never_matter(fixture_scenes, synthetic_scenes):
     assert dropped > 10000  # the rule was exercised on many dropped edges
 
 
-def test_pack_spec_is_a_floor_and_grows():
-    spec = PackSpec(lane_pairs=4, lane_tiles=16)
-    big = PackSpec(lane_pairs=32, lane_tiles=8)
-    grown = spec.grow(big)
-    assert grown.lane_pairs == 32 and grown.lane_tiles == 16
-    roomy = spec.grow(big, headroom=1.25)
-    assert roomy.lane_pairs == 40 and roomy.lane_tiles == 16 and roomy.agents == spec.agents
-    assert roomy.grow(roomy, headroom=1.25) == roomy  # a batch that fits never grows the spec (no recompiles)
-    # A growth goes at least ``growth`` x the old size (few recompiles when needs creep up), only where needed.
-    stepped = roomy.grow(dataclasses.replace(roomy, lane_pairs=41), headroom=1.0, growth=1.5)
-    assert stepped.lane_pairs == 60 and stepped.lane_tiles == roomy.lane_tiles
-
-
 def test_bad_inputs_name_the_argument(fixture_scenes):
     batch, props, _ = batch_scenes(fixture_scenes[:1], validate=False)
     with pytest.raises(ValueError, match="states"):

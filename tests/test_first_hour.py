@@ -130,7 +130,9 @@ def test_padded_proposals_are_masked():
 
     scenes = [generate_scene(1, num_proposals=3), generate_scene(2, num_proposals=5)]
     sc, props, _ = batch_scenes(scenes)
-    sub = score(sc, props)
+    import jax
+
+    sub = jax.jit(score)(sc, props)  # jitted: one compile (~5 s), where op-by-op took ~40 s
     valid = np.asarray(props.valid)
     assert valid.sum() == 8
     for f in ("nc", "dac", "ep", "epdms", "pdm_score", "raw_progress"):
@@ -190,9 +192,10 @@ _BLOCKED_RUN = textwrap.dedent("""
         def find_spec(self, name, path, target=None):
             if name.split(".")[0] in BLOCK:
                 raise ModuleNotFoundError(f"blocked {name}: not part of the scoring install", name=name)
-    sys.meta_path.insert(0, Block())
-    from jaxdrive.cli import main
-    sys.exit(main(sys.argv[1:]))
+    sys.meta_path.insert(0, Block())  # in the reader processes too (they import this file as __mp_main__)
+    if __name__ == "__main__":
+        from jaxdrive.cli import main
+        sys.exit(main(sys.argv[1:]))
 """)
 
 
@@ -204,7 +207,10 @@ def test_ctrl_c_cpu_devices_and_scoring_without_model_stacks(tmp_path):
     script.write_text(_BLOCKED_RUN)
     out = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    cmd = [sys.executable, str(script), "score", "--count", "64", "--num-proposals", "4", "--batch-size", "2",
+    # 2,048 scenes: the prescan reads (and keeps) the first 256, and the run is interrupted after its first shard;
+    # with 64 scenes every batch was prescanned, the shards were written in a burst of milliseconds and the run
+    # sometimes ended between two polls (exit 0)
+    cmd = [sys.executable, str(script), "score", "--count", "2048", "--num-proposals", "4", "--batch-size", "2",
            "--shard-size", "2", "--cpu-devices", "2", "--devices", "2", "--out", str(out), "--no-progress"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 600
@@ -214,7 +220,7 @@ def test_ctrl_c_cpu_devices_and_scoring_without_model_stacks(tmp_path):
                 break
         except (OSError, json.JSONDecodeError, KeyError):
             pass
-        time.sleep(0.1)
+        time.sleep(0.02)
     assert proc.poll() is None, proc.communicate()
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=120)

@@ -244,6 +244,9 @@ def test_summary_names_an_input_bound_run(tmp_path, monkeypatch):
     stats = score_source(SlowSource(128, seed=1, num_proposals=2), tmp_path / "slow",
                          ScoreOptions(batch_size=2, pad=pad_spec(2)), progress=False)
     assert stats.compiles == 1
+    # end to end: this invocation's every proposal over its whole wall time, compile and prescan included
+    assert stats.scored == stats.proposals == 256 and stats.wall_s > stats.compile_s + stats.score_s
+    assert f"end to end {256 / stats.wall_s:,.0f} proposals/s over {stats.wall_s:.1f} s" in summary_table(stats)
     # 64 batches: the 16 prescanned ones are kept (scored in a few ms each, not read again); of the other 48, those
     # beyond the few read ahead (two in the reader, two in the queue) each wait ~0.1 s for their scenes
     assert 0.5 * stats.score_s <= stats.input_wait_s <= stats.score_s
@@ -420,28 +423,39 @@ def test_auto_workers_start_reader_processes_only_for_long_runs_that_read(tmp_pa
     assert runner.auto_workers(store, pad_spec(64)) == runner.MAX_AUTO_READERS  # no copy at that PadSpec: decoded
 
 
-@pytest.mark.slow  # five scoring runs, four compiles
+@pytest.mark.slow  # six scoring runs, five compiles
 def test_a_later_run_loads_the_scoring_program_without_tracing(tmp_path, monkeypatch):
     """The scoring program is traced once per machine (``jaxdrive.exported.cached_jit``): the first run exports it,
     a later run loads it without tracing the scorer and gives the same rows; other static options (``ep_mode``) make
     another program; a corrupt entry is exported again; a program ``jax.export`` refuses is traced as before (same
-    rows, nothing stored). ``RunStats.compiles`` counts programs built either way."""
+    rows, nothing stored). ``RunStats.compiles`` counts programs built either way. Each run but "memory" starts
+    as a new process would (nothing in ``exported._IN_MEMORY``); "memory" follows "first" in the same process and
+    calls its compiled program: no trace, no read from disk."""
+    import collections
     import dataclasses
 
     from jax import export
 
     import jaxdrive.scoring.runner as runner
+    from jaxdrive import exported
     from jaxdrive.data.synthetic import pad_spec
 
     monkeypatch.setenv("JAXDRIVE_EXPORT_CACHE", str(tmp_path / "exp"))
+    loads = []
+    real_load = exported._load
+    monkeypatch.setattr(exported, "_load", lambda path: loads.append(path) or real_load(path))
     traces = []
     real = runner.score_with_overflow
     monkeypatch.setattr(runner, "score_with_overflow", lambda *a, **k: traces.append(1) or real(*a, **k))
     options = ScoreOptions(batch_size=2, shard_size=8, pad=pad_spec(2))
     programs = lambda: sorted((tmp_path / "exp").glob("score_step-*.bin"))
     seen = {}
-    for name, opts in (("first", options), ("second", options), ("batch", dataclasses.replace(options, ep_mode="batch")),
-                       ("corrupt", options), ("refused", options)):
+    for name, opts in (("first", options), ("memory", options), ("second", options),
+                       ("batch", dataclasses.replace(options, ep_mode="batch")), ("corrupt", options),
+                       ("refused", options)):
+        if name != "memory":
+            monkeypatch.setattr(exported, "_IN_MEMORY", collections.OrderedDict())
+        loads.clear()
         if name == "corrupt":
             seen["first"][2][0].write_bytes(b"garbage")
         if name == "refused":
@@ -449,12 +463,14 @@ def test_a_later_run_loads_the_scoring_program_without_tracing(tmp_path, monkeyp
             monkeypatch.setattr(export, "export", lambda *a, **k: (_ for _ in ()).throw(ValueError("refused")))
         before = len(traces)
         stats = score_source(_CountingSource(8, None), tmp_path / name, opts, progress=False)
-        seen[name] = (len(traces) - before, stats.compiles, programs(), [f.stat().st_size for f in programs()])
+        seen[name] = (len(traces) - before, stats.compiles, programs(), [f.stat().st_size for f in programs()],
+                      len(loads))
     assert seen["first"][:2] == (1, 1) and len(seen["first"][2]) == 1
-    assert seen["second"][:2] == (0, 1) and seen["second"][2] == seen["first"][2]  # loaded, not traced
+    assert seen["memory"][:3] == (0, 1, seen["first"][2]) and seen["memory"][4] == 0  # reused: not even loaded
+    assert seen["second"][:3] == (0, 1, seen["first"][2]) and seen["second"][4] == 1  # loaded, not traced
     assert seen["batch"][:2] == (1, 1) and len(seen["batch"][2]) == 2
     assert seen["corrupt"][:2] == (1, 1) and min(seen["corrupt"][3]) > 1000  # exported again
     assert seen["refused"][:3] == (1, 1, [])
     first = _sorted(read_results(tmp_path / "first"))
-    for name in ("second", "corrupt", "refused"):
+    for name in ("memory", "second", "corrupt", "refused"):
         pd.testing.assert_frame_equal(_sorted(read_results(tmp_path / name)), first)

@@ -157,16 +157,6 @@ class PackSpec:
     nc_pairs: int = 16  # NC's / TTC's (proposal, agent, chunk) triples per scene of the batch
     ttc_pairs: int = 16
 
-    def grow(self, used: "PackSpec", headroom: float = 1.0, growth: float = 1.0) -> "PackSpec":
-        """This spec, with every field ``used`` exceeded raised to ``used`` x ``headroom``, and at least to its old
-        value x ``growth`` (room for the next batches: each growth is a recompile). Fields ``used`` does not exceed
-        stay, so a steady run settles on one shape."""
-        def field(name: str) -> int:
-            mine, need = getattr(self, name), getattr(used, name)
-            return mine if need <= mine else math.ceil(max(need * headroom, mine * growth))
-
-        return PackSpec(**{f.name: field(f.name) for f in dataclasses.fields(PackSpec)})
-
     def union(self, *others: "PackSpec") -> "PackSpec":
         """The field-wise maximum of this spec and ``others`` (capacities that fit every one of them)."""
         return PackSpec(**{f.name: max(getattr(x, f.name) for x in (self, *others))
@@ -478,7 +468,8 @@ def pack_batch(scene: Scene, states: np.ndarray, spec: PackSpec = PackSpec(),
     """``scene`` with its map packed (``pack_map``, ``groups`` tile groups), its agents culled (``cull_agents``) and
     NC's and TTC's contact triples listed (``PackedAgents``), and the sizes used.
 
-    Host numpy, before ``device_put``. Pass ``spec = spec.grow(used)`` to the next batch to keep shapes stable.
+    Host numpy, before ``device_put``. ``spec`` is a floor: pass every batch the same capacities, ones that cover
+    its ``used`` (``jaxdrive.scorer.capacity_for`` of a few batches' needs), to keep shapes stable.
     """
     packed, used = pack_map(scene, states, spec, groups)
     agents = cull_agents(scene.agents, states, spec.agents)

@@ -169,8 +169,10 @@ class RunStats:
     score_cpu_s: float = 0.0  # CPU time of this process (all threads) over the same span
     input_wait_s: float = 0.0  # of score_s: time the loop waited for its next batch (read / generate / pad)
     scored_after_compile: int = 0
+    scored: int = 0  # proposals this invocation scored (the first batch's too)
+    wall_s: float = 0.0  # this invocation's wall time, start to last shard written (prescan, compile, reading too)
     skipped_shards: int = 0
-    compiles: int = 0  # scoring programs built, traced or loaded (1 for a run at one PadSpec and capacity)
+    compiles: int = 0  # scoring programs built: traced, loaded or reused from memory (1 for a run at one shape)
     overflow_batches: int = 0  # batches that overflowed the capacities (re-scored at grown capacities)
     capacity: PackSpec | None = None
 
@@ -196,6 +198,10 @@ class RunStats:
     @property
     def proposals_per_s(self) -> float:
         return self.scored_after_compile / self.score_s if self.score_s > 0 else float("nan")
+
+    @property
+    def end_to_end_per_s(self) -> float:
+        return self.scored / self.wall_s if self.wall_s > 0 else float("nan")
 
 
 def make_mesh(num_devices: int | None = None) -> Mesh:
@@ -455,9 +461,9 @@ class _Producer(threading.Thread):
         in_run = sum(stop - start for start, stop in ranges)  # batches end at shard ends: fewer than batch_size
         picks = prescan_picks(len(ranges), prescan_count(in_run // max(1, len(ranges))))
         scanned, kept, kept_bytes, largest = [], {}, 0, 0
-        every_batch = len(picks) == len(ranges)
-        if self.padded is not None and self.padded.needs is not None and not self.options.simulate:
-            every_batch = True
+        from_needs = self.padded is not None and self.padded.needs is not None and not self.options.simulate
+        every_batch = from_needs or len(picks) == len(ranges)
+        if from_needs:
             per = self._rows(self.options.batch_size) // ndev  # every batch: the same rows, filler rows last
             scenes = np.concatenate([np.arange(a, b) for a, b in ranges])
             group = np.concatenate([i * ndev + np.arange(b - a) // per for i, (a, b) in enumerate(ranges)])
@@ -720,6 +726,7 @@ def _score_run(source: SceneSource, run: RunDir, options: ScoreOptions, *, progr
 
     from jaxdrive import distributed
 
+    t_start = time.perf_counter()
     mesh = make_mesh(options.num_devices)
     # scene id -> where it was first read: a run scores each scene id once (sources of files may repeat one)
     first_seen = None if source.unique_ids else _scored_ids(run)
@@ -767,6 +774,7 @@ def _score_run(source: SceneSource, run: RunDir, options: ScoreOptions, *, progr
                 cols = _drop_scenes(cols, batch.counts, [j for j, _ in repeated])
             shard_parts.append(cols)
             stats.add(cols)
+            stats.scored += len(cols["epdms"])
             if t_first_done is None:
                 t_first_done, c_first_done = time.perf_counter(), time.process_time()
             else:
@@ -827,4 +835,5 @@ def _score_run(source: SceneSource, run: RunDir, options: ScoreOptions, *, progr
     if producer.failure is not None:
         raise producer.failure
     run.finish()
+    stats.wall_s = time.perf_counter() - t_start
     return stats

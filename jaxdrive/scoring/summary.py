@@ -24,7 +24,8 @@ INPUT_BOUND_SHARE = 0.5  # the summary names a run input-bound when its loop wai
 def whole_run_stats(out_dir: str | Path, live: RunStats) -> RunStats:
     """The statistics of every completed shard of ``out_dir`` (read back) with ``live``'s timings and resume count."""
     stats = RunStats(compile_s=live.compile_s, score_s=live.score_s, scored_after_compile=live.scored_after_compile,
-                     skipped_shards=live.skipped_shards, input_wait_s=live.input_wait_s)
+                     skipped_shards=live.skipped_shards, input_wait_s=live.input_wait_s, scored=live.scored,
+                     wall_s=live.wall_s)
     for cols in iter_shard_columns(out_dir):
         stats.add(cols)
         stats.scenes += len(np.unique(cols["scene_id"]))
@@ -49,6 +50,8 @@ def summary_table(stats: RunStats) -> str:
     elif stats.score_s > 0:
         lines.append(f"this invocation: first batch incl. compile {stats.compile_s:.2f} s   throughput after compile "
                      f"{stats.proposals_per_s:,.0f} proposals/s")
+        lines.append(f"                 end to end {stats.end_to_end_per_s:,.0f} proposals/s over {stats.wall_s:.1f} s "
+                     "(prescan, compile and input included)")
         if stats.input_wait_s >= INPUT_BOUND_SHARE * stats.score_s:
             lines.append(f"input-bound: {100 * stats.input_wait_s / stats.score_s:.0f}% of that time went waiting for "
                          "scenes to be read or generated, not scoring;")
