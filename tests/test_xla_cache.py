@@ -148,3 +148,58 @@ def test_a_traced_program_is_not_reused_under_other_trace_settings(tmp_path, mon
     monkeypatch.setenv("JAXDRIVE_SEGMENTS", "scan")
     np.testing.assert_array_equal(exported.call_cached("f", fn(), [np.ones(3, np.float32)])[0], 2.0)
     assert len(list(tmp_path.glob("f-*.bin"))) == 2
+
+
+def test_cached_jit_reuses_loads_re_exports_a_corrupt_entry_and_traces_a_refused_program(tmp_path, monkeypatch):
+    """``exported.cached_jit`` on a small sharded function of a pytree: the first call traces and exports it; in the
+    same process it is reused (no trace, no read); a new process (nothing in memory) loads it without tracing;
+    another key is another program; a corrupt entry is exported again; a program ``jax.export`` refuses is traced
+    as a plain ``jax.jit`` (nothing stored). Every way gives the same outputs, and ``on_build`` runs once per caller."""
+    import collections
+    import shutil
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax import export
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    from jaxdrive import exported
+
+    monkeypatch.setenv("JAXDRIVE_EXPORT_CACHE", str(tmp_path / "exp"))
+    loads = []
+    real_load = exported._load
+    monkeypatch.setattr(exported, "_load", lambda path: loads.append(path) or real_load(path))
+    mesh = Mesh(np.array(jax.devices()[:2]), ("data",))
+    data = NamedSharding(mesh, PartitionSpec("data"))
+    out = {"sum": data, "max": NamedSharding(mesh, PartitionSpec())}
+    traces, builds = [], []
+
+    def fn(pair):
+        traces.append(1)
+        return {"sum": pair["x"] + pair["y"], "max": jnp.max(pair["x"])}
+
+    x, y = np.arange(8, dtype=np.float32), np.ones(8, np.float32)
+    programs = lambda: sorted((tmp_path / "exp").glob("t-*.bin"))
+
+    def call(key="k", fresh=True):
+        if fresh:
+            monkeypatch.setattr(exported, "_IN_MEMORY", collections.OrderedDict())
+        counts = len(traces), len(builds), len(loads)
+        got = jax.device_get(exported.cached_jit("t", fn, key, data, out, on_build=lambda: builds.append(1))(
+            {"x": x, "y": y}))
+        np.testing.assert_array_equal(got["sum"], x + y)
+        assert got["max"] == 7.0
+        return len(traces) - counts[0], len(builds) - counts[1], len(loads) - counts[2], programs()
+
+    first = call()
+    assert first[:3] == (1, 1, 1) and len(first[3]) == 1  # looked for on disk, traced, exported
+    assert call(fresh=False) == (0, 1, 0, first[3])  # reused in memory: not traced, not read
+    assert call() == (0, 1, 1, first[3])  # a new process: loaded, not traced
+    assert call(key="other")[:2] == (1, 1) and len(programs()) == 2  # other static options: another program
+    first[3][0].write_bytes(b"garbage")
+    corrupt = call()
+    assert corrupt[:2] == (1, 1) and first[3][0].stat().st_size > 100  # exported again
+    shutil.rmtree(tmp_path / "exp")
+    monkeypatch.setattr(export, "export", lambda *a, **k: (_ for _ in ()).throw(ValueError("refused")))
+    assert call()[:2] == (1, 1) and programs() == []  # traced as a plain jax.jit, nothing stored
