@@ -1,14 +1,7 @@
 """Suite-wide setup: 8 forced host CPU devices so sharding tests build meshes like (data=4, tensor=2) on one CPU."""
 import os
 
-# XLA's LLVM backend without optimisation (--xla_backend_optimization_level=0): the suite is mostly compiling the
-# scorer and tiny models, which this makes about a third faster (test_a_later_run_loads_the_scoring_program_without_
-# tracing: 35 -> 23 s alone); rule decisions are identical, continuous values within 1 float32 ulp of the default
-# level (the 61 NAVSIM fixtures, all 22 fields). NAVSIM parity at the default level, as users compile it:
-# tests/test_score_job.py's ``fixture_run`` scores the fixtures in a subprocess without this flag (USER_XLA_FLAGS).
-TEST_ONLY_XLA_FLAG = "--xla_backend_optimization_level=0"
-os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count=8 {TEST_ONLY_XLA_FLAG}")
-USER_XLA_FLAGS = os.environ["XLA_FLAGS"].replace(TEST_ONLY_XLA_FLAG, "").strip()
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

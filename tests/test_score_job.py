@@ -21,7 +21,7 @@ from jaxdrive.data.scene_json import read_scene
 from jaxdrive.scoring.outputs import MANIFEST, read_results
 from jaxdrive.scoring.runner import ScoreOptions, score_source
 from jaxdrive.scoring.sources import SceneDirSource, SyntheticSource
-from conftest import EPDMS_FIXTURES, USER_XLA_FLAGS
+from conftest import EPDMS_FIXTURES
 
 FIXTURES = EPDMS_FIXTURES
 REPO = Path(__file__).resolve().parents[1]
@@ -39,13 +39,10 @@ def _sorted(df: pd.DataFrame) -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def fixture_run(tmp_path_factory):
-    """The NAVSIM fixtures scored by the CLI in a subprocess compiled as users compile it (XLA's default optimisation
-    level; the suite's own processes run without LLVM optimisation, tests/conftest.py)."""
     out = tmp_path_factory.mktemp("fixture_run")
-    r = subprocess.run([sys.executable, "-m", "jaxdrive.cli", "score", "--scenes", str(FIXTURES), "--out", str(out),
-                        "--batch-size", "8", "--shard-size", "16", "--no-progress"], cwd=REPO, capture_output=True,
-                       text=True, env={**os.environ, "XLA_FLAGS": USER_XLA_FLAGS})
-    assert r.returncode == 0, r.stderr[-3000:]
+    rc = main(["score", "--scenes", str(FIXTURES), "--out", str(out), "--batch-size", "8", "--shard-size", "16",
+               "--no-progress"])
+    assert rc == 0
     return out, _sorted(read_results(out))
 
 
