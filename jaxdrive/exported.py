@@ -141,8 +141,8 @@ def cached_jit(name: str, fn: Callable, key: str, in_sharding: jax.sharding.Shar
     device count and kind, the jax version, jaxdrive's sources and ``TRACE_ENV``; a later process calls it without
     tracing (XLA's persistent cache then saves the compile); a later call in the same process reuses the compiled
     program (``IN_MEMORY_PROGRAMS``). ``on_build()`` runs each time a caller gets a program: traced, loaded or
-    reused (once per input signature of the returned function). In a multi-process run, or when ``fn`` cannot be exported, it is the plain
-    ``jax.jit``.
+    reused (once per input signature of the returned function). In a multi-process run, or when ``fn`` cannot be
+    exported, it is the plain ``jax.jit``.
     """
     out_leaves, out_tree = jax.tree_util.tree_flatten(out_shardings)
 

@@ -124,14 +124,14 @@ def test_summary_table_is_aligned_and_labels_ep_honestly(tmp_path, capsys):
 
 
 def test_padded_proposals_are_masked():
+    import jax
+
     from jaxdrive.data.synthetic import generate_scene
     from jaxdrive.rules.epdms import score
     from jaxdrive.scene import batch_scenes
 
     scenes = [generate_scene(1, num_proposals=3), generate_scene(2, num_proposals=5)]
     sc, props, _ = batch_scenes(scenes)
-    import jax
-
     sub = jax.jit(score)(sc, props)  # jitted: one compile (~5 s), where op-by-op took ~40 s
     valid = np.asarray(props.valid)
     assert valid.sum() == 8

@@ -774,7 +774,6 @@ def _score_run(source: SceneSource, run: RunDir, options: ScoreOptions, *, progr
                 cols = _drop_scenes(cols, batch.counts, [j for j, _ in repeated])
             shard_parts.append(cols)
             stats.add(cols)
-            stats.scored += len(cols["epdms"])
             if t_first_done is None:
                 t_first_done, c_first_done = time.perf_counter(), time.process_time()
             else:
@@ -835,5 +834,5 @@ def _score_run(source: SceneSource, run: RunDir, options: ScoreOptions, *, progr
     if producer.failure is not None:
         raise producer.failure
     run.finish()
-    stats.wall_s = time.perf_counter() - t_start
+    stats.scored, stats.wall_s = stats.proposals, time.perf_counter() - t_start  # summaries count the whole run
     return stats
