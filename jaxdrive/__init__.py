@@ -7,6 +7,7 @@ first use, so ``import jaxdrive`` stays light (no JAX import).
 __version__ = "0.1.0"
 
 _LAZY = {"score": ("jaxdrive.scorer", "score")}
+__all__ = ["score"]
 
 
 def __getattr__(name: str):

@@ -297,6 +297,13 @@ def test_import_jaxdrive_is_light():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_help_jaxdrive_lists_the_scorer():
+    """``help(jaxdrive)`` shows ``score`` and its signature although the attribute is imported lazily."""
+    import pydoc
+
+    assert "score(scene" in pydoc.render_doc(jaxdrive, renderer=pydoc.plaintext)
+
+
 @pytest.mark.parametrize("n", [1, 15, 16, 17, 40, 64, 129])
 def test_nth_set_bit_finds_every_flag_in_order(n):
     """The broad phase's n-th kept edge (``bit_words`` + ``nth_set_bit``) is the position of the n-th True of each row,
