@@ -94,6 +94,25 @@ def test_route_frame_on_a_circle():
         assert heading[0] == pytest.approx(angle, abs=0.01)
 
 
+def test_route_light_names_the_most_restrictive_route_connector():
+    """Connectors on the route with different lights: red over yellow over green (not the alphabetical first, which
+    said "green" beside a red); lights off the route and unknown ("U") lights are not named."""
+    from types import SimpleNamespace
+
+    from jaxdrive.scene import LaneKind
+
+    def scene(lights):
+        lanes = [SimpleNamespace(id=f"c{i}", on_route=i < 3, kind=LaneKind.LANE_CONNECTOR) for i in range(4)]
+        lanes.append(SimpleNamespace(id="lane", on_route=True, kind=LaneKind.LANE))
+        return SimpleNamespace(lanes=lanes, traffic_lights={k: v * 41 for k, v in lights.items()})
+
+    assert P.route_light(scene({"c0": "G", "c1": "R", "c2": "Y"})) == "red"
+    assert P.route_light(scene({"c0": "G", "c2": "Y"})) == "yellow"
+    assert P.route_light(scene({"c0": "G", "c3": "R", "lane": "R"})) == "green"
+    assert P.route_light(scene({"c0": "U", "c3": "R"})) == "none"
+    assert P.route_light(scene({})) == "none"
+
+
 def test_planted_rules_known_answers():
     C = synthetic.Context
     assert synthetic.planted_label("nudge_left", "nudge", C(True, False, False, False), 1.0)[0] == 1

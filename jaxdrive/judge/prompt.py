@@ -114,10 +114,12 @@ def scene_objects(scene: HostScene, ahead: float = 45.0, side: float = 8.0, lane
 
 
 def route_light(scene: HostScene) -> str:
-    """The light of the route's lane connectors at t = 0: "red", "yellow", "green" or "none"."""
+    """The light of the route's lane connectors at t = 0: "red", "yellow", "green" or "none" (unknown or no light).
+    Where the route's connectors show different lights, the most restrictive one (red, then yellow) is named: a red
+    connector anywhere on the route is what the traffic-light rule checks."""
     route_lc = {l.id for l in scene.lanes if l.on_route and l.kind == LaneKind.LANE_CONNECTOR}
     lights = {s[0] for lid, s in scene.traffic_lights.items() if lid in route_lc}
-    return {"R": "red", "Y": "yellow", "G": "green"}.get(next(iter(sorted(lights))), "none") if lights else "none"
+    return next((name for code, name in (("R", "red"), ("Y", "yellow"), ("G", "green")) if code in lights), "none")
 
 
 def broken_rules(values: np.ndarray, thresholds: np.ndarray) -> list[str]:
