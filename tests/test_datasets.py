@@ -10,6 +10,9 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -252,6 +255,80 @@ def test_build_refuses_to_overwrite(built):
         get_builder("openread_cot").build(src, dst)
 
 
+_KILL_AT_META = """
+import os, sys
+from pathlib import Path
+from jaxdrive import atomic
+from jaxdrive.datasets import get_builder
+
+def killed(path, text, **kw):  # the process dies between the TFDS files and jaxdrive_dataset.json
+    os._exit(9 if (Path(path).parent / "dataset_info.json").is_file() else 3)
+
+atomic.write_text = killed
+get_builder("openread_cot").build(sys.argv[1], sys.argv[2])
+"""
+
+
+def _interrupt_at_meta(how: str, src: Path, out: Path, monkeypatch) -> None:
+    """Runs a build of ``src`` into ``out`` that stops where ``jaxdrive_dataset.json`` is written, after the TFDS
+    files: an exception in this process ("exception", Ctrl-C) or the death of a child process ("kill", no cleanup)."""
+    if how == "kill":
+        repo = str(Path(__file__).resolve().parents[1])
+        run = subprocess.run([sys.executable, "-c", _KILL_AT_META, str(src), str(out)], capture_output=True,
+                             text=True, env={**os.environ, "PYTHONPATH": repo}, timeout=300)
+        assert run.returncode == 9, run.stderr
+        return
+    from jaxdrive import atomic
+
+    def killed(path, text, **kw):
+        assert (Path(path).parent / "dataset_info.json").is_file()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(atomic, "write_text", killed)
+    with pytest.raises(KeyboardInterrupt):
+        get_builder("openread_cot").build(src, out)
+    monkeypatch.undo()
+
+
+@pytest.mark.parametrize("how", ["exception", "kill"])
+def test_a_build_interrupted_before_its_metadata_does_not_block_the_rerun(how, tmp_path, monkeypatch):
+    """A build interrupted after TFDS's dataset_info.json was written but before jaxdrive_dataset.json left a folder
+    that every re-run refused ("already holds a dataset") until the user deleted it by hand. Now ``--out`` appears
+    only complete, the re-run builds it and no temporary folder is left beside it."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    make_openread_cot(src)
+    _interrupt_at_meta(how, src, out, monkeypatch)
+    assert not (out / "dataset_info.json").exists()
+    get_builder("openread_cot").build(src, out)
+    assert [r["id"] for r in read_all(out, "train")] == ["p0", "k0"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "src"]
+
+
+def test_an_unfinished_build_left_in_out_is_rebuilt(built, tmp_path):
+    """A folder an earlier version left when interrupted (TFDS files, no jaxdrive_dataset.json) is replaced by the
+    re-run; a complete dataset is still refused (test_build_refuses_to_overwrite)."""
+    src, out = built["openread_cot"][0], tmp_path / "out"
+    shutil.copytree(built["openread_cot"][1], out)
+    (out / DATASET_META).unlink()
+    get_builder("openread_cot").build(src, out)
+    assert [r["id"] for r in read_all(out, "val")] == ["c0"]
+
+
+def test_out_holding_other_files_is_refused_and_kept(tmp_path):
+    """``--out`` is the dataset directory to create: a folder holding files of something else is not written into
+    (the build replaces ``--out`` as a whole when it is complete)."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    make_openread_cot(src)
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="notes.txt"):
+        get_builder("openread_cot").build(src, out)
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+    (out / "notes.txt").unlink()  # an empty folder is fine
+    get_builder("openread_cot").build(src, out)
+    assert (out / DATASET_META).is_file()
+
+
 # ---------------------------------------------------------------------------------------------- grain
 
 @pytest.fixture(scope="module")
@@ -384,6 +461,39 @@ def test_missing_image_file_names_the_record_and_field(kind, rel, tmp_path):
     victim.unlink()
     with pytest.raises(SourceError, match=f"field '(image|images)': file '{victim.relative_to(src)}' not found"):
         get_builder(kind).build(src, tmp_path / "out")
+
+
+def _set_lingoqa_image(root: Path, row: int, rel: str) -> None:
+    """Replaces the first frame path of ``row`` of action/train.parquet by ``rel``."""
+    table = pq.read_table(root / "action" / "train.parquet").to_pylist()
+    table[row]["images"][0] = rel
+    pq.write_table(pa.Table.from_pylist(table), root / "action" / "train.parquet")
+
+
+@pytest.mark.parametrize("outside", ["absolute", "../outside.jpg", "images/../../outside.jpg"])
+def test_lingoqa_image_path_outside_the_source_names_file_row_and_path(outside, tmp_path, capsys):
+    """A frame path that leaves the source folder was a bare "'/x.jpg' is not in the subpath of ..." (no file, no
+    row), or, through '..', an image outside the source stored without a word."""
+    src = tmp_path / "src"
+    make_lingoqa(src)
+    _image(tmp_path / "outside.jpg", 0, "JPEG")
+    rel = str(tmp_path / "outside.jpg") if outside == "absolute" else outside
+    _set_lingoqa_image(src, 1, rel)
+    assert main(["data", "build", "lingoqa", str(src), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    for needle in (str(src / "action" / "train.parquet"), "row 1", "question_id 'q2'", repr(rel), "relative to"):
+        assert needle in err, (needle, err)
+    assert not (tmp_path / "out").exists()
+
+
+def test_lingoqa_missing_image_names_the_parquet_file(tmp_path):
+    """A missing frame was named by the record id only ("lingoqa/action/q2: ..."), not by its parquet file."""
+    src = tmp_path / "src"
+    make_lingoqa(src)
+    _set_lingoqa_image(src, 1, "images/s2/gone.jpg")
+    with pytest.raises(SourceError, match="field 'images': file 'images/s2/gone.jpg' not found") as e:
+        get_builder("lingoqa").build(src, tmp_path / "out")
+    assert f"{src / 'action' / 'train.parquet'} record 'lingoqa/action/q2'" in str(e.value)
 
 
 def test_unknown_kind_is_a_usage_error(tmp_path, capsys):

@@ -131,6 +131,19 @@ def test_lingoqa_malformed_rows_are_named_errors(tmp_path, val, needle):
     assert needle in str(e.value)
 
 
+@pytest.mark.parametrize("rel", ["/data/lingoqa/images/s3/0.jpg", "../images/s3/0.jpg", "images/../../0.jpg"])
+def test_lingoqa_image_paths_outside_the_root_are_named_errors(tmp_path, rel):
+    """Frame paths must be relative to the LingoQA root and stay inside it: an absolute or '..' path was loaded (and
+    failed later without a file or row, or read an image from elsewhere); the error names the file, row, question
+    and path."""
+    _lingoqa_layout(tmp_path, {"question_id": ["e1", "e2"], "question": ["Light?", "Cars?"],
+                               "answer": ["Red.", "Two."], "images": [["images/s3/0.jpg"], ["images/s4/0.jpg", rel]]})
+    with pytest.raises(ValueError, match="relative to") as e:
+        cot.load_lingoqa(tmp_path)
+    where = f"{tmp_path / 'evaluation' / 'val.parquet'} row 1 (question_id 'e2')"
+    assert f"{where}: field 'images': {rel!r}" in str(e.value)
+
+
 def test_omnidrive_loader_on_a_tiny_json_layout(tmp_path):
     d = tmp_path / "vqa" / "train"
     d.mkdir(parents=True)

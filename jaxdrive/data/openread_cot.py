@@ -16,8 +16,9 @@ Sources:
     clearance check against every agent at 0.1 s.
   * ``load_lingoqa``: LingoQA's public parquet layout (``<root>/{action,scenery}/train.parquet``,
     ``<root>/evaluation/val.parquet``; columns ``question_id``, ``segment_id``, ``question``, ``answer`` or
-    ``answers``, ``images``; an optional rationale column becomes the think part). The evaluation set's rows of one
-    ``question_id`` (one per reference answer) make one record; ``split`` keeps training from seeing it.
+    ``answers``, ``images`` (frame paths relative to the root, inside it); an optional rationale column becomes the
+    think part). The evaluation set's rows of one ``question_id`` (one per reference answer) make one record;
+    ``split`` keeps training from seeing it.
   * ``load_omnidrive``: OmniDrive-nuScenes' per-sample QA files ``<root>/{vqa,conv}/<split>/<token>.json`` (lists of
     ``{"question", "answer"}``); a question holding a trajectory is counterfactual, a planning question whose answer
     holds 6 points is a planning record (the answer's text before the points is the think part), the rest knowledge.
@@ -285,9 +286,21 @@ def _lingoqa_answers(row: dict, where: str) -> list[str]:
     return refs
 
 
-def _lingoqa_file(path: Path, root: Path, rationale_column: str) -> list[dict]:
-    """The records of one LingoQA parquet file; rows sharing a ``question_id`` (the evaluation set has one row per
-    reference answer) become one record whose ``references`` are all their answers."""
+def _lingoqa_images(row: dict, root: Path, where: str) -> list[str]:
+    """The row's frame paths joined to ``root``; each must be relative to ``root`` and stay inside it."""
+    out = []
+    for rel in row.get("images") or []:
+        if not isinstance(rel, str) or not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
+            raise ValueError(f"{where} (question_id {row['question_id']!r}): field 'images': {rel!r} is not a path "
+                             f"inside the LingoQA root {root}; frame paths are relative to it, without '..' "
+                             "(e.g. 'images/train/<segment_id>/0.jpg')")
+        out.append(str(root / rel))
+    return out
+
+
+def load_lingoqa_file(path: Path, root: Path, rationale_column: str = "rationale") -> list[dict]:
+    """The records of one LingoQA parquet file under ``root``; rows sharing a ``question_id`` (the evaluation set has
+    one row per reference answer) become one record whose ``references`` are all their answers."""
     import pyarrow.parquet as pq
 
     cols = set(pq.read_schema(path).names)
@@ -306,7 +319,7 @@ def _lingoqa_file(path: Path, root: Path, rationale_column: str) -> list[dict]:
                 raise ValueError(f"{where}: question_id {qid!r} repeats with another question text")
             groups[qid]["references"] += refs
             continue
-        images = [str(root / p) for p in (row.get("images") or [])]
+        images = _lingoqa_images(row, root, where)
         groups[qid] = dict(question=question, think=str(row.get(rationale_column) or ""), references=refs,
                            images=images, segment_id=row.get("segment_id"))
     return [record(KNOWLEDGE, g["question"], g["think"], g["references"][0], f"lingoqa/{path.parent.name}/{qid}",
@@ -314,20 +327,26 @@ def _lingoqa_file(path: Path, root: Path, rationale_column: str) -> list[dict]:
             for qid, g in groups.items()]
 
 
-def load_lingoqa(root: str | Path, rationale_column: str = "rationale", split: str | None = None) -> list[dict]:
-    """Knowledge records from LingoQA parquet files under ``root`` (see the module docstring): ``split`` "train"
-    (``action/``, ``scenery/``, ...), "val" (``evaluation/``) or None (all). A question's first answer is the target,
-    all its answers (several rows of one ``question_id`` in the evaluation set) are its ``references``."""
+def lingoqa_files(root: Path, split: str | None = None) -> list[Path]:
+    """The parquet files under ``root`` (``*/*.parquet``, then ``*.parquet``) of ``split`` (None: all); fails when
+    there is none."""
     if split is not None and split not in LINGOQA_SPLITS:
         raise ValueError(f"LingoQA split: expected one of {LINGOQA_SPLITS} or None, got {split!r}")
-    root = Path(root)
     files = sorted(root.glob("*/*.parquet")) + sorted(root.glob("*.parquet"))
     if not files:
         raise ValueError(f"LingoQA root {root}: no parquet files (expected action/train.parquet, ...)")
     files = [f for f in files if split is None or lingoqa_split(f) == split]
     if not files:
         raise ValueError(f"LingoQA root {root}: no parquet files of split {split!r}")
-    return [r for path in files for r in _lingoqa_file(path, root, rationale_column)]
+    return files
+
+
+def load_lingoqa(root: str | Path, rationale_column: str = "rationale", split: str | None = None) -> list[dict]:
+    """Knowledge records from LingoQA parquet files under ``root`` (see the module docstring): ``split`` "train"
+    (``action/``, ``scenery/``, ...), "val" (``evaluation/``) or None (all). A question's first answer is the target,
+    all its answers (several rows of one ``question_id`` in the evaluation set) are its ``references``."""
+    root = Path(root)
+    return [r for path in lingoqa_files(root, split) for r in load_lingoqa_file(path, root, rationale_column)]
 
 
 def _omnidrive_qa(question: str, answer: str, rid: str) -> dict:

@@ -6,11 +6,19 @@ FeaturesDict``), how to read a source directory into per-split examples (``split
 naming the file and the field) and how to turn a stored example back into a plain record (``decode``). A built
 directory holds the TFDS files plus ``jaxdrive_dataset.json`` (the builder kind, the source, per-split counts), so
 ``DecodedSource(DIR, split)`` knows how to decode it.
+
+A build writes into a temporary sibling folder (``<out>.<pid>.tmp``) and renames it onto ``out`` once complete, so an
+interrupted build never leaves ``out`` half-written or blocks the re-run: the re-run removes the temporary folders of
+builds whose process is gone, and replaces an ``out`` that earlier versions left unfinished (TFDS files without
+``jaxdrive_dataset.json``). A complete dataset, or a folder holding anything else, is never written over.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import shutil
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -19,6 +27,10 @@ import numpy as np
 from jaxdrive import atomic
 
 DATASET_META = "jaxdrive_dataset.json"
+#: What an interrupted build of an earlier version left in ``out``: TFDS metadata and shards (also under their
+#: temporary "-SSSSS" names), an atomic write's temporary file.
+_UNFINISHED_BUILD = re.compile(r"dataset_info\.json|features\.json|jaxdrive_\w+-[\w-]+\.array_record-\d{5}(-of-\d{5})?"
+                               rf"|{re.escape(DATASET_META)}\.\d+{re.escape(atomic.TMP_SUFFIX)}")
 
 
 class SourceError(ValueError):
@@ -120,14 +132,14 @@ class Builder:
         raise NotImplementedError
 
     def build(self, src: str | os.PathLike, out: str | os.PathLike, *, progress: bool = False) -> dict:
-        """Reads ``src`` and writes the TFDS dataset into ``out`` (which must not hold one). Returns its metadata."""
+        """Reads ``src`` and writes the TFDS dataset into ``out`` (new, empty, or what an interrupted build left: see
+        the module docstring). Returns its metadata."""
         from jaxdrive.data.tfds_writer import check_split_name, write_tfds
 
         src, out = Path(src), Path(out)
         if not src.is_dir():
             raise SourceError(f"{self.kind}: source directory {src} does not exist")
-        if (out / DATASET_META).exists() or (out / "dataset_info.json").exists():
-            raise ValueError(f"--out {out}: already holds a dataset; choose another directory")
+        _check_out(out)
         splits = self.split_examples(src)
         if not splits:
             raise SourceError(f"{self.kind}: no split found under {src}")
@@ -139,12 +151,70 @@ class Builder:
             if not rows:
                 raise SourceError(f"{self.kind} source {src}: split {split!r} has no example (an empty file?)")
         splits = {split: (_with_bytes(ex) for ex in rows) for split, rows in splits.items()}
-        written = write_tfds(out, name=self.name, version=self.version, features=self.features(), splits=splits,
-                             description=self.description, module_name=type(self).__module__, progress=progress)
-        meta = {"format": "jaxdrive-dataset/1", "kind": self.kind, "name": self.name, "version": self.version,
-                "source": str(src.resolve()), "splits": written}
-        atomic.write_text(out / DATASET_META, json.dumps(meta, indent=1))
+        with _building(out) as tmp:
+            written = write_tfds(tmp, name=self.name, version=self.version, features=self.features(), splits=splits,
+                                 description=self.description, module_name=type(self).__module__, progress=progress)
+            meta = {"format": "jaxdrive-dataset/1", "kind": self.kind, "name": self.name, "version": self.version,
+                    "source": str(src.resolve()), "splits": written}
+            atomic.write_text(tmp / DATASET_META, json.dumps(meta, indent=1))
         return meta
+
+
+def _check_out(out: Path) -> None:
+    """Fails unless ``out`` is new, an empty folder, or a build an earlier version left unfinished."""
+    if (out / DATASET_META).exists():
+        raise ValueError(f"--out {out}: already holds a dataset; choose another directory")
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ValueError(f"--out {out}: not a directory; choose a new or empty directory")
+    other = sorted(p.name for p in out.iterdir() if not _UNFINISHED_BUILD.fullmatch(p.name))
+    if other and (out / "dataset_info.json").exists():  # another TFDS dataset (a scene store, ...)
+        raise ValueError(f"--out {out}: already holds a dataset; choose another directory")
+    if other:
+        listed = ", ".join(other[:3]) + (", ..." if len(other) > 3 else "")
+        raise ValueError(f"--out {out}: holds other files ({listed}); choose a new or empty directory")
+
+
+@contextlib.contextmanager
+def _building(out: Path):
+    """Yields a new temporary folder beside ``out`` to build into; on a normal exit renames it onto ``out`` (checked
+    again with ``_check_out``; an unfinished build there is removed first), on any exit removes what is left of it.
+    Temporary folders of earlier builds whose process is gone are removed first."""
+    final = out.resolve()  # a symlinked --out: build beside the folder it points to
+    _remove_stale_builds(final)
+    tmp = atomic.temporary_name(final)
+    try:
+        yield tmp
+        _check_out(out)
+        if final.exists() and any(final.iterdir()):
+            shutil.rmtree(final)
+        os.replace(tmp, final)  # onto an empty folder, or where none is
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _remove_stale_builds(final: Path) -> None:
+    """Removes the ``<final>.<pid>.tmp`` folders (``_building``) of killed builds: their process no longer runs, or
+    has this process's id (a reused id: no build of this process is under way yet)."""
+    if not final.parent.is_dir():
+        return
+    pattern = re.compile(rf"{re.escape(final.name)}\.(\d+){re.escape(atomic.TMP_SUFFIX)}")
+    for path in final.parent.iterdir():
+        m = pattern.fullmatch(path.name)
+        if m and path.is_dir() and (int(m.group(1)) == os.getpid() or not _running(int(m.group(1)))):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this host (signal 0 only checks)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        pass
+    return True
 
 
 def dataset_meta(path: str | os.PathLike) -> dict:

@@ -5,7 +5,8 @@
   ``references``; any other field is kept in ``extra``). ``target`` is (re)built as ``format_cot(think, answer)``.
 * ``omnidrive``: OmniDrive-nuScenes' ``<src>/{vqa,conv}/<split>/<token>.json`` QA lists (``load_omnidrive``).
 * ``lingoqa``: LingoQA's parquet layout (``load_lingoqa``): ``action/`` and ``scenery/`` -> split ``train``,
-  ``evaluation/`` -> split ``val``; image paths relative to ``src``.
+  ``evaluation/`` -> split ``val``; image paths relative to ``src`` and inside it (an absolute or '..' path is an
+  error naming the parquet file and row).
 
 All three share one feature set; images are stored as the bytes of their files.
 """
@@ -125,16 +126,15 @@ class LingoQA(CotBuilder):
     description = "LingoQA question answering as chain-of-thought (knowledge) records"
 
     def split_examples(self, src: Path) -> dict[str, list[dict]]:
-        from jaxdrive.data.openread_cot import lingoqa_split, load_lingoqa
+        from jaxdrive.data.openread_cot import lingoqa_files, lingoqa_split, load_lingoqa_file
 
-        files = sorted(src.glob("*/*.parquet")) + sorted(src.glob("*.parquet"))
+        try:
+            files = {path: load_lingoqa_file(path, src) for path in lingoqa_files(src)}
+        except ValueError as e:
+            raise SourceError(str(e)) from None
         out = {}
-        for split in sorted({lingoqa_split(f) for f in files}) or [None]:  # None: load_lingoqa names the empty root
-            try:
-                recs = load_lingoqa(src, split=split)
-            except ValueError as e:
-                raise SourceError(str(e)) from None
+        for path, recs in files.items():
             for rec in recs:
                 rec["images"] = [str(Path(p).relative_to(src)) for p in rec["images"]]
-            out[split] = [_example(rec, src, rec["id"]) for rec in recs]
-        return out
+                out.setdefault(lingoqa_split(path), []).append(_example(rec, src, f"{path} record {rec['id']!r}"))
+        return dict(sorted(out.items()))
