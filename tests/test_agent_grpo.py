@@ -171,3 +171,54 @@ def test_missing_rewards_are_left_out_of_the_agent_metrics_and_evaluation():
     _, metrics = ro(None, 1, jax.random.key(0))
     assert metrics["reward_mean"] == 1.0 and metrics["zero_std_frac"] == 1.0
     assert ro.evaluate(None, examples[:4])["reward_mean"] == 1.0
+
+
+def test_rollout_reward_equals_the_loop_reward_with_memory(tmp_path, monkeypatch):
+    """The rollouts recorded ``memory_used = []`` whatever the answer cited, so with retrieved long-term memory in the
+    prompt the training reward (tier 2, 0.5) differed from the loop's (tier 1, 0.7) for the same replies; both now map
+    the answer's entry numbers to the retrieved ids the same way (out-of-range numbers name nothing)."""
+    from types import SimpleNamespace
+
+    from jaxdrive.agent import grpo_rollout, stm
+    from jaxdrive.agent.loop import run_episode
+    from jaxdrive.agent.mcq import make_mcq_set
+    from jaxdrive.agent.reward import tiered_reward
+    from jaxdrive.agent.tools import ToolContext
+    from jaxdrive.data.synthetic import generate_scene
+    from jaxdrive.models.tokenizer_testing import TEST_TOKEN_IDS, build_test_tokenizer
+
+    item = make_mcq_set(1, seed=7, kinds=("speed",))[0]
+    ctx = ToolContext.from_scene(generate_scene(item["scene_seed"], num_proposals=1))
+    item = dict(item, stm=stm.build(ctx).serialise(), retrieved=["m7", "m9"],
+                memory="[1] conditions: dense traffic ahead; risks: sudden braking\n[2] tool strategy: read ego speed")
+    gold = item["gold"]
+    replies = [json.dumps({"think": "speed?", "action": {"tool": "get_ego_states", "arguments": {}}}),
+               json.dumps({"finish": True, "reasoning": "The ego speed answers it.", "memory_used": [1, 2, 5],
+                           "final_answer": f"{gold}) {item['options'][gold]}"})]
+    loop_traj = run_episode(lambda msgs: replies[len(msgs) // 2 - 1], ctx, default_registry(), item, stm=item["stm"],
+                            memory=item["memory"], retrieved=item["retrieved"])
+    assert loop_traj["correct"] and loop_traj["memory_used"] == ["m7", "m9"]
+
+    tok = build_test_tokenizer(str(tmp_path / "tok"))
+    codec = TextAgentCodec(tok)
+    im_end = TEST_TOKEN_IDS["<|im_end|>"]
+    turns = iter([tok.encode(r, add_special_tokens=False) + [im_end] for r in replies])
+
+    def scripted_generate(*args):  # the policy's turns: the loop's replies, one per call, for both rows
+        ids = np.asarray([next(turns)] * 2, np.int32)
+        return SimpleNamespace(tokens=ids, mask=np.ones_like(ids, bool))
+
+    monkeypatch.setattr(grpo_rollout, "_generate", scripted_generate)
+    trainer = SimpleNamespace(graphdef=None, params=None, rest=None, shard_batch=lambda x: x,
+                              model=lambda: SimpleNamespace(prepare_inputs=lambda ids, mask, bucket: None))
+    cfg = _cfg()
+    rows = [{"prompt": np.asarray(codec.prompt(item), np.int32), "item": item, "gold": gold}] * 2
+    cfg.grpo.update(dict(prompt_len=len(rows[0]["prompt"]), completion_len=4096, group_size=2, eos_id=im_end,
+                         pad_id=TEST_TOKEN_IDS["<|endoftext|>"]))
+    ro = MultiTurnRollouts(rows, build_rewards(cfg.rewards), codec.words, cfg.grpo, codec=codec)
+    tokens, loss_mask, _, trajs = ro.episodes(trainer, rows, jax.random.key(0))
+    assert [t["termination"] for t in trajs] == ["finish"] * 2
+    assert [t["memory_used"] for t in trajs] == [loop_traj["memory_used"]] * 2
+    total, _, _ = ro._score(rows, tokens, loss_mask, trajs)
+    assert tiered_reward([""], [{"trajectory": loop_traj}]) == [TIER_REWARD[1]]
+    np.testing.assert_allclose(total, [TIER_REWARD[1]] * 2)  # float32

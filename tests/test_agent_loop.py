@@ -220,3 +220,27 @@ def test_malformed_memory_used_names_nothing(mcq, used, want):
                     json.dumps({"finish": True, "final_answer": "A) x", "memory_used": used})])
     t = run_episode(lambda m: next(replies), _ctx(mcq[0]), REG, mcq[0], retrieved=["m1", "m2"])
     assert t["termination"] == "finish" and t["memory_used"] == want
+
+
+def test_a_crashing_tool_is_an_illegal_call(mcq):
+    """A tool that raises on valid arguments (an overflow, a bug) came back as an error observation but counted as a
+    legal call in the reward (tier 1 / 4 without one working tool call); it is counted as a crash, shown to the policy
+    with its exception, and fails the legality check, in the loop's counters and in the reward alike."""
+    from jaxdrive.agent.reward import legal_tool_call
+    from jaxdrive.agent.tools import CORE_TOOLS, Tool, ToolRegistry
+
+    broken = Tool("broken", "raises", {"type": "object", "properties": {"n": {"type": "number"}}},
+                  lambda ctx, n: 1 / (n - n))
+    reg = ToolRegistry([broken] + [t for t in CORE_TOOLS if t.name == "get_ego_states"])
+    replies = iter([json.dumps({"action": {"tool": "broken", "arguments": {"n": 3}}}),
+                    json.dumps({"action": {"tool": "get_ego_states", "arguments": {}}}),
+                    json.dumps({"finish": True, "final_answer": "A) x"})])
+    t = run_episode(lambda m: next(replies), _ctx(mcq[0]), reg, mcq[0])
+    c = t["counters"]
+    assert t["termination"] == "finish" and (c["tool_calls"], c["useful_calls"]) == (2, 1)
+    assert (c["tool_crashes"], c["tool_errors"], c["invalid_args"], c["unknown_tool"]) == (1, 0, 0, 0)
+    crash = t["steps"][0]
+    assert not crash["ok"] and "ZeroDivisionError" in crash["error"]
+    observation = next(m for m in t["messages"] if m["kind"] == "observation")["content"]
+    assert "ZeroDivisionError" in observation
+    assert not legal_tool_call(dict(t, steps=t["steps"][:1])) and legal_tool_call(t)

@@ -6,17 +6,21 @@ import ml_collections
 import pytest
 
 from jaxdrive.agent.reward import TIER_REWARD, memory_citations, tier, tiered_reward
+from jaxdrive.agent.tools import Tool, ToolRegistry
 from jaxdrive.train.registry import REWARDS
 
 STM = "ego: v=5.0m/s a=+0.0m/s2 cruising goal=FORWARD\nveh0 vehicle: front near 8.0m same-dir 5.0m/s risk=high\n" \
       "road: lanes left=1 right=0\nrisk: high (vehicle veh0 front 8m)"
 MEMORY = "[1] conditions: a stopped vehicle ahead in the ego lane; risks: rear-end collision"
+# a tool that raises on valid arguments (an overflow, a bug): the registry's observation of the crash
+CRASH = ToolRegistry([Tool("broken", "raises", {"type": "object"}, lambda ctx: 1 / 0)]).call(None, "broken", {})
 
 
 def traj(answer, tool, cites):
     steps = {"legal": [{"ok": True}], "not_found": [{"ok": False, "error": "estimate_object_depth: no 'car' visible"}],
              "unknown": [{"ok": False, "error": "unknown tool 'fly'"}],
-             "invalid": [{"ok": False, "error": "invalid arguments for x: ..."}], "none": []}[tool]
+             "invalid": [{"ok": False, "error": "invalid arguments for x: ..."}],
+             "crashed": [{"ok": False, "error": CRASH.error}], "none": []}[tool]
     reasoning = {0: "I brake.", 1: "veh0 is close, so I brake.",
                  2: "veh0 is close and a stopped vehicle ahead in the ego lane means braking."}[cites]
     return {"final_answer": answer, "gold": "B", "steps": steps, "reasoning": reasoning, "stm": STM, "memory": MEMORY,
@@ -27,7 +31,8 @@ def traj(answer, tool, cites):
     ("B) Brake", "legal", 2, 1), ("B) Brake", "not_found", 2, 1), ("B) Brake", "legal", 1, 2),
     ("B) Brake", "legal", 0, 2),
     ("B) Brake", "none", 2, 3), ("B) Brake", "unknown", 2, 3), ("B) Brake", "invalid", 0, 3),
-    ("A) Go", "legal", 2, 4), ("A) Go", "none", 2, 5), ("A) Go", "unknown", 0, 5),
+    ("B) Brake", "crashed", 2, 3),
+    ("A) Go", "legal", 2, 4), ("A) Go", "none", 2, 5), ("A) Go", "unknown", 0, 5), ("A) Go", "crashed", 2, 5),
     ("", "legal", 2, 6), ("Brake", "legal", 2, 6), ("I think B", "none", 0, 6)])
 def test_tiers(answer, tool, cites, want):
     t = traj(answer, tool, cites)

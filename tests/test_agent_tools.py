@@ -147,6 +147,19 @@ def test_errors_are_observations(ctx):
         validate({}, {"type": "object", "required": ["a"]})
 
 
+def test_numbers_beyond_float_range_are_invalid_arguments(ctx):
+    """A JSON integer like 10**400 is no finite float: as an ``integer`` argument its OverflowError escaped the
+    registry and ended the episode; as a ``number`` the tool crashed on it. Both are invalid arguments now, like inf."""
+    locs = [[0.0, 8.0]]
+    obs = call(ctx, "get_occupancy_at_locations_for_timestep", locations=locs, timestep=10 ** 400)
+    assert not obs.ok and obs.error.startswith("invalid arguments")
+    assert "arguments.timestep: expected integer" in obs.error
+    obs = call(ctx, "get_object_detections_in_range", x_start=-10 ** 400, x_end=1.0, y_start=0.0, y_end=1.0)
+    assert not obs.ok and obs.error.startswith("invalid arguments")
+    assert "arguments.x_start: expected number" in obs.error
+    assert validate(10 ** 300, {"type": "integer"}) == 10 ** 300  # within float range: still an integer
+
+
 def test_tools_run_on_generated_scenes():
     from jaxdrive.data.synthetic import generate_scene
 
@@ -176,3 +189,32 @@ def test_pluggable_vision_models(ctx):
     assert got == [{"label": "vehicle", "box": [10.0, 20.0, 30.0, 60.0], "center": [20.0, 40.0], "confidence": 0.42}]
     mono = ok(plugged, "estimate_object_depth_monocular", camera="CAM_FRONT", box=[0, 0, 10, 10])
     assert mono == {"pixel": [5.0, 5.0], "depth_m": 12.5, "band": "medium", "approximate": True}
+
+
+@pytest.mark.parametrize("label,words", [
+    ("vehicle", ["cars", "vehicles", "trucks", "lorry", "lorries", "buses", "busses", "vans", "SUVs", "taxis",
+                 "automobiles"]),
+    ("pedestrian", ["pedestrians", "persons", "people", "men", "women", "children", "walkers"]),
+    ("bicycle", ["bicycles", "bikes", "cyclists", "bicyclists", "riders"]),
+    ("traffic_cone", ["cones", "traffic cones", "traffic_cones"]),
+    ("barrier", ["barriers", "fences", "barricades"]),
+    ("czone_sign", ["signs", "construction signs"]),
+    ("generic_object", ["objects", "obstacles", "debris"]),
+])
+def test_plural_object_words_name_their_label(label, words):
+    """``rstrip("s")`` missed irregular and "-es" plurals ("buses" -> "buse", "children", "men"): a detection query
+    for them found nothing. Every synonym and its plural names its label, and only it."""
+    from jaxdrive.agent.tools.vision import SYNONYMS, _labels_for
+
+    for w in list(SYNONYMS[label]) + words:
+        assert _labels_for([w]) == {label}, w
+
+
+@pytest.mark.parametrize("plural,singular", [
+    ("buses", "bus"), ("boxes", "box"), ("benches", "bench"), ("bushes", "bush"), ("lorries", "lorry"),
+    ("cars", "car"), ("fences", "fence"), ("people", "person"), ("children", "child"), ("bus", "bus"),
+    ("glass", "glass"), ("traffic cones", "traffic cone"), ("construction signs", "construction sign")])
+def test_singular(plural, singular):
+    from jaxdrive.agent.tools.vision import singular as to_singular
+
+    assert to_singular(plural) == singular

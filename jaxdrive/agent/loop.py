@@ -9,8 +9,9 @@ A policy maps the conversation so far (``messages``) to one text reply holding o
 
 The executor runs the tool and appends the observation as a user turn. Budget: at most ``MAX_TOOL_TURNS`` (7) tool
 turns and one answer turn, i.e. at most 8 policy turns. ``finish`` is accepted only after one useful action (a tool
-call that returned a result). Malformed replies, unknown tools, invalid arguments, repeated identical calls, premature
-finishes and running out of turns are fed back as observations and counted; none of them raise.
+call that returned a result). Malformed replies, unknown tools, invalid arguments, tool errors (the tool's own "cannot
+answer"), tool crashes (the tool raised), repeated identical calls, premature finishes and running out of turns are fed
+back as observations and counted; none of them raise.
 
 Trajectory record (one JSON line): ``id``, ``scene_id``, ``question``, ``gold``, ``stm``, ``memory`` (prompt text),
 ``retrieved`` (entry ids), ``messages`` (role, content, kind: prompt | action | observation | feedback | answer),
@@ -25,8 +26,12 @@ import re
 from typing import Callable, Sequence
 
 from jaxdrive.agent.tools import ToolContext, ToolRegistry
+from jaxdrive.agent.tools.registry import failure_kind
 
 MAX_TOOL_TURNS = 7
+# counter of each kind of failed tool call (``registry.failure_kind``)
+FAILURE_COUNTERS = {"unknown_tool": "unknown_tool", "invalid_args": "invalid_args", "tool_error": "tool_errors",
+                    "tool_crash": "tool_crashes"}
 Policy = Callable[[list[dict]], str]
 
 SYSTEM = """You are a driving reasoning agent. Answer the question about the current driving scene. Use the scene memory
@@ -71,7 +76,7 @@ def answer_letter(final_answer: str) -> str | None:
     return m.group(1) if m else None
 
 
-def _cited_entries(numbers, retrieved: Sequence[str]) -> list[str]:
+def cited_entries(numbers, retrieved: Sequence[str]) -> list[str]:
     """The ids of the retrieved entries an answer's ``memory_used`` numbers (1-based) name; anything but a list of
     in-range integers (a model's malformed field: a bare number, null, strings) names nothing."""
     if not isinstance(numbers, list):
@@ -91,7 +96,7 @@ def run_episode(policy: Policy, ctx: ToolContext, registry: ToolRegistry, item: 
     msgs = [{"role": "system", "content": system_prompt(registry), "kind": "prompt"},
             {"role": "user", "content": user_prompt(item["question"], stm, memory), "kind": "prompt"}]
     counters = dict(turns=0, tool_calls=0, useful_calls=0, malformed=0, unknown_tool=0, invalid_args=0, tool_errors=0,
-                    repeated=0, premature_finish=0, max_turns=0)
+                    tool_crashes=0, repeated=0, premature_finish=0, max_turns=0)
     steps: list[dict] = []
     seen: set[str] = set()
     final = None
@@ -127,14 +132,7 @@ def run_episode(policy: Policy, ctx: ToolContext, registry: ToolRegistry, item: 
                 seen.add(key)
                 obs = registry.call(ctx, action["tool"], args)
                 counters["tool_calls"] += 1
-                if obs.ok:
-                    counters["useful_calls"] += 1
-                elif obs.error.startswith("unknown tool"):
-                    counters["unknown_tool"] += 1
-                elif obs.error.startswith("invalid arguments"):
-                    counters["invalid_args"] += 1
-                else:
-                    counters["tool_errors"] += 1
+                counters["useful_calls" if obs.ok else FAILURE_COUNTERS[failure_kind(obs.error)]] += 1
                 steps.append({"think": obj.get("think", ""), "action": {"tool": action["tool"], "arguments": args},
                               "observation": obs.text(), "ok": obs.ok, "error": obs.error,
                               "latency_ms": round(obs.latency_ms, 3), "update": ""})
@@ -149,7 +147,7 @@ def run_episode(policy: Policy, ctx: ToolContext, registry: ToolRegistry, item: 
         msgs.append({"role": "user", "content": feedback, "kind": "feedback"})
     if final is None:
         counters["max_turns"] = 1
-    memory_used = _cited_entries(final.get("memory_used") if final else None, retrieved)
+    memory_used = cited_entries(final.get("memory_used") if final else None, retrieved)
     final_answer = final["final_answer"] if final else ""
     letter = answer_letter(final_answer)
     return {

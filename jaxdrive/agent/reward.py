@@ -10,8 +10,9 @@ tier:
 
 * malformed: no parseable final answer (no option letter in the last answer turn);
 * correct: that letter equals the gold letter;
-* tool: at least one action passed the schema legality check (a known tool with valid arguments; a tool that then
-  answers "not found" still counts);
+* tool: at least one action passed the schema legality check (a known tool with valid arguments that ran: a tool that
+  then answers "not found" still counts, one that crashed does not; ``tools.registry.is_legal``, the rule the loop's
+  counters follow);
 * memory cited: at least two concrete scene-state or experience phrases surfaced in the reasoning: the retrieved
   entries the answer cites (``memory_used``) plus the distinct short-term-memory object ids and long-term-memory
   clauses (>= 3 words) that appear verbatim (case-insensitive) in the reasoning.
@@ -21,14 +22,15 @@ from __future__ import annotations
 import re
 
 from jaxdrive.agent.loop import answer_letter, parse_reply
+from jaxdrive.agent.tools.registry import is_legal
 from jaxdrive.train.rewards import Reward
 
 TIER_REWARD = {1: 0.7, 2: 0.5, 3: 0.0, 4: 0.2, 5: 0.0, 6: 0.0}
-_ILLEGAL = ("unknown tool", "invalid arguments")
 
 
 def legal_tool_call(traj: dict) -> bool:
-    return any(s.get("ok") or not str(s.get("error", "")).startswith(_ILLEGAL) for s in traj.get("steps", []))
+    """Whether any step of the trajectory passed the legality check."""
+    return any(is_legal(bool(s.get("ok")), s.get("error")) for s in traj.get("steps", []))
 
 
 def memory_phrases(stm: str, memory: str) -> set[str]:

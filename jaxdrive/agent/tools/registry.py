@@ -3,6 +3,10 @@
 ``Observation``: errors (unknown tool, bad arguments, a failure inside the tool) come back as observations with
 ``ok = False``, never as exceptions that end the episode. Every call records its latency.
 
+``failure_kind`` classifies a failed call from its error text (one rule for the loop's counters and the reward's
+legality check): an unknown tool, invalid arguments and a crash (the tool raised something other than ``ToolError``)
+are illegal calls; a ``ToolError`` (the tool's own "cannot answer") is a legal call that failed.
+
 The schema subset understood (enough for the tool library, no dependency): ``type`` object / array / number / integer /
 string / boolean, ``properties``, ``required``, ``additionalProperties: false``, ``items``, ``minItems``, ``maxItems``,
 ``enum``, ``minimum``, ``maximum``, ``oneOf`` (exactly one sub-schema matches).
@@ -11,12 +15,29 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 from typing import Any, Callable
 
 
 class ToolError(Exception):
     """A tool's own "cannot answer" (unknown object id, nothing at that box...): becomes an error observation."""
+
+
+# error prefixes of the illegal calls (``ToolRegistry.call`` writes them; ``failure_kind`` reads them)
+ILLEGAL_PREFIXES = {"unknown tool": "unknown_tool", "invalid arguments": "invalid_args", "tool crashed": "tool_crash"}
+
+
+def failure_kind(error: str) -> str:
+    """The kind of a failed call from its observation's error: ``unknown_tool``, ``invalid_args``, ``tool_crash``
+    (the illegal calls) or ``tool_error`` (a ``ToolError``: the tool ran and could not answer)."""
+    return next((kind for prefix, kind in ILLEGAL_PREFIXES.items() if error.startswith(prefix)), "tool_error")
+
+
+def is_legal(ok: bool, error: str | None) -> bool:
+    """Whether a call passed the legality check: a known tool, valid arguments, and a run that returned (a result or
+    the tool's own "cannot answer"); trajectory steps carry ``ok`` and ``error``."""
+    return ok or failure_kind(str(error or "")) == "tool_error"
 
 
 @dataclasses.dataclass
@@ -44,6 +65,17 @@ class Tool:
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
 
 
+def _is_number(v: Any) -> bool:
+    """A finite number, not a bool. NaN, infinities and integers beyond the float range (JSON's ``1e400`` reads as
+    inf, ``10**400`` as an int) are not: the tools compute in floats."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
 def validate(value: Any, schema: dict, path: str = "arguments") -> Any:
     """``value`` checked against ``schema``; ``ValueError`` naming the path of the first value that does not match.
 
@@ -60,10 +92,9 @@ def validate(value: Any, schema: dict, path: str = "arguments") -> Any:
             raise ValueError(f"{path}: expected exactly one of {json.dumps(schema['oneOf'])}, got {json.dumps(value)}")
         return matches[0]
     t = schema.get("type")
-    is_number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
     checks = {"object": lambda v: isinstance(v, dict), "array": lambda v: isinstance(v, list),
               "string": lambda v: isinstance(v, str), "boolean": lambda v: isinstance(v, bool),
-              "integer": lambda v: is_number(v) and float(v).is_integer(), "number": is_number}
+              "integer": lambda v: _is_number(v) and float(v).is_integer(), "number": _is_number}
     if t is not None and not checks[t](value):
         raise ValueError(f"{path}: expected {t}, got {json.dumps(value)}")
     if t == "integer":
@@ -126,5 +157,5 @@ class ToolRegistry:
         except ToolError as e:
             return done(ok=False, error=f"{name}: {e}")
         except Exception as e:  # noqa: BLE001 - a broken tool must not end the episode; the error is the observation
-            return done(ok=False, error=f"{name} failed: {type(e).__name__}: {e}")
+            return done(ok=False, error=f"tool crashed: {name}: {type(e).__name__}: {e}")
         return done(ok=True, result=result)

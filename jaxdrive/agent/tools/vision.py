@@ -23,7 +23,7 @@ from jaxdrive.agent.tools.context import Camera, ToolContext
 from jaxdrive.agent.tools.registry import Tool, ToolError
 
 SYNONYMS = {
-    "vehicle": ("car", "vehicle", "truck", "bus", "van", "suv", "taxi", "automobile"),
+    "vehicle": ("car", "vehicle", "truck", "lorry", "bus", "van", "suv", "taxi", "automobile"),
     "pedestrian": ("pedestrian", "person", "people", "man", "woman", "child", "walker"),
     "bicycle": ("bicycle", "bike", "cyclist", "bicyclist", "rider"),
     "traffic_cone": ("cone", "traffic cone", "traffic_cone"),
@@ -31,6 +31,9 @@ SYNONYMS = {
     "czone_sign": ("sign", "construction sign", "czone_sign"),
     "generic_object": ("object", "debris", "obstacle", "generic_object"),
 }
+# plurals the suffix rules of ``singular`` get wrong (and the uncountable "debris", which ends in "s")
+IRREGULAR_PLURALS = {"people": "person", "men": "man", "women": "woman", "children": "child", "busses": "bus",
+                     "debris": "debris"}
 MATCH_IOU = 0.5
 
 
@@ -55,12 +58,35 @@ class DepthEstimator(Protocol):
     def depth(self, ctx: ToolContext, camera: str, u: float, v: float) -> float | None: ...
 
 
+def _singular_word(w: str) -> str:
+    """One lower-case English word in the singular: ``IRREGULAR_PLURALS``; "-ies" -> "-y" (lorries); "-es" dropped
+    after s, x, z, ch, sh (buses, boxes, benches); a final "s" dropped (cars, fences) unless the word ends in "ss" or
+    "us" (glass, bus). Enough for the object vocabulary (``SYNONYMS``), not for every English noun ("horses")."""
+    if w in IRREGULAR_PLURALS:
+        return IRREGULAR_PLURALS[w]
+    if w.endswith("ies") and len(w) > 4:
+        return w[:-3] + "y"
+    if w.endswith("es") and w[:-2].endswith(("s", "x", "z", "ch", "sh")):
+        return w[:-2]
+    if w.endswith("s") and not w.endswith(("ss", "us")):
+        return w[:-1]
+    return w
+
+
+def singular(phrase: str) -> str:
+    """``phrase`` with its last word (after a space or underscore) in the singular: "traffic cones" -> "traffic
+    cone"."""
+    i = max(phrase.rfind(" "), phrase.rfind("_")) + 1
+    return phrase[:i] + _singular_word(phrase[i:])
+
+
 def _labels_for(words: list[str]) -> set[str]:
+    """The detection labels the object words name, singular or plural, case-insensitive."""
     out = set()
     for w in words:
         w = w.strip().lower()
         for label, syn in SYNONYMS.items():
-            if w in syn or w.rstrip("s") in syn:
+            if w in syn or singular(w) in syn:
                 out.add(label)
     return out
 
