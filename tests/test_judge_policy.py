@@ -10,7 +10,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from jaxdrive.cli import main
+from jaxdrive.cli import EXIT_USAGE, main
 from jaxdrive.data.scene_json import read_scene
 from jaxdrive.judge import prompt as P
 from jaxdrive.judge import recipes
@@ -171,9 +171,15 @@ def test_train_sft_grpo_judge_run(env, capsys):
                  "steps=2", "batch_size=2", "optim.warmup_steps=1", "progress=False", f"export_dir={sft}"]) == 0
     assert (sft / "model.safetensors").exists() and (sft / "tokenizer.json").exists()
     grpo = root / "grpo_model"
-    assert main(["train", "grpo", "--config", "configs/judge_grpo_tiny.py", f"model.path={sft}",
-                 f"data.path={data}", "steps=2", "eval_every=2", "grpo.prompts_per_step=1", "grpo.group_size=4",
-                 "optim.warmup_steps=1", "progress=False", f"export_dir={grpo}"]) == 0
+    grpo_args = ["train", "grpo", "--config", "configs/judge_grpo_tiny.py", f"model.path={sft}", f"data.path={data}",
+                 "steps=2", "eval_every=2", "grpo.prompts_per_step=1", "grpo.group_size=4", "optim.warmup_steps=1",
+                 "progress=False", f"export_dir={grpo}", f"workdir={root / 'grpo_work'}", "checkpoint.enabled=True",
+                 "checkpoint.every=1", "checkpoint.best_metric="]
+    assert main([*grpo_args, "stop_after=1"]) == 0 and not grpo.exists()  # interrupted after step 1
+    capsys.readouterr()
+    assert main([*grpo_args, "grpo.seed=7"]) == EXIT_USAGE  # another stream of pairs is not resumed
+    assert "grpo.seed: the checkpoint at step 1" in capsys.readouterr().err
+    assert main(grpo_args) == 0  # resumed: step 2, evaluated, exported
     assert "reward_mean" in capsys.readouterr().out
     out = root / "judged"
     report = root / "report.html"

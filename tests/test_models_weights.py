@@ -113,3 +113,29 @@ def test_bfloat16_checkpoint_and_dtype(tmp_path):
     logits = model(np.array([[1, 2, 3, 4]]))
     assert logits.dtype == jnp.float32 and bool(jnp.isfinite(logits).all())
     assert jax.tree.leaves(nnx.state(model))[0].dtype == jnp.bfloat16
+
+
+@pytest.mark.parametrize("family", ["qwen3", "qwen2_5_vl"])
+def test_export_writes_a_generation_config_transformers_loads(family, tmp_path):
+    """Found by a review: save_pretrained wrote no generation_config.json, so transformers' ``generate`` on an
+    exported model lost the source's stop ids (Qwen chat models stop on <|im_end|> and <|endoftext|>) and sampling
+    defaults. The token ids come from config.json (the text config's for a VL model) when the source has no
+    generation config, and the source's generation config is kept when it has one."""
+    from transformers import GenerationConfig
+
+    from jaxdrive.models.config import stop_token_ids
+
+    hf = T.save_tiny_model(family, tmp_path / "hf", seed=5)
+    os.remove(tmp_path / "hf" / "generation_config.json")
+    save_pretrained(from_pretrained(tmp_path / "hf"), tmp_path / "plain")
+    gen = GenerationConfig.from_pretrained(tmp_path / "plain")
+    assert (gen.bos_token_id, gen.eos_token_id, gen.pad_token_id) == (None, T.TINY_EOS, 0)
+
+    source = {"eos_token_id": [T.TINY_EOS, 7], "pad_token_id": 0, "do_sample": True, "temperature": 0.7,
+              "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05}
+    (tmp_path / "hf" / "generation_config.json").write_text(json.dumps(source))
+    save_pretrained(from_pretrained(tmp_path / "hf"), tmp_path / "chat")
+    gen = type(hf).from_pretrained(tmp_path / "chat").generation_config  # what generate() uses
+    assert gen.eos_token_id == [T.TINY_EOS, 7] and gen.pad_token_id == 0 and gen.do_sample
+    assert (gen.temperature, gen.top_p, gen.top_k, gen.repetition_penalty) == (0.7, 0.8, 20, 1.05)
+    assert stop_token_ids(tmp_path / "chat") == (T.TINY_EOS, 7)

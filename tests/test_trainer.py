@@ -350,3 +350,97 @@ def test_a_checkpoint_of_another_seed_is_not_resumed(tmp_path):
         other.restore()
     again = _linear_trainer(tmp_path)
     assert again.restore()["step"] == 1
+
+
+def _tiny_grpo_cfg(workdir):
+    """configs/grpo_tiny.py cut to one cheap step (2 prompts x 2 completions, one policy epoch, no KL, no eval)."""
+    cfg = load_config("grpo_tiny")
+    cfg.steps, cfg.workdir, cfg.progress, cfg.log_stdout, cfg.eval_data = 2, workdir, False, False, None
+    cfg.optim.warmup_steps, cfg.checkpoint.best_metric = 0, ""
+    cfg.grpo.update(group_size=2, prompts_per_step=2, policy_epochs=1, beta=0.0)
+    return cfg
+
+
+@pytest.mark.parametrize("job, field, value, saved", [
+    ("grpo", "grpo.seed", 1, 0),
+    ("grpo", "grpo.prompts_per_step", 4, 2),
+    ("sft", "batch_size", 4, 8),
+])
+def test_a_checkpoint_of_another_data_order_is_not_resumed(tmp_path, job, field, value, saved):
+    """Found by a review: only the run seed was checked on resume. Rerunning a stopped GRPO job with another grpo.seed
+    (the prompt sampler's seed) or prompts_per_step, or an SFT job with another batch_size, resumed the checkpoint and
+    went on with another prompt / example stream than the one it was trained on."""
+    from jaxdrive.train_cli import apply_overrides
+
+    cfg = _tiny_grpo_cfg(str(tmp_path)) if job == "grpo" else sft_cfg(str(tmp_path), steps=2)
+    run = jobs.run_grpo if job == "grpo" else jobs.run_sft
+    cfg.stop_after = 1
+    run(cfg)
+    cfg.stop_after = None
+    changed = apply_overrides(cfg.copy_and_resolve_references(), [f"{field}={value}"])
+    with pytest.raises(ValueError, match=rf"{field}: the checkpoint at step 1 .* was trained with {field}={saved}, "
+                                         rf"this run has {field}={value}; resume with the same {field}"):
+        run(changed)
+    if job == "sft":  # the unchanged configuration resumes
+        assert [r["step"] for r in run(cfg)[1]] == [2]
+
+
+def test_a_trainer_refuses_a_checkpoint_of_other_resume_config_values(tmp_path):
+    """The trainer side of the check above: ``resume_config`` is saved in the meta and compared on restore; a
+    checkpoint that does not record a key (written before it was recorded) is resumed."""
+    first = _linear_trainer(tmp_path)
+    first.resume_config = {"grpo.seed": 0}
+    first.run(2, _linear_batch, stop_after=1)
+    other = _linear_trainer(tmp_path)
+    other.resume_config = {"grpo.seed": 3}
+    with pytest.raises(ValueError, match="grpo.seed: the checkpoint at step 1 .* grpo.seed=0, this run has "
+                                         "grpo.seed=3"):
+        other.restore()
+    newer = _linear_trainer(tmp_path)
+    newer.resume_config = {"grpo.seed": 0, "data.batch": 5}
+    assert newer.restore()["resume_config"] == {"grpo.seed": 0}
+
+
+@pytest.mark.parametrize("job", ["sft", "grpo"])
+def test_best_metric_without_an_evaluation_is_a_config_error(tmp_path, job, monkeypatch):
+    """Found by a review: with checkpoint.best_metric set and no evaluation (an SFT job, or GRPO without eval_data)
+    the job trained to the end and orbax only warned at each save that the checkpoint had no metrics, so no best
+    checkpoint was kept. Now an error before anything is built."""
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was built before the configuration was checked")
+
+    monkeypatch.setattr(jobs, "build_model", no_model)
+    if job == "grpo":
+        cfg = _tiny_grpo_cfg(str(tmp_path))
+        cfg.checkpoint.best_metric = "reward_mean"
+        with pytest.raises(ValueError, match="checkpoint.best_metric: 'reward_mean' .* eval_data is not set"):
+            jobs.run_grpo(cfg)
+    else:
+        cfg = sft_cfg(str(tmp_path))
+        cfg.checkpoint.best_metric = "loss"
+        with pytest.raises(ValueError, match="checkpoint.best_metric: 'loss' .* this job runs no evaluation"):
+            jobs.run_sft(cfg)
+    cfg.workdir = ""  # no checkpoints: nothing to keep, nothing refused
+    with pytest.raises(AssertionError, match="the model was built"):
+        (jobs.run_grpo if job == "grpo" else jobs.run_sft)(cfg)
+
+
+@pytest.mark.parametrize("name", sorted(p[:-3] for p in os.listdir(os.path.join(ROOT, "configs"))
+                                         if p.endswith(".py") and p not in ("__init__.py", "models.py")))
+def test_every_shipped_config_passes_the_best_metric_check(name):
+    """Each config of configs/ started as documented (with a workdir): a best metric only where an evaluation scores
+    checkpoints (grpo_chat_qa and openread_grpo kept the best by reward_mean without eval_data)."""
+    cfg = load_config(name)
+    cfg.workdir = "/tmp/unused"
+    jobs.check_best_metric(cfg, "eval_data" if "grpo" in cfg else None)
+
+
+def test_a_trainer_keeping_the_best_checkpoint_needs_its_evaluation(tmp_path):
+    """The trainer side: a checkpointer with a best metric and no evaluation scoring checkpoints is refused before
+    step 1 (it was an orbax warning at every save)."""
+    tr = _linear_trainer(tmp_path)
+    tr.checkpointer = Checkpointer(str(tmp_path), keep=1, best_metric="acc")
+    with pytest.raises(ValueError, match=r"checkpoint.best_metric: 'acc' .*\(best_metric_source=None, "
+                                         r"evaluations: \['ev'\]\)"):
+        tr.run(2, _linear_batch, eval_fns={"ev": (1, lambda t, step: {"acc": 0.0})})
+    assert tr.step == 0 and tr.checkpointer.all_steps() == []

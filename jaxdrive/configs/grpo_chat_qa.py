@@ -35,7 +35,8 @@ def get_config() -> ml_collections.ConfigDict:
         pad_id=ml_collections.FieldReference(None, field_type=int)))  # None: the tokenizer's pad token
     c.optim = ml_collections.ConfigDict(dict(lr=1e-6, warmup_steps=10, end_lr_ratio=0.1, b1=0.9, b2=0.999, eps=1e-8,
                                              weight_decay=0.0, clip_norm=1.0))
-    c.checkpoint = ml_collections.ConfigDict(dict(enabled=True, every=50, keep=2, best_metric="reward_mean",
+    # no held-out evaluation in this job: keep the latest checkpoints (set eval_data and best_metric to keep the best)
+    c.checkpoint = ml_collections.ConfigDict(dict(enabled=True, every=50, keep=2, best_metric="",
                                                   best_mode="max", async_save=True))
     c.mesh = ml_collections.ConfigDict(dict(enabled=False, data=1, fsdp=1, tensor=1))
     return c

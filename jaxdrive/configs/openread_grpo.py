@@ -48,7 +48,8 @@ def get_config() -> ml_collections.ConfigDict:
         pad_id=151643))
     c.optim = ml_collections.ConfigDict(dict(lr=1e-4, warmup_steps=0, end_lr_ratio=1.0, b1=0.9, b2=0.999, eps=1e-8,
                                              weight_decay=0.0, clip_norm=1.0))
-    c.checkpoint = ml_collections.ConfigDict(dict(enabled=True, every=250, keep=2, best_metric="reward_mean",
+    # no held-out evaluation in this job: keep the latest checkpoints (set eval_data and best_metric to keep the best)
+    c.checkpoint = ml_collections.ConfigDict(dict(enabled=True, every=250, keep=2, best_metric="",
                                                   best_mode="max", async_save=True))
     c.mesh = ml_collections.ConfigDict(dict(enabled=True, data=1, fsdp=4, tensor=2))
     return c

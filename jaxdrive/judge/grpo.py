@@ -93,6 +93,13 @@ def gate_loss_fn(cfg: ml_collections.ConfigDict, yes_no: tuple[int, int]) -> Gat
                         cfg.agg, float(cfg.get("temperature", 1.0)))
 
 
+def resume_config(g) -> dict:
+    """The ``grpo`` values that set which pairs each step draws (``GateRollouts.sampler``: seed, batch of
+    prompts_per_step x oversample), for ``Trainer(resume_config=...)``: a resume under others is refused."""
+    return {"grpo.seed": g.seed, "grpo.prompts_per_step": g.prompts_per_step,
+            "grpo.oversample": int(g.get("oversample", 1))}
+
+
 class GateRollouts:
     """The GRPO ``batch_fn`` for pair examples (``judge.recipes.pair_examples``).
 
@@ -244,7 +251,7 @@ def run_gate_grpo(cfg: ml_collections.ConfigDict, model=None):
     trainer = Trainer(model, loss_fn=gate_loss_fn(g, yes_no), tx=optim.make_optimizer(cfg.optim, cfg.steps * g.policy_epochs),
                       trainable=trainable, summary=grpo_summary, mesh=mesh, checkpointer=ckpt,
                       save_every=cfg.checkpoint.get("every", 0), logger=logger, log_every=cfg.get("log_every", 1),
-                      seed=cfg.seed, progress=cfg.get("progress", True))
+                      seed=cfg.seed, resume_config=resume_config(g), progress=cfg.get("progress", True))
     reference = (trainer.graphdef, jax.tree.map(jnp.copy, trainer.params), trainer.rest) if g.beta != 0.0 else None
     trainer.restore()
     rollouts = GateRollouts(examples, jobs.build_rewards(cfg.rewards), yes_no, g, reference)

@@ -1,8 +1,8 @@
 """Model configuration parsed from a Hugging Face ``config.json`` (Qwen2.5-VL, Qwen3-VL, Qwen3 text-only).
 
 One frozen dataclass, :class:`ModelConfig`, with the text decoder's shape in :class:`TextConfig` and the vision
-tower's sub-config kept as the raw dict (the towers parse it themselves). The raw ``config.json`` dict is kept so an
-export writes back exactly what was read.
+tower's sub-config kept as the raw dict (the towers parse it themselves). The raw ``config.json`` dict, and the raw
+``generation_config.json`` dict when the directory has one, are kept so an export writes back exactly what was read.
 """
 from __future__ import annotations
 
@@ -57,6 +57,8 @@ class ModelConfig:
     deepstack_layers: int
     eos_token_ids: tuple[int, ...]
     raw: dict[str, Any] = dataclasses.field(compare=False, repr=False)
+    #: the source directory's ``generation_config.json`` (stop ids, sampling defaults); None without one.
+    generation: dict[str, Any] | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def has_vision(self) -> bool:
@@ -161,24 +163,34 @@ def token_id_tuple(value, where: str) -> tuple[int, ...]:
     return ids
 
 
+GENERATION_FILE = "generation_config.json"
+
+
+def read_generation_config(directory: str | os.PathLike) -> dict[str, Any] | None:
+    """The raw ``generation_config.json`` dict of a pretrained ``directory``; None when it has none."""
+    file = os.path.join(os.fspath(directory), GENERATION_FILE)
+    if not os.path.exists(file):
+        return None
+    with open(file) as f:
+        return json.load(f)
+
+
 def stop_token_ids(path: str | os.PathLike) -> tuple[int, ...]:
     """The ids that end a generation for the pretrained directory ``path``, as transformers' ``generate`` reads them:
     ``generation_config.json``'s ``eos_token_id`` (one id or a list: Qwen chat models list ``<|im_end|>`` and
     ``<|endoftext|>``) when the file sets one, else ``config.json``'s; ``()`` when neither does."""
-    file = os.path.join(os.fspath(path), "generation_config.json")
-    if os.path.exists(file):
-        with open(file) as f:
-            ids = token_id_tuple(json.load(f).get("eos_token_id"), f"{file}: eos_token_id")
-        if ids:
-            return ids
-    return load_config(path).eos_token_ids
+    ids = token_id_tuple((read_generation_config(path) or {}).get("eos_token_id"),
+                         f"{os.path.join(os.fspath(path), GENERATION_FILE)}: eos_token_id")
+    return ids or load_config(path).eos_token_ids
 
 
 def load_config(path: str | os.PathLike) -> ModelConfig:
-    """Read ``<path>/config.json`` (or ``path`` itself if it is a file) and parse it."""
+    """Read ``<path>/config.json`` (or ``path`` itself if it is a file) and parse it, with the
+    ``generation_config.json`` beside it when there is one (``ModelConfig.generation``)."""
     path = os.fspath(path)
     file = os.path.join(path, "config.json") if os.path.isdir(path) else path
     if not os.path.exists(file):
         raise FileNotFoundError(f"no config.json at {file}")
     with open(file) as f:
-        return parse_config(json.load(f))
+        cfg = parse_config(json.load(f))
+    return dataclasses.replace(cfg, generation=read_generation_config(os.path.dirname(file)))

@@ -13,7 +13,8 @@ nested (Qwen3-VL)          ``model.language_model.*``   ``model.visual.*``
 =========================  ===========================  =====================
 
 Export writes the family's own layout (Qwen2.5-VL and Qwen3: legacy; Qwen3-VL: nested) plus ``config.json`` so
-``transformers.AutoModel*.from_pretrained`` loads it.
+``transformers.AutoModel*.from_pretrained`` loads it, and ``generation_config.json`` (token ids and the source's
+sampling defaults) so ``generate`` stops and pads as the source model did.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jaxdrive.models.config import ModelConfig, load_config
+from jaxdrive.models.config import GENERATION_FILE, ModelConfig, load_config
 from jaxdrive.models.safetensors_io import INDEX_FILE, SINGLE_FILE, SafetensorsDir, write_safetensors
 from jaxdrive.models.vlm import QwenModel
 from jaxdrive.parallel import LOGICAL_AXIS_RULES, Rules, named_sharding, variable_axes
@@ -261,9 +262,22 @@ def export_layout(family: str) -> str:
     return "nested" if family == "qwen3_vl" else "legacy"
 
 
+def generation_config(cfg: ModelConfig) -> dict:
+    """The ``generation_config.json`` of an export: ``config.json``'s bos / eos / pad token ids (the text config's
+    for vision-language models, as transformers reads them), then the source directory's generation config when the
+    model was loaded from one (``cfg.generation``: its stop ids and sampling defaults win, as in transformers)."""
+    text = cfg.raw.get("text_config") or {}
+    ids = {k: text.get(k, cfg.raw.get(k)) for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
+    return {**{k: v for k, v in ids.items() if v is not None}, **(cfg.generation or {})}
+
+
 def save_pretrained(model: QwenModel, path: str | os.PathLike, *, max_shard_bytes: int = 4 << 30) -> None:
-    """Write ``model`` as an HF directory (``config.json`` + safetensors, sharded with an index above
-    ``max_shard_bytes``), one tensor gathered to the host at a time."""
+    """Write ``model`` as an HF directory (``config.json``, ``generation_config.json`` (:func:`generation_config`)
+    and safetensors, sharded with an index above ``max_shard_bytes``), one tensor gathered to the host at a time.
+
+    The generation config is written as read, not through ``transformers.GenerationConfig.save_pretrained``: that
+    refuses files transformers itself loads with a warning (e.g. a ``temperature`` without ``do_sample``), which would
+    fail an export at the end of a training run."""
     path = os.fspath(path)
     os.makedirs(path, exist_ok=True)
     specs = tensor_specs(model, export_layout(model.cfg.family))
@@ -301,3 +315,5 @@ def save_pretrained(model: QwenModel, path: str | os.PathLike, *, max_shard_byte
     raw.pop("torch_dtype", None)
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(raw, f, indent=2)
+    with open(os.path.join(path, GENERATION_FILE), "w") as f:
+        json.dump(generation_config(model.cfg), f, indent=2)

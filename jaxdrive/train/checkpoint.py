@@ -4,8 +4,9 @@ exact resume.
 A checkpoint at step s holds two items:
   * ``state``: the array pytree (trainable params, optimizer state, ...), restored into the caller's abstract
     target so shardings carry over (sharded restore);
-  * ``meta``: JSON (step, data position, RNG seed/key data, config snapshot), everything a resume needs besides
-    arrays. The frozen base weights are not saved: they are rebuilt from the config (pretrained path or seed).
+  * ``meta``: JSON (step, data position, RNG seed/key data, the config values the data order and rollouts depend
+    on: ``Trainer(resume_config=...)``), everything a resume needs besides arrays. The frozen base weights are
+    not saved: they are rebuilt from the config (pretrained path or seed).
 and, when the run streams data with a grain iterator (``jaxdrive.datasets.loader``), a third item ``data``: the
 iterator's state, one file per process (grain's orbax handler), so every process resumes its own shard.
 """

@@ -169,6 +169,11 @@ class Rollouts:
         adv = grpo.resolve_advantage_convention(cfg.advantage) if cfg.get("advantage") else {}
         self.adv_kwargs = dict(adv, **{k: cfg[k] for k in ("scale", "eps") if cfg.get(k) is not None})
 
+    def resume_config(self) -> dict:
+        """The ``grpo`` config values that set which prompts each step samples (the prompt sampler's seed and batch
+        size), for ``Trainer(resume_config=...)``: a resume under other values would continue another stream."""
+        return {"grpo.seed": self.sampler.seed, "grpo.prompts_per_step": self.sampler.batch_size}
+
     def _sampling(self, greedy: bool) -> SamplingConfig:
         cfg = self.cfg
         return SamplingConfig(max_new_tokens=cfg.completion_len, temperature=cfg.temperature, greedy=greedy,

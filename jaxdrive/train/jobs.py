@@ -158,6 +158,23 @@ def check_run_config(cfg: ml_collections.ConfigDict) -> None:
         raise ValueError(f"finetune.mode: expected 'full' or 'lora', got {mode!r}")
 
 
+def check_best_metric(cfg: ml_collections.ConfigDict, evaluation: str | None) -> None:
+    """Before anything is built: ``checkpoint.best_metric`` (keep the best checkpoint by an evaluation metric) needs
+    an evaluation that scores checkpoints. ``evaluation`` is the config field that sets the job's evaluation (None:
+    the job has none). Nothing to check when no checkpoint is written (no ``workdir`` or checkpoints disabled)."""
+    ckpt = cfg.get("checkpoint") or {}
+    best = ckpt.get("best_metric")
+    if not (best and cfg.get("workdir") and ckpt.get("enabled", True)):
+        return
+    if evaluation is None:
+        raise ValueError(f"checkpoint.best_metric: {best!r} keeps the best checkpoint by an evaluation metric, but "
+                         "this job runs no evaluation; set checkpoint.best_metric=''")
+    if not cfg.get(evaluation):
+        raise ValueError(f"checkpoint.best_metric: {best!r} keeps the best checkpoint by an evaluation metric, but "
+                         f"{evaluation} is not set (no evaluation scores checkpoints); set {evaluation} or "
+                         "checkpoint.best_metric=''")
+
+
 def _infra(cfg: ml_collections.ConfigDict):
     from jaxdrive import distributed
 
@@ -184,6 +201,7 @@ def run_sft(cfg: ml_collections.ConfigDict, model=None):
         raise ValueError(f"micro_batches: expected 1 <= micro_batches <= batch_size ({cfg.batch_size}), got {k}")
     check_run_config(cfg)
     check_multiprocess_mesh(cfg)
+    check_best_metric(cfg, None)
     model = build_model(cfg.model) if model is None else model
     trainable = prepare_finetuning(model, cfg.finetune)
     tokenizer = load_tokenizer(cfg.model)
@@ -197,7 +215,8 @@ def run_sft(cfg: ml_collections.ConfigDict, model=None):
     logger, ckpt, mesh = _infra(cfg)
     trainer = Trainer(model, loss_fn=sft.sft_loss_fn, tx=optim.make_optimizer(cfg.optim, cfg.steps), trainable=trainable,
                       mesh=mesh, checkpointer=ckpt, save_every=cfg.checkpoint.get("every", 0), logger=logger,
-                      log_every=cfg.get("log_every", 1), seed=cfg.seed, progress=cfg.get("progress", True))
+                      log_every=cfg.get("log_every", 1), seed=cfg.seed, resume_config={"batch_size": cfg.batch_size},
+                      progress=cfg.get("progress", True))  # the shuffle seed is the run's seed, checked on resume
     trainer.restore()
 
     def batch_fn(tr, step, key):
@@ -249,6 +268,7 @@ def run_grpo(cfg: ml_collections.ConfigDict, model=None):
     of text completions."""
     check_run_config(cfg)
     check_multiprocess_mesh(cfg)
+    check_best_metric(cfg, "eval_data")
     if cfg.grpo.get("rollout", "text") == "gates":
         from jaxdrive.judge.grpo import run_gate_grpo
 
@@ -270,7 +290,7 @@ def run_grpo(cfg: ml_collections.ConfigDict, model=None):
                       tx=optim.make_optimizer(cfg.optim, cfg.steps * g.policy_epochs), trainable=trainable,
                       summary=grpo_summary, mesh=mesh, checkpointer=ckpt, save_every=cfg.checkpoint.get("every", 0),
                       logger=logger, log_every=cfg.get("log_every", 1), seed=cfg.seed,
-                      progress=cfg.get("progress", True))
+                      resume_config=rollouts.resume_config(), progress=cfg.get("progress", True))
     trainer.restore()
     eval_examples = build_examples(cfg.eval_data, tokenizer) if cfg.get("eval_data") else None
     eval_fns = {"greedy": (cfg.eval_every, lambda tr, step: rollouts.evaluate(tr, eval_examples))} if eval_examples else {}

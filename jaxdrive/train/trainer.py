@@ -11,7 +11,8 @@ checkpointing, metrics and the progress bar. Algorithms plug in two things:
 
 Determinism and resume: the data order is a function of (seed, step) (``data.EpochSampler``) and the step key is
 ``fold_in(key(seed), step)``; a checkpoint stores the trainable parameters, the optimizer state, the step and the data
-position, so a run killed after step N and resumed reproduces steps N+1.. of an uninterrupted run.
+position, so a run killed after step N and resumed reproduces steps N+1.. of an uninterrupted run. A resume under
+another seed or other values of the config that sets the data order (``resume_config``) is refused.
 
 Sharding: with a ``mesh`` (axes data, fsdp, tensor) the parameters are placed by their logical axis names
 (``jaxdrive.parallel``) and every batch array is split over ("data", "fsdp") along its leading axis; the same jitted
@@ -85,6 +86,9 @@ class Trainer:
       checkpointer / save_every: orbax checkpoints every ``save_every`` steps and at the end.
       logger / log_every: metrics sink and cadence.
       seed: base of the per-step RNG keys.
+      resume_config: the other config values the run's data order and rollouts depend on ({dotted config key: JSON
+        value}, e.g. the prompt sampler's ``grpo.seed``); saved in every checkpoint's meta, and ``restore`` refuses a
+        checkpoint saved under other values (as it refuses another ``seed``).
       progress: show a tqdm progress bar.
     """
 
@@ -92,7 +96,8 @@ class Trainer:
                  trainable: Any = nnx.Param, summary: Callable[[dict], dict] = default_summary,
                  mesh: jax.sharding.Mesh | None = None, rules=parallel.LOGICAL_AXIS_RULES,
                  checkpointer: Checkpointer | None = None, save_every: int = 0, logger: MetricsLogger | None = None,
-                 log_every: int = 1, seed: int = 0, progress: bool = True):
+                 log_every: int = 1, seed: int = 0, resume_config: dict[str, Any] | None = None,
+                 progress: bool = True):
         self.mesh, self.rules = mesh, rules
         if mesh is not None:
             parallel.shard_model(model, mesh, rules)
@@ -104,6 +109,7 @@ class Trainer:
         self.checkpointer, self.save_every = checkpointer, save_every
         self.logger, self.log_every, self.progress = logger, log_every, progress
         self.seed, self.step = seed, 0
+        self.resume_config = dict(resume_config or {})
         self.base_key = jax.random.key(seed)
         self.history: list[dict] = []
 
@@ -151,26 +157,34 @@ class Trainer:
     def save(self, meta: dict | None = None, metrics: dict | None = None) -> None:
         if self.checkpointer is None:
             return
-        base = {"step": self.step, "seed": self.seed,
+        base = {"step": self.step, "seed": self.seed, "resume_config": self.resume_config,
                 "rng_key": np.asarray(jax.random.key_data(self.base_key)).tolist()}
         self.checkpointer.save(self.step, self._ckpt_state(), {**base, **(meta or {})}, metrics)
 
     def restore(self, step: int | None = None) -> dict | None:
         """Restores the latest (or given) checkpoint if there is one; returns its meta (None if nothing to restore).
 
-        A checkpoint written under another ``seed`` is refused: its RNG keys would continue with this run's data
-        order, a run neither seed gives."""
+        A checkpoint written under another ``seed`` or other ``resume_config`` values is refused: its RNG keys would
+        continue with this run's data order and rollouts, a run neither configuration gives."""
         if self.checkpointer is None or (step is None and self.checkpointer.latest_step() is None):
             return None
         state, meta = self.checkpointer.restore(self._ckpt_state(), step)
-        if int(meta["seed"]) != self.seed:
-            raise ValueError(f"seed: the checkpoint at step {meta['step']} in {self.checkpointer.manager.directory} "
-                             f"was trained with seed={meta['seed']}, this run has seed={self.seed}; resume with the "
-                             "same seed or use another workdir")
+        self._check_resumable(meta)
         self.params, self.opt_state = state["params"], state["opt_state"]
         self.step, self.seed = int(meta["step"]), int(meta["seed"])
         self.base_key = jax.random.wrap_key_data(jnp.asarray(meta["rng_key"], jnp.uint32))
         return meta
+
+    def _check_resumable(self, meta: dict) -> None:
+        """A ValueError naming the first of ``seed`` and the ``resume_config`` keys whose value in the checkpoint's
+        ``meta`` differs from this run's. A key the checkpoint does not record (written before it was recorded) is
+        not compared."""
+        saved = {"seed": int(meta["seed"]), **meta.get("resume_config", {})}
+        where = f"the checkpoint at step {meta['step']} in {self.checkpointer.manager.directory}"
+        for key, new in {"seed": self.seed, **self.resume_config}.items():
+            if key in saved and saved[key] != new:
+                raise ValueError(f"{key}: {where} was trained with {key}={saved[key]!r}, this run has {key}={new!r}; "
+                                 f"resume with the same {key} or use another workdir")
 
     # ------------------------------------------------------------------ the loop
     def run(self, total_steps: int, batch_fn: BatchFn, *, updates_per_batch: int = 1,
@@ -194,6 +208,7 @@ class Trainer:
         from tqdm.auto import tqdm
 
         eval_fns = eval_fns or {}
+        self._check_best_metric_source(eval_fns, best_metric_source)
         records = []
         if self.logger is not None:  # a resumed run logs the steps after its checkpoint again: no record twice
             self.logger.resume_at(self.step)
@@ -228,6 +243,17 @@ class Trainer:
             if self.checkpointer is not None:
                 self.checkpointer.wait()
         return records
+
+    def _check_best_metric_source(self, eval_fns: dict, best_metric_source: str | None) -> None:
+        """Before any training: a checkpointer that keeps the best checkpoint by a metric needs the evaluation that
+        scores checkpoints (``best_metric_source``, one of ``eval_fns``); without it no save has metrics and the
+        best checkpoint is never chosen."""
+        best = self.checkpointer.best_metric if self.checkpointer is not None else None
+        if best and best_metric_source not in eval_fns:
+            raise ValueError(f"checkpoint.best_metric: {best!r} keeps the best checkpoint by an evaluation metric, but "
+                             f"no evaluation scores checkpoints (best_metric_source={best_metric_source!r}, "
+                             f"evaluations: {sorted(eval_fns)}); configure that evaluation or unset "
+                             "checkpoint.best_metric")
 
     def _check_best_metric(self, values: dict) -> None:
         """Before any training: the checkpointer's best metric must be one the best-metric evaluation returns."""
