@@ -71,7 +71,7 @@ def test_tiny_codec_and_tool_observations():
     assert c.prompt(item) == [c.QUESTION, c.KIND["leading"], c.LETTER["A"], c.VALUE["No"], c.LETTER["B"],
                               c.VALUE["Yes"]]
     assert c.parse([32]) == ("tool", "get_leading_object_detection", {})
-    assert c.parse([c.LETTER["B"]]) == ("finish", "B", {}) and c.parse([5]) == ("malformed",)
+    assert c.parse([c.LETTER["B"]]) == ("finish", {"final_answer": "B"}) and c.parse([5]) == ("malformed",)
     ctx, reg = ToolContext.from_scene(known_scene()), default_registry()
     assert c.observation(reg.call(ctx, "get_leading_object_detection", {})) == [c.OBS, c.VALUE["Yes"]]
     assert c.observation(reg.call(ctx, "get_front_object_detections", {})) == [c.OBS, c.VALUE["2"]]
@@ -91,8 +91,10 @@ def test_text_codec_on_a_qwen_tokenizer(tmp_path):
     call = json.dumps({"think": "x", "action": {"tool": "get_ego_states", "arguments": {}}}) + "<|im_end|>"
     assert c.parse(tok.encode(call, add_special_tokens=False)) == ("tool", "get_ego_states", {})
     fin = json.dumps({"finish": True, "final_answer": "B) No", "reasoning": "r"})
-    kind, letter, obj = c.parse(tok.encode(fin, add_special_tokens=False))
-    assert (kind, letter, obj["reasoning"]) == ("finish", "B", "r")
+    kind, obj = c.parse(tok.encode(fin, add_special_tokens=False))
+    assert (kind, obj["final_answer"], obj["reasoning"]) == ("finish", "B) No", "r")
+    no_letter = json.dumps({"finish": True, "final_answer": "No"})  # a finish still: scored malformed output
+    assert c.parse(tok.encode(no_letter, add_special_tokens=False))[0] == "finish"
     assert c.parse(tok.encode("no json", add_special_tokens=False)) == ("malformed",)
     from jaxdrive.agent.tools import Observation
 
@@ -173,32 +175,30 @@ def test_missing_rewards_are_left_out_of_the_agent_metrics_and_evaluation():
     assert ro.evaluate(None, examples[:4])["reward_mean"] == 1.0
 
 
-def test_rollout_reward_equals_the_loop_reward_with_memory(tmp_path, monkeypatch):
-    """The rollouts recorded ``memory_used = []`` whatever the answer cited, so with retrieved long-term memory in the
-    prompt the training reward (tier 2, 0.5) differed from the loop's (tier 1, 0.7) for the same replies; both now map
-    the answer's entry numbers to the retrieved ids the same way (out-of-range numbers name nothing)."""
-    from types import SimpleNamespace
-
-    from jaxdrive.agent import grpo_rollout, stm
-    from jaxdrive.agent.loop import run_episode
+def _speed_item(memory: str = "") -> tuple:
+    """A synthetic speed question with its short-term memory, two retrieved entries ``m7`` / ``m9`` described by
+    ``memory``, and its scene's tool context."""
+    from jaxdrive.agent import stm
     from jaxdrive.agent.mcq import make_mcq_set
-    from jaxdrive.agent.reward import tiered_reward
     from jaxdrive.agent.tools import ToolContext
     from jaxdrive.data.synthetic import generate_scene
-    from jaxdrive.models.tokenizer_testing import TEST_TOKEN_IDS, build_test_tokenizer
 
     item = make_mcq_set(1, seed=7, kinds=("speed",))[0]
     ctx = ToolContext.from_scene(generate_scene(item["scene_seed"], num_proposals=1))
-    item = dict(item, stm=stm.build(ctx).serialise(), retrieved=["m7", "m9"],
-                memory="[1] conditions: dense traffic ahead; risks: sudden braking\n[2] tool strategy: read ego speed")
-    gold = item["gold"]
-    replies = [json.dumps({"think": "speed?", "action": {"tool": "get_ego_states", "arguments": {}}}),
-               json.dumps({"finish": True, "reasoning": "The ego speed answers it.", "memory_used": [1, 2, 5],
-                           "final_answer": f"{gold}) {item['options'][gold]}"})]
+    return dict(item, stm=stm.build(ctx).serialise(), retrieved=["m7", "m9"], memory=memory), ctx
+
+
+def _loop_and_rollout(tmp_path, monkeypatch, item, ctx, replies):
+    """The loop's trajectory and the text-codec rollout's trajectories (two rows) and rewards when the policy emits
+    ``replies`` in turn, the loop reading one per turn and the rollout generating one per turn."""
+    from types import SimpleNamespace
+
+    from jaxdrive.agent import grpo_rollout
+    from jaxdrive.agent.loop import run_episode
+    from jaxdrive.models.tokenizer_testing import TEST_TOKEN_IDS, build_test_tokenizer
+
     loop_traj = run_episode(lambda msgs: replies[len(msgs) // 2 - 1], ctx, default_registry(), item, stm=item["stm"],
                             memory=item["memory"], retrieved=item["retrieved"])
-    assert loop_traj["correct"] and loop_traj["memory_used"] == ["m7", "m9"]
-
     tok = build_test_tokenizer(str(tmp_path / "tok"))
     codec = TextAgentCodec(tok)
     im_end = TEST_TOKEN_IDS["<|im_end|>"]
@@ -212,13 +212,57 @@ def test_rollout_reward_equals_the_loop_reward_with_memory(tmp_path, monkeypatch
     trainer = SimpleNamespace(graphdef=None, params=None, rest=None, shard_batch=lambda x: x,
                               model=lambda: SimpleNamespace(prepare_inputs=lambda ids, mask, bucket: None))
     cfg = _cfg()
-    rows = [{"prompt": np.asarray(codec.prompt(item), np.int32), "item": item, "gold": gold}] * 2
+    rows = [{"prompt": np.asarray(codec.prompt(item), np.int32), "item": item, "gold": item["gold"]}] * 2
     cfg.grpo.update(dict(prompt_len=len(rows[0]["prompt"]), completion_len=4096, group_size=2, eos_id=im_end,
                          pad_id=TEST_TOKEN_IDS["<|endoftext|>"]))
     ro = MultiTurnRollouts(rows, build_rewards(cfg.rewards), codec.words, cfg.grpo, codec=codec)
     tokens, loss_mask, _, trajs = ro.episodes(trainer, rows, jax.random.key(0))
+    total, _, _ = ro._score(rows, tokens, loss_mask, trajs)
+    return loop_traj, trajs, total
+
+
+def test_rollout_reward_equals_the_loop_reward_with_memory(tmp_path, monkeypatch):
+    """The rollouts recorded ``memory_used = []`` whatever the answer cited, so with retrieved long-term memory in the
+    prompt the training reward (tier 2, 0.5) differed from the loop's (tier 1, 0.7) for the same replies; both now map
+    the answer's entry numbers to the retrieved ids the same way (out-of-range numbers name nothing)."""
+    from jaxdrive.agent.reward import tiered_reward
+
+    item, ctx = _speed_item("[1] conditions: dense traffic ahead; risks: sudden braking\n"
+                            "[2] tool strategy: read ego speed")
+    gold = item["gold"]
+    replies = [json.dumps({"think": "speed?", "action": {"tool": "get_ego_states", "arguments": {}}}),
+               json.dumps({"finish": True, "memory_used": [1, 2, 5],
+                           "reasoning": "Dense traffic ahead, so read ego speed: the ego speed answers it.",
+                           "final_answer": f"{gold}) {item['options'][gold]}"})]
+    loop_traj, trajs, total = _loop_and_rollout(tmp_path, monkeypatch, item, ctx, replies)
+    assert loop_traj["correct"] and loop_traj["memory_used"] == ["m7", "m9"]
     assert [t["termination"] for t in trajs] == ["finish"] * 2
     assert [t["memory_used"] for t in trajs] == [loop_traj["memory_used"]] * 2
-    total, _, _ = ro._score(rows, tokens, loss_mask, trajs)
     assert tiered_reward([""], [{"trajectory": loop_traj}]) == [TIER_REWARD[1]]
     np.testing.assert_allclose(total, [TIER_REWARD[1]] * 2)  # float32
+
+
+@pytest.mark.parametrize("answer_reply", [
+    {"finish": True, "reasoning": "It is slow.", "final_answer": "the ego is slow"},  # no option letter
+    {"finish": True, "reasoning": "r", "final_answer": "Answer: B", "action": {"tool": "get_ego_states"}},  # both
+])
+def test_rollout_ends_where_the_loop_ends_on_the_same_replies(tmp_path, monkeypatch, answer_reply):
+    """A finish whose answer has no option letter ended the loop's episode (malformed output, tier 6) but was a
+    malformed reply to the rollout's text codec, which gave the policy another turn (a later correct answer: tier 1
+    or 2); a reply with both a finish and an action was a finish to the loop and a (repeated) tool call to the
+    codec. Both read a reply by one rule (``loop.read_reply``): the same turns, steps, answer and reward."""
+    from jaxdrive.agent.reward import tiered_reward
+
+    item, ctx = _speed_item()
+    gold = item["gold"]
+    replies = [json.dumps({"think": "speed?", "action": {"tool": "get_ego_states", "arguments": {}}}),
+               json.dumps(answer_reply),
+               json.dumps({"finish": True, "reasoning": "r", "final_answer": f"{gold}) {item['options'][gold]}"})]
+    loop_traj, trajs, total = _loop_and_rollout(tmp_path, monkeypatch, item, ctx, replies)
+    assert loop_traj["termination"] == "finish" and loop_traj["counters"]["turns"] == 2
+    assert tiered_reward([""], [{"trajectory": loop_traj}]) == [TIER_REWARD[6]]
+    for t in trajs:
+        assert (t["termination"], t["counters"]["turns"], t["final_answer"]) == \
+            ("finish", 2, loop_traj["final_answer"])
+        assert [s["action"] for s in t["steps"]] == [s["action"] for s in loop_traj["steps"]]
+    np.testing.assert_allclose(total, [TIER_REWARD[6]] * 2)

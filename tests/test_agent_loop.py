@@ -13,6 +13,7 @@ from jaxdrive.agent.consolidate import verify
 from jaxdrive.agent.loop import MAX_TOOL_TURNS, read_trajectories, run_episode, write_jsonl
 from jaxdrive.agent.mcq import KINDS, make_mcq_set
 from jaxdrive.agent.policy import ScriptedPolicy
+from jaxdrive.agent.reward import tier
 from jaxdrive.agent.sft_data import convert, read_records, stepwise_records, to_arrays
 from jaxdrive.agent.tools import ToolContext, default_registry
 from jaxdrive.data.synthetic import generate_scene
@@ -54,10 +55,11 @@ def test_scripted_policy_answers_mcq_through_the_loop(mcq, tmp_path):
     for item in mcq:
         ctx = _ctx(item)
         trajs.append(run_episode(ScriptedPolicy(), ctx, REG, item, stm=stm.build(ctx).serialise(),
-                                 memory="[1] conditions: example", retrieved=["m7"]))
+                                 memory="[1] conditions: dense traffic ahead", retrieved=["m7"]))
     assert all(t["correct"] for t in trajs)
     assert all(t["termination"] == "finish" and t["counters"]["turns"] == 2 for t in trajs)
     assert all(t["memory_used"] == ["m7"] and verify(t) for t in trajs)
+    assert all(tier(t) == 1 for t in trajs)  # its reasoning states an object id and the clause
     assert all(t["steps"][0]["update"] and t["steps"][0]["latency_ms"] >= 0 for t in trajs)
     write_jsonl(tmp_path / "t.jsonl", trajs)
     assert read_trajectories(tmp_path / "t.jsonl") == json.loads(json.dumps(trajs))

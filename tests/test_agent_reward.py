@@ -57,10 +57,11 @@ def test_table8_values_and_exclusivity():
     assert TIER_REWARD[4] > TIER_REWARD[3]  # the shaping term the paper argues for
 
 
-def test_memory_citations_count_entries_and_phrases():
+def test_memory_citations_count_phrases_surfaced_in_the_reasoning():
     t = traj("B) x", "legal", 0)
     assert memory_citations(t) == 0
-    assert memory_citations(dict(t, memory_used=["m1", "m1", "m2"])) == 2
+    assert memory_citations(dict(t, memory_used=["m1", "m2"])) == 0  # a list of entries is no phrase in the reasoning
+    assert memory_citations(traj("B) x", "legal", 2)) == 2  # an object id and an experience clause
     assert memory_citations(dict(t, reasoning="VEH0 ahead")) == 1  # case-insensitive id
     assert memory_citations(dict(t, reasoning="veh01 ahead")) == 0  # whole ids only
 
@@ -78,3 +79,14 @@ def test_a_bare_option_letter_is_a_parseable_answer(answer, want):
     # the paper scores "the multiple-choice letter of the last parseable final answer": a model answering "B" (or
     # "B. Brake") chose option B; it was scored as malformed output (tier 6, reward 0) before
     assert tier(traj(answer, "legal", 2)) == want
+
+
+def test_listing_retrieved_entries_without_using_them_is_no_memory_citation():
+    """Memory cited "requires at least two concrete scene-state or experience phrases surfaced in the reasoning"
+    (appendix B.3): the answer's own ``memory_used`` list counted an entry each, so a correct tool-using answer that
+    listed two retrieved entries its reasoning never used reached tier 1 (+0.7) instead of tier 2 (+0.5)."""
+    listed = dict(traj("B) Brake", "legal", 0), retrieved=["m1", "m2"], memory_used=["m1", "m2"])
+    assert tier(listed) == 2
+    assert tiered_reward([""], [{"trajectory": listed}]) == [TIER_REWARD[2]]
+    used = dict(listed, reasoning="veh0 is close and a stopped vehicle ahead in the ego lane means braking.")
+    assert tier(used) == 1

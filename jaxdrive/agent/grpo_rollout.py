@@ -3,8 +3,10 @@
 generates the next turn, for every row of the batch in lockstep. Observation and feedback tokens are context: they
 are in the attention mask but not in the loss mask (``completion_mask``), so the GRPO loss covers only tokens the
 policy generated. Each row's episode becomes a trajectory record scored by the tiered reward, as the loop's record of
-the same replies is: an item carrying retrieved long-term memory (``memory``, the prompt text, and ``retrieved``, its
-entry ids in the prompt's numbering) has the answer's ``memory_used`` numbers mapped to those ids (``cited_entries``).
+the same replies is: a turn is read by the loop's rule (``loop.read_reply``: a finish ends the episode whatever its
+answer, one without an option letter is scored malformed output), and an item carrying retrieved long-term memory
+(``memory``, the prompt text, and ``retrieved``, its entry ids in the prompt's numbering) has the answer's
+``memory_used`` numbers mapped to those ids (``cited_entries``).
 
 The token language is a codec. ``TinyAgentCodec`` is the one for the tiny random Qwen-VL (no tokenizer): one token per
 turn (a tool, or an option letter = finish), observations as a few value tokens.
@@ -22,7 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdrive.agent.loop import MAX_TOOL_TURNS, cited_entries
+from jaxdrive.agent.loop import (MAX_TOOL_TURNS, answer_letter, cited_entries, parse_reply, read_reply, system_prompt,
+                                 user_prompt)
 from jaxdrive.agent.mcq import KINDS, make_mcq_set
 from jaxdrive.agent.tools import Observation, ToolContext, default_registry
 from jaxdrive.data.synthetic import generate_scene
@@ -52,12 +55,13 @@ class TinyAgentCodec:
         return ids
 
     def parse(self, tokens: list[int]):
-        """("tool", name, args) | ("finish", letter, reply) | ("malformed",) from one turn's generated tokens."""
+        """("tool", name, args) | ("finish", reply) | ("malformed",) from one turn's generated tokens (as
+        ``loop.read_reply``); a letter token is the finish ``{"final_answer": letter}``."""
         t = tokens[0] if tokens else -1
         if t in self.TOOL:
             return ("tool",) + self.TOOL[t]
         letters = {v: k for k, v in self.LETTER.items()}
-        return ("finish", letters[t], {}) if t in letters else ("malformed",)
+        return ("finish", {"final_answer": letters[t]}) if t in letters else ("malformed",)
 
     def observation(self, obs: Observation) -> list[int]:
         if not obs.ok:
@@ -101,21 +105,13 @@ class TextAgentCodec:
         return list(self.tok.encode(text, add_special_tokens=False))
 
     def prompt(self, item: dict) -> list[int]:
-        from jaxdrive.agent.loop import system_prompt, user_prompt
-
         return self._ids(f"<|im_start|>system\n{system_prompt(self.registry)}<|im_end|>\n<|im_start|>user\n"
                          f"{user_prompt(item['question'], item.get('stm', ''), item.get('memory', ''))}<|im_end|>\n"
                          "<|im_start|>assistant\n")
 
     def parse(self, tokens: list[int]):
-        from jaxdrive.agent.loop import answer_letter, parse_reply
-
-        obj = parse_reply(self.tok.decode(tokens, skip_special_tokens=True)) or {}
-        action = obj.get("action")
-        if isinstance(action, dict) and isinstance(action.get("tool"), str):
-            return "tool", action["tool"], action.get("arguments", {})
-        letter = answer_letter(str(obj.get("final_answer", ""))) if obj.get("finish") is True else None
-        return ("finish", letter, obj) if letter else ("malformed",)
+        """One turn's generated tokens read as the loop reads the reply (``loop.read_reply``)."""
+        return read_reply(parse_reply(self.tok.decode(tokens, skip_special_tokens=True)))
 
     def _user(self, text: str) -> list[int]:
         return self._ids(f"\n<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n")
@@ -130,6 +126,11 @@ class TextAgentCodec:
         ids = np.asarray(ids)
         ids = ids[np.asarray(mask).astype(bool)] if mask is not None else ids
         return self.tok.decode(ids, skip_special_tokens=True)
+
+
+def accuracy(trajs: list[dict]) -> float:
+    """The fraction of episodes whose final answer's option letter (``loop.answer_letter``) is the gold letter."""
+    return float(np.mean([answer_letter(t["final_answer"]) == t["gold"] for t in trajs]))
 
 
 class MultiTurnRollouts(Rollouts):
@@ -184,10 +185,10 @@ class MultiTurnRollouts(Rollouts):
                 action = codec.parse(new)
                 extra: list[int] = []
                 if action[0] == "finish" and c["useful_calls"] > 0:
-                    letter = action[1]
-                    tr["final_answer"] = f"{letter}) {rows[i]['item']['options'].get(letter, '?')}"
-                    tr["reasoning"] = str(action[2].get("reasoning", ""))
-                    tr["memory_used"] = cited_entries(action[2].get("memory_used"), tr["retrieved"])
+                    reply = action[1]
+                    tr["final_answer"] = reply["final_answer"]
+                    tr["reasoning"] = str(reply.get("reasoning", ""))
+                    tr["memory_used"] = cited_entries(reply.get("memory_used"), tr["retrieved"])
                     tr["termination"] = "finish"
                     done[i] = True
                 elif action[0] == "tool" and turn < max_tools:
@@ -252,7 +253,7 @@ class MultiTurnRollouts(Rollouts):
         if cfg.beta != 0.0:
             batch["ref_logp"] = self._completion_logp(trainer, inputs, reference=True)
         metrics = {**reward_metrics(total, valid, G),
-                   "accuracy": float(np.mean([t["final_answer"][:1] == t["gold"] for t in trajs])),
+                   "accuracy": accuracy(trajs),
                    "tool_calls": float(np.mean([t["counters"]["tool_calls"] for t in trajs])),
                    "finished": float(np.mean([t["termination"] == "finish" for t in trajs])),
                    "generated_tokens": float(loss_mask.sum(1).mean()), "context_tokens": float(attn.sum(1).mean())}
@@ -265,7 +266,7 @@ class MultiTurnRollouts(Rollouts):
         tokens, loss_mask, _, trajs = self.episodes(trainer, examples, None)
         total, valid, _ = self._score(examples, tokens, loss_mask, trajs)
         return {"reward_mean": reward_metrics(total, valid, 1)["reward_mean"],
-                "accuracy": float(np.mean([t["final_answer"][:1] == t["gold"] for t in trajs]))}
+                "accuracy": accuracy(trajs)}
 
 
 def tiny_mcq_dataset(cfg, tokenizer=None) -> list[dict]:

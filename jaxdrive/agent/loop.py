@@ -9,7 +9,9 @@ A policy maps the conversation so far (``messages``) to one text reply holding o
 
 The executor runs the tool and appends the observation as a user turn. Budget: at most ``MAX_TOOL_TURNS`` (7) tool
 turns and one answer turn, i.e. at most 8 policy turns. ``finish`` is accepted only after one useful action (a tool
-call that returned a result). Malformed replies, unknown tools, invalid arguments, tool errors (the tool's own "cannot
+call that returned a result). A reply is read by ``read_reply``, the rule the GRPO rollouts share: an accepted
+``finish`` ends the episode whatever its answer (one without a parseable option letter is scored malformed output,
+tier 6, not retried). Malformed replies, unknown tools, invalid arguments, tool errors (the tool's own "cannot
 answer"), tool crashes (the tool raised), repeated identical calls, premature finishes and running out of turns are fed
 back as observations and counted; none of them raise.
 
@@ -66,6 +68,22 @@ def parse_reply(text: str) -> dict | None:
     return None
 
 
+def read_reply(obj: dict | None) -> tuple:
+    """What one parsed reply asks for, the rule the loop and the GRPO rollouts share: ``("finish", obj)`` for
+    ``finish`` true with a string ``final_answer`` (a finish takes precedence over an action in the same reply),
+    ``("tool", name, arguments)`` for an action naming a tool, else ``("malformed",)``. A finish ends the episode
+    whatever its answer: one without a parseable option letter is malformed output for the reward (tier 6), not a
+    malformed reply given another turn (the paper's loop ends on ``finish``; open-ended answers carry no letter)."""
+    if not obj:
+        return ("malformed",)
+    if obj.get("finish") is True and isinstance(obj.get("final_answer"), str):
+        return ("finish", obj)
+    action = obj.get("action")
+    if isinstance(action, dict) and isinstance(action.get("tool"), str):
+        return ("tool", action["tool"], action.get("arguments", {}))
+    return ("malformed",)
+
+
 LETTER = re.compile(r"^\s*\(?([A-F])(?:\)|[.:](?:\s|$)|\s*$)")
 
 
@@ -105,13 +123,12 @@ def run_episode(policy: Policy, ctx: ToolContext, registry: ToolRegistry, item: 
         reply = policy(msgs)
         counters["turns"] += 1
         obj = parse_reply(reply)
-        is_finish = bool(obj) and obj.get("finish") is True and isinstance(obj.get("final_answer"), str)
-        action = obj.get("action") if obj else None
-        is_call = isinstance(action, dict) and isinstance(action.get("tool"), str)
+        action = read_reply(obj)
+        is_finish = action[0] == "finish"
         msgs.append({"role": "assistant", "content": reply, "kind": "answer" if is_finish else "action"})
         if steps and obj and isinstance(obj.get("update"), str) and not steps[-1]["update"]:
             steps[-1]["update"] = obj["update"]
-        if not (is_finish or is_call):
+        if action[0] == "malformed":
             counters["malformed"] += 1
             feedback = "error: malformed reply; expected one JSON object with an action or finish=true"
         elif is_finish and counters["useful_calls"] == 0:
@@ -123,20 +140,20 @@ def run_episode(policy: Policy, ctx: ToolContext, registry: ToolRegistry, item: 
         elif answer_turn:
             feedback = None
         else:
-            args = action.get("arguments", {})
-            key = _key(action["tool"], args)
+            _, tool, args = action
+            key = _key(tool, args)
             if key in seen:
                 counters["repeated"] += 1
                 feedback = "error: repeated identical call; its observation is already above"
             else:
                 seen.add(key)
-                obs = registry.call(ctx, action["tool"], args)
+                obs = registry.call(ctx, tool, args)
                 counters["tool_calls"] += 1
                 counters["useful_calls" if obs.ok else FAILURE_COUNTERS[failure_kind(obs.error)]] += 1
-                steps.append({"think": obj.get("think", ""), "action": {"tool": action["tool"], "arguments": args},
+                steps.append({"think": obj.get("think", ""), "action": {"tool": tool, "arguments": args},
                               "observation": obs.text(), "ok": obs.ok, "error": obs.error,
                               "latency_ms": round(obs.latency_ms, 3), "update": ""})
-                msgs.append({"role": "user", "content": f"Observation ({action['tool']}): {obs.text()}",
+                msgs.append({"role": "user", "content": f"Observation ({tool}): {obs.text()}",
                              "kind": "observation"})
                 if turn == max_tool_turns - 1:
                     msgs.append({"role": "user", "content": "Tool budget used up: answer now (finish=true).",

@@ -2,7 +2,8 @@
 
 ``ScriptedPolicy`` reads only the conversation: it recognises the question kind from the question text, calls the tool
 that answers it, reads the observation and picks the matching option; it cites the first retrieved experience entry
-when there is one. ``mistakes`` injects a malformed reply, a premature finish or a repeated call first (to exercise the
+when there is one, and its reasoning states up to two memory phrases of the prompt (``reward.memory_phrases``: scene
+objects' ids, experience clauses), which the reward's "memory cited" tier looks for. ``mistakes`` injects a malformed reply, a premature finish or a repeated call first (to exercise the
 loop's counters).
 """
 from __future__ import annotations
@@ -28,6 +29,17 @@ def _question(messages: list[dict]) -> str:
 
 def _options(question: str) -> dict[str, str]:
     return {m.group(1): m.group(2).strip() for m in re.finditer(r"([A-F])\) (.*?)(?= [A-F]\) |$)", question)}
+
+
+def _memory_note(messages: list[dict]) -> str:
+    """A reasoning step naming up to two memory phrases of the prompt (sorted: deterministic), or "" without any."""
+    from jaxdrive.agent.reward import memory_phrases
+
+    text = next(m["content"] for m in messages if m["role"] == "user")
+    stm = text.split("Scene memory (short-term):\n", 1)[-1].split("\n\nRetrieved experience (long-term):", 1)[0]
+    memory = text.split("Retrieved experience (long-term):\n", 1)[-1].split("\n\nQuestion:", 1)[0]
+    phrases = sorted(memory_phrases("" if stm == "(none)" else stm, "" if memory == "(none)" else memory))[:2]
+    return f"Step 0: the memory notes {' and '.join(repr(p) for p in phrases)}. " if phrases else ""
 
 
 def _kind(question: str) -> str | None:
@@ -78,6 +90,6 @@ class ScriptedPolicy:
         return json.dumps({
             "update": f"{tool} returned {json.dumps(result, separators=(',', ':'))[:200]}",
             "think": "The observation answers the question.", "finish": True,
-            "reasoning": f"Step 1: {tool} was queried for the current scene. Step 2: its result means '{text}'. "
+            "reasoning": f"{_memory_note(messages)}Step 1: {tool} was queried for the current scene. Step 2: its result means '{text}'. "
                          f"Step 3: option {letter} matches the observation. Step 4: final answer {letter}.",
             "final_answer": f"{letter}) {text}", "memory_used": [1] if has_memory else []})

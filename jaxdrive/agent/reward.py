@@ -13,9 +13,11 @@ tier:
 * tool: at least one action passed the schema legality check (a known tool with valid arguments that ran: a tool that
   then answers "not found" still counts, one that crashed does not; ``tools.registry.is_legal``, the rule the loop's
   counters follow);
-* memory cited: at least two concrete scene-state or experience phrases surfaced in the reasoning: the retrieved
-  entries the answer cites (``memory_used``) plus the distinct short-term-memory object ids and long-term-memory
-  clauses (>= 3 words) that appear verbatim (case-insensitive) in the reasoning.
+* memory cited: "at least two concrete scene-state or experience phrases surfaced in the reasoning": the distinct
+  short-term-memory object ids and retrieved long-term-memory clauses (>= 3 words) that appear verbatim
+  (case-insensitive) in the reasoning. The answer's own ``memory_used`` list is no phrase in the reasoning and counts
+  for nothing (listing retrieved entries the reasoning never uses earns no reward); it is kept in the record for
+  consolidation's utility credit.
 """
 from __future__ import annotations
 
@@ -48,11 +50,12 @@ def memory_phrases(stm: str, memory: str) -> set[str]:
 
 
 def memory_citations(traj: dict) -> int:
+    """The number of distinct memory phrases (``memory_phrases`` of the record's ``stm`` and ``memory``) surfaced in
+    its reasoning: an object id as a whole word, a clause as a substring, both case-insensitive."""
     reasoning = str(traj.get("reasoning", "")).lower()
     words = set(re.findall(r"[a-z0-9_]+", reasoning))
-    found = {p for p in memory_phrases(traj.get("stm", ""), traj.get("memory", ""))
-             if (p in words if " " not in p else p in reasoning)}
-    return len(set(traj.get("memory_used", []))) + len(found)
+    return len({p for p in memory_phrases(traj.get("stm", ""), traj.get("memory", ""))
+                if (p in words if " " not in p else p in reasoning)})
 
 
 def tier(traj: dict) -> int:
