@@ -40,6 +40,17 @@ def test_tiers(answer, tool, cites, want):
     assert tiered_reward([""], [{"trajectory": t}]) == [TIER_REWARD[want]]
 
 
+@pytest.mark.parametrize("answer,tool,want", [
+    ("Brake, the lead vehicle has stopped.", "legal", 4), ("Brake, the lead vehicle has stopped.", "none", 5),
+    ("B) Brake", "legal", 4), ("", "legal", 6), ("  ", "none", 6)])
+def test_open_ended_items_reach_only_tiers_4_to_6(answer, tool, want):
+    """Paper B.3: "open-ended items are treated as incorrect by the multiple-choice correctness test and can therefore
+    only reach Tiers 4-6": a free-text answer with a legal tool call is tier 4 (it was scored malformed, tier 6, for
+    lacking an option letter); an empty answer stays malformed."""
+    t = {**traj(answer, tool, 2), "gold": "Brake, because the lead vehicle has stopped in the ego lane."}
+    assert tier(t) == want
+
+
 def test_table8_values_and_exclusivity():
     assert TIER_REWARD == {1: 0.7, 2: 0.5, 3: 0.0, 4: 0.2, 5: 0.0, 6: 0.0}
     # every combination of the predicates lands in exactly one tier, the one Table 8's conditions select

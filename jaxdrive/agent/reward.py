@@ -8,8 +8,11 @@ tier:
     5  incorrect, no tool                   0.0
     6  malformed output                     0.0
 
-* malformed: no parseable final answer (no option letter in the last answer turn);
-* correct: that letter equals the gold letter;
+* malformed: no parseable final answer (no option letter in the last answer turn) to a multiple-choice item (gold an
+  option letter);
+* correct: that letter equals the gold letter. An open-ended item (gold not an option letter) is never correct: its
+  non-empty final answer is incorrect, tier 4 or 5 ("open-ended items are treated as incorrect by the multiple-choice
+  correctness test and can therefore only reach Tiers 4-6", B.3); an empty one is malformed;
 * tool: at least one action passed the schema legality check (a known tool with valid arguments that ran: a tool that
   then answers "not found" still counts, one that crashed does not; ``tools.registry.is_legal``, the rule the loop's
   counters follow);
@@ -58,13 +61,21 @@ def memory_citations(traj: dict) -> int:
                 if (p in words if " " not in p else p in reasoning)})
 
 
+def is_option_letter(gold) -> bool:
+    """Whether an item's ``gold`` is a multiple-choice option letter (A-F), i.e. the item is not open-ended."""
+    return isinstance(gold, str) and len(gold) == 1 and "A" <= gold <= "F"
+
+
 def tier(traj: dict) -> int:
     """The Table 8 tier of a trajectory record (``jaxdrive.agent.loop`` format; ``gold`` is the correct letter)."""
-    letter = answer_letter(traj.get("final_answer", ""))
+    answer = str(traj.get("final_answer", ""))
+    letter = answer_letter(answer)
+    tool = legal_tool_call(traj)
+    if not is_option_letter(traj.get("gold")):  # open-ended: incorrect whatever its answer, unless there is none
+        return (4 if tool else 5) if answer.strip() else 6
     if letter is None:
         return 6
     correct = letter == traj.get("gold")
-    tool = legal_tool_call(traj)
     if correct and tool:
         return 1 if memory_citations(traj) >= 2 else 2
     if correct:
