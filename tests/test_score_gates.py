@@ -80,7 +80,7 @@ def test_global_per_scene_and_per_proposal_gates_follow_eq14(scenes_dir, tmp_pat
 @pytest.mark.parametrize("gates,needle", [
     ([True] * 8, "9 booleans"),
     ([1] * 9, "9 booleans"),
-    ({"not-a-scene": [True] * 9}, "no entry for scene"),
+    ({"not-a-scene": [True] * 9}, "no entry for 4 of the run's 4 scenes"),
 ])
 def test_bad_gates_are_one_line_errors(scenes_dir, tmp_path, capsys, gates, needle):
     rc, _ = run(scenes_dir, tmp_path, gates)
@@ -118,3 +118,54 @@ def test_judge_gates_render_the_image_size_the_judge_was_trained_on(tmp_path, mo
     for bad in (",size=4", ",size=x", ",big"):
         with pytest.raises(ValueError, match="--gates"):
             score_gates.parse_spec(f"judge:{tmp_path}{bad}")
+
+
+def test_scenes_missing_from_the_gates_are_named_before_anything_is_read_or_compiled(tmp_path, monkeypatch, capsys):
+    """A per-scene --gates table without some of the run's scenes is refused up front, naming the first missing ids
+    and how many there are. It used to stop at the first batch holding one: here the prescan reads batch 0 (whose
+    scenes have gates), the scorer compiled, and the run stopped at batch 1; in a long run, perhaps hours in."""
+    import jaxdrive.scoring.runner as runner
+
+    monkeypatch.setattr(runner, "PRESCAN_SCENES", 0)
+    monkeypatch.setattr(runner, "PRESCAN_BATCHES", 1)  # the prescan reads batch 0 alone
+    monkeypatch.setattr(runner, "build_step", lambda *a, **k: pytest.fail("compiled before --gates was checked"))
+    scenes = tmp_path / "scenes"
+    scenes.mkdir()
+    files = sorted(glob.glob(f"{EPDMS_FIXTURES}/scene_*.json"))[:8]
+    for f in files:
+        shutil.copy(f, scenes)
+    ids = [read_scene(f).id for f in files]
+    gates = tmp_path / "gates.json"
+    gates.write_text(json.dumps({sid: [True] * len(GATES) for sid in ids[:2]}))
+    out = tmp_path / "out"
+    rc = main(["score", "--scenes", str(scenes), "--gates", str(gates), "--out", str(out), "--batch-size", "2",
+               "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == EXIT_USAGE and "--gates" in err and "no entry for 6 of the run's 8 scenes" in err, err
+    assert all(repr(sid) in err for sid in ids[2:5]) and repr(ids[-1]) not in err, err
+    assert not out.exists()
+
+
+def test_scene_ids_are_known_before_the_scenes_are_read(tmp_path):
+    """``SceneSource.scene_ids``: a scene file's id from its first bytes (``write_scene``'s key order) or else from the
+    whole file, None for a file that is no scene (the run reports it); synthetic ids without generating a scene;
+    with --proposals, None for a scene without an array (an error of the run, not a missing gate)."""
+    from jaxdrive.scoring.proposal_files import SceneDirProposalSource
+    from jaxdrive.scoring.sources import SceneDirSource, SyntheticSource
+
+    scenes = tmp_path / "scenes"
+    scenes.mkdir()
+    for f in FILES[:2]:
+        shutil.copy(f, scenes)
+    moved = json.loads(open(FILES[2]).read())  # "id" last: found by reading the whole file
+    (scenes / "a_moved.json").write_text(json.dumps({**{k: v for k, v in moved.items() if k != "id"},
+                                                     "id": moved["id"]}))
+    (scenes / "b_broken.json").write_text('{"format": "epdms-scene/1", "ego": ')
+    source = SceneDirSource(scenes)
+    want = [read_scene(f).id for f in FILES[:2]]
+    assert [f.name for f in source.files][:2] == ["a_moved.json", "b_broken.json"]
+    assert source.scene_ids() == [moved["id"], None, *want]
+    np.savez(tmp_path / "p.npz", **{want[0]: np.zeros((1, 41, 11))})
+    assert SceneDirProposalSource(scenes, tmp_path / "p.npz").scene_ids() == [None, None, want[0], None]
+    synthetic = SyntheticSource(3, seed=5, num_proposals=2)
+    assert synthetic.scene_ids() == [synthetic.load(i).id for i in range(3)]

@@ -11,6 +11,10 @@ A shard file is written to a temporary ``part-i.parquet.<pid>.tmp`` and renamed 
 then the manifest is rewritten the same way. A run killed at any point therefore leaves only complete shard files;
 on ``--resume`` the shards named in the manifest are kept, every other shard (even a complete file written just
 before the kill) is recomputed, so the union of rows equals an uninterrupted run's, none missing and none duplicated.
+A shard named in the manifest is recomputed too when its file is missing, unreadable (its parquet footer) or holds
+another number of rows than recorded, or when its input files changed since it was scored: the manifest records,
+per shard, a digest of its input files' sizes and modification times (``input_record`` of ``RunDir(inputs=...)``,
+taken before the run read any), and a resume compares it with the files' own (``RunDir.redo``: which shards, why).
 
 Multi-process runs (``jaxdrive.distributed``): process p scores the shards i with i % N == p and records each one it
 commits in its own ``progress/process-<p>.json`` (same record format); the manifest is written once, by process 0,
@@ -21,6 +25,7 @@ files as complete.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -49,9 +54,13 @@ class RunDir:
     """The output directory of one scoring run (``process_index`` of ``process_count`` processes writing it)."""
 
     def __init__(self, path: str | os.PathLike, identity: dict, *, resume: bool, process_index: int = 0,
-                 process_count: int = 1):
+                 process_count: int = 1, inputs: dict[str, dict] | None = None):
+        """``inputs``: per shard (its index as a string), {input file: [size, mtime_ns]} of the files it reads, taken
+        before any is read: recorded with each shard written, compared with each completed shard's record on resume
+        (None: the identity covers the inputs' content)."""
         self.path = Path(path)
         self.identity = identity
+        self.inputs = inputs
         self.process_index, self.process_count = process_index, process_count
         self.created = not self.path.exists()
         if self.path.exists() and not self.path.is_dir():
@@ -64,8 +73,8 @@ class RunDir:
         except OSError as e:
             raise RunDirError(f"--out {self.path}: output directory is not writable ({e.strerror})") from None
         records = [self.path / MANIFEST] + sorted((self.path / PROGRESS).glob("process-*.json"))
-        self.completed: dict[str, dict] = {}
-        self.mine: dict[str, dict] = {}  # this process's records (multi-process runs)
+        recorded: dict[str, dict] = {}  # every record's completed shards (the progress files' last)
+        mine: dict[str, dict] = {}
         for record in (r for r in records if r.exists()):
             if not resume:
                 raise RunDirError(f"--out {self.path}: already holds a run ({record.relative_to(self.path)}); pass "
@@ -79,11 +88,12 @@ class RunDir:
                 diff = sorted(k for k in set(old) | set(identity) if old.get(k) != identity.get(k))
                 raise RunDirError(f"{record}: --resume with different inputs/options than the recorded run "
                                   f"(differs in: {', '.join(diff) or 'version'}); use the same arguments or another --out")
-            done = {k: v for k, v in manifest.get("completed", {}).items()
-                    if v["file"] is None or (self.path / v["file"]).exists()}
-            self.completed.update(done)
+            recorded.update(manifest.get("completed", {}))
             if record.name == f"process-{process_index}.json":
-                self.mine = done
+                mine = manifest.get("completed", {})
+        self.redo = {int(k): why for k, v in recorded.items() if (why := self._stale(k, v))}  # scored again: why
+        self.completed = {k: v for k, v in recorded.items() if int(k) not in self.redo}
+        self.mine = {k: v for k, v in mine.items() if int(k) not in self.redo}  # this process's (multi-process runs)
         if process_index == 0:  # nobody writes before the barrier below
             for stale in [*self.path.glob("*.tmp"), *(self.path / PROGRESS).glob("*.tmp")]:
                 stale.unlink()
@@ -113,6 +123,12 @@ class RunDir:
         if self.created and not any(self.path.iterdir()):
             self.path.rmdir()
 
+    def _stale(self, shard: str, record: dict) -> str | None:
+        """Why a shard that an earlier invocation completed must be scored again (its file, ``_file_problem``; its
+        input files, ``_changed_inputs``), or None: it is kept."""
+        return _file_problem(self.path, record) or (
+            None if self.inputs is None else _changed_inputs(record.get("inputs"), self.inputs[shard]))
+
     def is_done(self, shard: int) -> bool:
         return str(shard) in self.completed
 
@@ -129,6 +145,8 @@ class RunDir:
             with atomic.replacing(self.path / name) as tmp:
                 pq.write_table(pa.table(columns), tmp)
         self.completed[str(shard)] = {"file": name, "rows": rows, "errors": [dict(e) for e in errors]}
+        if self.inputs is not None:
+            self.completed[str(shard)]["inputs"] = input_record(self.inputs[str(shard)])
         if self.process_count == 1:
             self._write_manifest()
             self._write_errors()
@@ -182,6 +200,48 @@ class RunDir:
         """The scene ids in the completed shards (those of earlier invocations of a resumed run)."""
         return {sid for f in self.shard_files()
                 for sid in pq.read_table(f, columns=["scene_id"]).column("scene_id").to_pylist()}
+
+
+def _file_problem(path: Path, record: dict) -> str | None:
+    """What is wrong with a completed shard's file in run directory ``path`` (missing; unreadable: cut short or
+    overwritten, its parquet footer does not read; another row count than the record's), or None. Reads the footer
+    alone: damage inside a file of the right length goes unseen."""
+    name = record["file"]
+    if name is None:  # a shard without rows has no file
+        return None
+    try:
+        rows = pq.read_metadata(path / name).num_rows
+    except FileNotFoundError:
+        return f"{name} is missing"
+    except (OSError, pa.ArrowException) as e:
+        return f"{name} is unreadable ({e})"
+    return None if rows == record["rows"] else f"{name} holds {rows} rows, the manifest {record['rows']}"
+
+
+def input_record(files: dict[str, list[int] | None]) -> dict:
+    """What the manifest keeps of a shard's input files ({file: [size, mtime_ns] or None}): the SHA-256 of their
+    canonical JSON and the newest modification time (for messages). Not the table itself: the manifest is rewritten
+    after every shard, and 100,000 files' sizes and times took it from 3 to 10 MB (0.06 to 0.45 s per rewrite)."""
+    text = json.dumps(files, sort_keys=True, separators=(",", ":"))
+    return {"sha256": hashlib.sha256(text.encode()).hexdigest(),
+            "newest_ns": max((st[1] for st in files.values() if st is not None), default=0)}
+
+
+SHOWN_FILES = 3  # changed input files named per shard
+
+
+def _changed_inputs(recorded: dict | None, current: dict[str, list[int] | None]) -> str | None:
+    """How a shard's input files ({file: [size, mtime_ns] or None}, now) differ from those it was scored from (its
+    ``input_record``), or None. Names the files modified after the newest of those (an edit since the run), else
+    says how many files the shard has."""
+    if recorded == input_record(current):
+        return None
+    if recorded is None:
+        return "the sizes and times of its input files were not recorded (an earlier jaxdrive wrote it)"
+    newer = sorted(f for f, st in current.items() if st is None or st[1] > recorded["newest_ns"])
+    more = f" and {len(newer) - SHOWN_FILES} more" if len(newer) > SHOWN_FILES else ""
+    which = f"{', '.join(newer[:SHOWN_FILES])}{more}" if newer else f"one or more of its {len(current)} files"
+    return f"its input files changed since it was scored (size or modification time): {which}"
 
 
 def _completed(path: Path) -> list[tuple[int, dict]]:

@@ -81,6 +81,10 @@ class SceneDirProposalSource(SceneDirSource):
                                message=f"--proposals {self.path}: no array for scene id {scene.id!r}")
         return with_proposals(scene, self.proposals[scene.id])
 
+    def scene_ids(self) -> list[str | None]:
+        """The files' ids; None for a scene without an array (an error of the run, as ``load`` makes it)."""
+        return [sid if sid in self.proposals else None for sid in super().scene_ids()]
+
     def describe(self) -> dict:
         return {**super().describe(), "kind": "scene_dir+proposals", "proposals": str(self.path.resolve()),
                 "proposals_sha256": self.digest}

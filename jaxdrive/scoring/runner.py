@@ -32,6 +32,7 @@ import json
 import math
 import os
 import queue
+import sys
 import threading
 import time
 from typing import Callable, Iterator, Sequence
@@ -708,16 +709,62 @@ def score_source(source: SceneSource, out_dir, options: ScoreOptions, *, resume:
                  progress: bool = True, on_shard: Callable[[int], None] | None = None) -> RunStats:
     """Score every scene of ``source`` into ``out_dir``; returns the run's statistics."""
     options.validate()
+    check_entries(source, options)
     from jaxdrive import distributed
 
     identity = {"source": source.describe(), **options.identity()}
     run = RunDir(out_dir, identity, resume=resume, process_index=distributed.process_index(),
-                 process_count=distributed.process_count())
+                 process_count=distributed.process_count(), inputs=shard_inputs(source, options.shard_size))
+    if distributed.is_main():
+        _say_scored_again(run)
     try:
         return _score_run(source, run, options, progress=progress, on_shard=on_shard)
     except ValueError:  # bad input found mid-run (a scene without --gates / --reference-progress entry): exit 2
         run.discard_if_unused()  # a run that scored nothing leaves no directory to block the corrected command
         raise
+
+
+SHOWN_IDS = 3  # missing scene ids named by ``check_entries``
+SHOWN_SHARDS = 5  # shards scored again named by ``_say_scored_again``
+
+
+def check_entries(source: SceneSource, options: ScoreOptions) -> None:
+    """Refuses (ValueError) a run whose per-scene ``--gates`` or ``--reference-progress`` table has no entry for
+    some scene of ``source``, naming the first ``SHOWN_IDS`` missing ids and their count, before any scene is read
+    or the scorer compiled (``SceneSource.scene_ids``; a scene the run cannot read is not checked: it is reported).
+    The run would otherwise stop at the first batch holding one, perhaps hours in."""
+    tables = {"--gates": options.gates if isinstance(options.gates, dict) else None,
+              "--reference-progress": options.reference_progress}
+    tables = {flag: table for flag, table in tables.items() if table}
+    if not tables:
+        return
+    ids = list(dict.fromkeys(sid for sid in source.scene_ids() if sid is not None))
+    for flag, table in tables.items():
+        missing = [sid for sid in ids if sid not in table]
+        if missing:
+            more = f" and {len(missing) - SHOWN_IDS} more" if len(missing) > SHOWN_IDS else ""
+            raise ValueError(f"{flag}: no entry for {len(missing)} of the run's {len(ids)} scenes: "
+                             f"{', '.join(map(repr, missing[:SHOWN_IDS]))}{more}; every scene scored needs one")
+
+
+def shard_inputs(source: SceneSource, shard_size: int) -> dict[str, dict] | None:
+    """Per shard (its index as a string, as the manifest keys shards), {input file: [size, mtime_ns]} of the items it
+    holds (``SceneSource.input_stats``): taken before the run reads a scene, recorded with each shard it writes
+    (``RunDir``); None for a source whose identity covers its content."""
+    stats = source.input_stats()
+    if stats is None:
+        return None
+    return {str(shard): dict(stats[start:start + shard_size])
+            for shard, start in enumerate(range(0, len(stats), shard_size))}
+
+
+def _say_scored_again(run: RunDir) -> None:
+    """Names on stderr the shards of earlier invocations that this resume scores again, and why (``RunDir.redo``:
+    the first ``SHOWN_SHARDS``, then their count)."""
+    for shard, why in sorted(run.redo.items())[:SHOWN_SHARDS]:
+        print(f"--resume: scoring shard {shard} again: {why}", file=sys.stderr)
+    if len(run.redo) > SHOWN_SHARDS:
+        print(f"--resume: ... {len(run.redo) - SHOWN_SHARDS} more shards scored again", file=sys.stderr)
 
 
 def _score_run(source: SceneSource, run: RunDir, options: ScoreOptions, *, progress: bool,

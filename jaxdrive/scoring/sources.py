@@ -7,6 +7,8 @@ generating the scenes they hold. An item is either a scene or an error (a bad fi
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 from pathlib import Path
 from typing import Iterator
 
@@ -40,6 +42,18 @@ class SceneSource:
         """Where item ``i`` comes from, for messages (a file path where there is one)."""
         return f"item {i}"
 
+    def scene_ids(self) -> list[str | None]:
+        """Every item's scene id, for checks made before a run reads its scenes (the ``--gates`` and
+        ``--reference-progress`` entries); None for an item the run will report as an error. This default loads
+        every item: sources that can, override it with a cheaper read."""
+        return [s.id if isinstance(s, HostScene) else None for s in self.iter_range(0, len(self))]
+
+    def input_stats(self) -> list[tuple[str, list[int] | None]] | None:
+        """Per item, (its input file, [size in bytes, modification time in ns], or None where it cannot be stat'ed):
+        recorded per shard in the run manifest, so a resume scores again a shard whose files changed. None: the
+        source's ``describe()`` covers its content (seeded generation, a store's checksum)."""
+        return None
+
     def iter_range(self, start: int, stop: int) -> Iterator[HostScene | SourceError]:
         for i in range(start, min(stop, len(self))):
             yield self.load(i)
@@ -70,6 +84,10 @@ class SyntheticSource(SceneSource):
         from jaxdrive.data.synthetic import generate_scene
 
         return generate_scene(self.seed + i, num_proposals=self.num_proposals, validate=False)
+
+    def scene_ids(self) -> list[str]:
+        """The ids ``generate_scene`` gives (profile "default"), none generated."""
+        return [f"syn_default_{self.seed + i}" for i in range(self.count)]
 
     def describe(self) -> dict:
         from jaxdrive.data.synthetic import GENERATOR_VERSION
@@ -120,9 +138,45 @@ class SceneDirSource(SceneSource):
             return SourceError(name=str(self.files[i]), message="no proposals in the file (give them with --proposals)")
         return scene
 
+    def scene_ids(self) -> list[str | None]:
+        return [scene_file_id(f) for f in self.files]
+
+    def input_stats(self) -> list[tuple[str, list[int] | None]]:
+        return [(str(f.relative_to(self.directory)), _size_and_mtime(f)) for f in self.files]
+
     def describe(self) -> dict:
         return {"kind": "scene_dir", "directory": str(self.directory.resolve()),
                 "files": [str(f.relative_to(self.directory)) for f in self.files]}
+
+
+HEAD_BYTES = 4096  # of a scene file, read for its id (``write_scene`` puts it second, after "format")
+_LEADING_ID = re.compile(rb'\s*\{\s*(?:"format"\s*:\s*"[^"\\]*"\s*,\s*)?"id"\s*:\s*("(?:[^"\\]|\\.)*")')
+
+
+def scene_file_id(path: Path) -> str | None:
+    """The scene id of a scene JSON file: from its first ``HEAD_BYTES`` when it starts ``{"format": ..., "id": ...``
+    (as ``write_scene`` writes it: no full parse), else from the whole file; None when it cannot
+    be read as a scene (the run reports it)."""
+    from jaxdrive.data.scene_json import read_scene
+
+    try:
+        with open(path, "rb") as f:
+            match = _LEADING_ID.match(f.read(HEAD_BYTES))
+        if match:
+            return json.loads(match.group(1))
+        return read_scene(path, validate=False).id
+    except Exception:  # unreadable or not a scene: an error of the run, as ``SceneDirSource.read`` makes it
+        return None
+
+
+def _size_and_mtime(path: Path) -> list[int] | None:
+    """[size in bytes, modification time in ns] of a file, or None when it cannot be stat'ed (deleted since the scan:
+    the run reports it as unreadable)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns]
 
 
 class SceneStoreSource(SceneSource):
@@ -159,6 +213,11 @@ class SceneStoreSource(SceneSource):
             return SourceError(name=self.name(i), message=f"scene {scene.id!r}: no proposals in the store (score its "
                                                           f"JSON files with --proposals P.npz instead)")
         return scene
+
+    def scene_ids(self) -> list[str | None]:
+        """From the store's padded copy (its index) when it has one, else by decoding every scene."""
+        copy = self.store.padded()
+        return list(copy.ids) if copy is not None else super().scene_ids()
 
     def pad_spec(self):
         """A ``PadSpec`` holding every scene (from the store's metadata)."""
