@@ -3,10 +3,12 @@ human-filter quirks), GTRS export layout, kill + resume, repeated scene ids, inp
 vocabulary."""
 
 import dataclasses
+import json
 import pickle
 
 import jax
 import numpy as np
+import pandas as pd
 import pytest
 
 from jaxdrive.cli import main
@@ -150,6 +152,29 @@ def test_gtrs_export_and_kill_resume_identical(tmp_path):
             assert isinstance(arr, np.ndarray) and arr.dtype == np.float16 and arr.shape == (8,)
             want = df[df.scene_id == token].sort_values("proposal")[GTRS_KEYS[key]].to_numpy(np.float16)
             np.testing.assert_array_equal(arr, want)
+
+
+def test_resume_scores_again_the_shard_of_an_edited_scene_file(tmp_path, capsys):
+    """As ``jaxdrive score``: a scene file edited after its shard was scored (another scene's content, same id) is
+    scored again on --resume and named; the other shard is kept; the rows equal a fresh run's over the edited files.
+    The resume kept the old rows (the run's identity names the files, not their content)."""
+    from jaxdrive.data.scene_json import scene_to_dict, write_scene
+    from jaxdrive.scoring.sources import SceneDirSource
+
+    _, scenes = _scenes(count=2, seed=11)
+    folder = tmp_path / "scenes"
+    folder.mkdir()
+    for i, scene in enumerate(scenes):
+        write_scene(scene, folder / f"s{i}.json")
+    vocab, options = _vocab(8, seed=1), VocabOptions(reference="first-proposal", chunk=8, shard_size=1)
+    run_vocab(SceneDirSource(folder), vocab, tmp_path / "out", options, progress=False)
+    (folder / "s0.json").write_text(json.dumps({**scene_to_dict(scenes[1]), "id": scenes[0].id}))
+    stats = run_vocab(SceneDirSource(folder), vocab, tmp_path / "out", options, resume=True, progress=False)
+    assert stats.skipped_shards == 1 and stats.scenes == 1
+    assert "scoring shard 0 again: its input files changed since it was scored (size or modification time): " \
+           "s0.json" in capsys.readouterr().err
+    run_vocab(SceneDirSource(folder), vocab, tmp_path / "fresh", options, progress=False)
+    pd.testing.assert_frame_equal(read_results(tmp_path / "out"), read_results(tmp_path / "fresh"))
 
 
 @pytest.mark.slow

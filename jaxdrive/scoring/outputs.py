@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -129,6 +130,14 @@ class RunDir:
         return _file_problem(self.path, record) or (
             None if self.inputs is None else _changed_inputs(record.get("inputs"), self.inputs[shard]))
 
+    def say_scored_again(self) -> None:
+        """Names on stderr the shards of earlier invocations that this resume scores again, and why (``redo``: the
+        first ``SHOWN_SHARDS``, then their count)."""
+        for shard, why in sorted(self.redo.items())[:SHOWN_SHARDS]:
+            print(f"--resume: scoring shard {shard} again: {why}", file=sys.stderr)
+        if len(self.redo) > SHOWN_SHARDS:
+            print(f"--resume: ... {len(self.redo) - SHOWN_SHARDS} more shards scored again", file=sys.stderr)
+
     def is_done(self, shard: int) -> bool:
         return str(shard) in self.completed
 
@@ -228,6 +237,7 @@ def input_record(files: dict[str, list[int] | None]) -> dict:
 
 
 SHOWN_FILES = 3  # changed input files named per shard
+SHOWN_SHARDS = 5  # shards scored again named by ``RunDir.say_scored_again``
 
 
 def _changed_inputs(recorded: dict | None, current: dict[str, list[int] | None]) -> str | None:

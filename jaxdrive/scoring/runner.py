@@ -32,7 +32,6 @@ import json
 import math
 import os
 import queue
-import sys
 import threading
 import time
 from typing import Callable, Iterator, Sequence
@@ -716,7 +715,7 @@ def score_source(source: SceneSource, out_dir, options: ScoreOptions, *, resume:
     run = RunDir(out_dir, identity, resume=resume, process_index=distributed.process_index(),
                  process_count=distributed.process_count(), inputs=shard_inputs(source, options.shard_size))
     if distributed.is_main():
-        _say_scored_again(run)
+        run.say_scored_again()
     try:
         return _score_run(source, run, options, progress=progress, on_shard=on_shard)
     except ValueError:  # bad input found mid-run (a scene without --gates / --reference-progress entry): exit 2
@@ -725,7 +724,6 @@ def score_source(source: SceneSource, out_dir, options: ScoreOptions, *, resume:
 
 
 SHOWN_IDS = 3  # missing scene ids named by ``check_entries``
-SHOWN_SHARDS = 5  # shards scored again named by ``_say_scored_again``
 
 
 def check_entries(source: SceneSource, options: ScoreOptions) -> None:
@@ -756,15 +754,6 @@ def shard_inputs(source: SceneSource, shard_size: int) -> dict[str, dict] | None
         return None
     return {str(shard): dict(stats[start:start + shard_size])
             for shard, start in enumerate(range(0, len(stats), shard_size))}
-
-
-def _say_scored_again(run: RunDir) -> None:
-    """Names on stderr the shards of earlier invocations that this resume scores again, and why (``RunDir.redo``:
-    the first ``SHOWN_SHARDS``, then their count)."""
-    for shard, why in sorted(run.redo.items())[:SHOWN_SHARDS]:
-        print(f"--resume: scoring shard {shard} again: {why}", file=sys.stderr)
-    if len(run.redo) > SHOWN_SHARDS:
-        print(f"--resume: ... {len(run.redo) - SHOWN_SHARDS} more shards scored again", file=sys.stderr)
 
 
 def _score_run(source: SceneSource, run: RunDir, options: ScoreOptions, *, progress: bool,

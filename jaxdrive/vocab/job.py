@@ -24,6 +24,7 @@ import numpy as np
 from jaxdrive import atomic
 from jaxdrive.scene import HostScene, PadSpec
 from jaxdrive.scoring.outputs import RunDir, iter_shard_columns
+from jaxdrive.scoring.runner import shard_inputs
 from jaxdrive.scoring.sources import SceneSource, SourceError
 from jaxdrive.vocab.core import (EP_MODES, FIELDS, pad_for, rows_per_call, reference_states, score_vocabulary,
                                  vocabulary_states)
@@ -132,7 +133,8 @@ def run_vocab(source: SceneSource, vocab: np.ndarray, out_dir, options: VocabOpt
     options.validate()
     identity = {"source": source.describe(), "vocabulary_sha256": vocabulary_digest(vocab),
                 "vocabulary_size": int(vocab.shape[0]), **options.identity()}
-    run = RunDir(out_dir, identity, resume=resume)
+    run = RunDir(out_dir, identity, resume=resume, inputs=shard_inputs(source, options.shard_size))
+    run.say_scored_again()
     first_seen = dict.fromkeys(run.scored_scene_ids(), "an earlier invocation of this run")  # id -> its scene file
     stats = VocabStats()
     pad = None
