@@ -346,3 +346,23 @@ def test_missing_rewards_allowed_in_training_are_allowed_in_the_evaluation_and_i
     assert float(grpo.zero_std_fraction(r, 4, valid=valid)) == 0.5  # group 1: its valid rows are all 2.0
     assert float(grpo.zero_std_fraction(r, 4)) == 0.0
     assert float(grpo.zero_std_fraction(r, 2, valid=valid)) == 0.75  # two groups of one valid row, one equal pair
+
+
+def test_group_reward_std_is_trls_reward_std():
+    """TRL logs ``reward_std`` as the mean over groups of ``torch.std`` (ddof 1) of each group's rewards; ours is
+    ``group_reward_std`` (``reward_std`` stays the whole batch's population std). Invalid rows are left out, and a
+    group with fewer than two valid rows is no group of the mean."""
+    import torch
+
+    from jaxdrive.train.grpo_trainer import reward_metrics
+
+    r = np.random.default_rng(0).normal(size=12).astype(np.float32)
+    trl = float(torch.tensor(r).view(-1, 4).std(dim=1).mean())
+    assert float(grpo.mean_group_std(jnp.asarray(r), 4)) == pytest.approx(trl, rel=1e-6)
+    valid = np.ones(12, bool)
+    valid[[1, 4, 5, 6]] = False  # group 0: 3 valid rows, group 1: 1 (left out), group 2: 4
+    want = np.mean([np.std(r[[0, 2, 3]], ddof=1), np.std(r[8:], ddof=1)])
+    metrics = reward_metrics(r, valid, 4)
+    assert metrics["group_reward_std"] == pytest.approx(want, rel=1e-6)
+    assert metrics["reward_std"] == pytest.approx(np.std(r[valid]), rel=1e-6)
+    assert np.isnan(float(grpo.mean_group_std(jnp.asarray(r), 4, valid=jnp.asarray(np.arange(12) % 4 == 0))))

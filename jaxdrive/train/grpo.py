@@ -129,6 +129,20 @@ def zero_std_fraction(rewards: Float[Array, "n"], group_size: int, atol: float =
     return jnp.mean((wg.sum(-1) < 2) | (spread <= atol))
 
 
+def mean_group_std(rewards: Float[Array, "n"], group_size: int,
+                   valid: Bool[Array, "n"] | None = None) -> Float[Array, ""]:
+    """TRL's logged ``reward_std``: the mean over groups of each group's sample standard deviation (ddof 1, as
+    ``torch.std``) of its valid rewards; groups with fewer than two valid rows are left out (NaN when none is left).
+    The spread within groups, which GRPO's advantages divide by, not the spread of the whole batch."""
+    rg = rewards.astype(jnp.float32).reshape(-1, group_size)
+    wg = jnp.ones(rg.shape, bool) if valid is None else valid.reshape(-1, group_size)
+    n = wg.sum(-1)
+    mean = jnp.where(wg, rg, 0.0).sum(-1) / jnp.maximum(n, 1)
+    var = jnp.where(wg, (rg - mean[:, None]) ** 2, 0.0).sum(-1) / jnp.maximum(n - 1, 1)
+    kept = n >= 2
+    return jnp.where(kept.any(), jnp.sum(jnp.where(kept, jnp.sqrt(var), 0.0)) / jnp.maximum(kept.sum(), 1), jnp.nan)
+
+
 def kl_penalty(
     logp: Float[Array, "*s"],
     ref_logp: Float[Array, "*s"],

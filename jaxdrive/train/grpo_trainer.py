@@ -140,10 +140,13 @@ def left_pad(prompts: Sequence[np.ndarray], length: int, pad_id: int) -> tuple[n
 
 def reward_metrics(total: np.ndarray, valid: np.ndarray, group_size: int) -> dict:
     """A rollout batch's reward metrics over its valid rows (``valid`` [n]: some reward scored the row): mean and
-    population std (NaN when no row is valid) and the fraction of groups without learning signal."""
+    population std of the whole batch (``reward_std``; NaN when no row is valid), the mean of the groups' sample stds
+    (``group_reward_std``: what TRL logs as ``reward_std``, ``grpo.mean_group_std``) and the fraction of groups
+    without learning signal."""
     r = total[valid]
     return {"reward_mean": float(r.mean()) if r.size else float("nan"),
             "reward_std": float(r.std()) if r.size else float("nan"),
+            "group_reward_std": float(grpo.mean_group_std(jnp.asarray(total), group_size, valid=jnp.asarray(valid))),
             "zero_std_frac": float(grpo.zero_std_fraction(jnp.asarray(total), group_size, valid=jnp.asarray(valid)))}
 
 
