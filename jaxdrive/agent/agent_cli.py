@@ -75,9 +75,9 @@ def _retriever(path: Path):
 
 def _convert(args) -> int:
     from jaxdrive.agent.loop import read_trajectories, write_jsonl
-    from jaxdrive.agent.sft_data import check_trajectory, convert
+    from jaxdrive.agent.sft_data import check_sft_fields, convert
 
-    records = convert(read_trajectories(args.trajectories, {"messages": list}, check=check_trajectory), args.phase)
+    records = convert(read_trajectories(args.trajectories, {"messages": list}, check=check_sft_fields), args.phase)
     write_jsonl(args.out, records)
     print(json.dumps({"records": len(records), "phase": args.phase, "out": str(args.out)}))
     return 0

@@ -65,7 +65,7 @@ class Report:
     added: list = dataclasses.field(default_factory=list)
 
 
-def check_trajectory(traj: dict, where: str) -> None:
+def check_verified_fields(traj: dict, where: str) -> None:
     """The fields consolidation reads, when present, have their loop types: ``steps`` a list of objects (each
     ``action`` an object), ``retrieved`` / ``memory_used`` lists of entry ids, ``correct`` a bool; a
     ``SourceError`` naming ``where`` and the field otherwise (not a crash half-way through a round)."""

@@ -75,14 +75,14 @@ def _run_query(args) -> int:
 def _run_consolidate(args) -> int:
     import dataclasses
 
-    from jaxdrive.agent.consolidate import ConsolidationConfig, check_trajectory, consolidate
+    from jaxdrive.agent.consolidate import ConsolidationConfig, check_verified_fields, consolidate
     from jaxdrive.agent.embed import minilm
     from jaxdrive.agent.loop import read_trajectories
     from jaxdrive.agent.store import load, save
 
     cfg = ConsolidationConfig(eta=args.eta)
     store = load(args.store)
-    trajs = read_trajectories(args.trajectories, check=check_trajectory)
+    trajs = read_trajectories(args.trajectories, check=check_verified_fields)
     out, rep = consolidate(store, trajs, minilm(), cfg=cfg)
     gen = save(out, args.store)
     summary = {k: v for k, v in dataclasses.asdict(rep).items() if k not in ("reinforced", "added")}

@@ -75,12 +75,12 @@ def stepwise_records(traj: dict, phase: int) -> list[dict]:
 MESSAGE_KINDS = ("prompt", "action", "observation", "feedback", "answer")
 
 
-def check_trajectory(traj: dict, where: str) -> None:
-    """What conversion reads has the loop's types: the fields ``verify`` reads (``consolidate.check_trajectory``),
+def check_sft_fields(traj: dict, where: str) -> None:
+    """What conversion reads has the loop's types: the fields ``verify`` reads (``consolidate.check_verified_fields``),
     ``messages`` a list of {role: str, content: str, kind: one of ``MESSAGE_KINDS``}, and every executed tool turn (an
     ``action`` turn followed by an observation) holding a JSON action object; a ``SourceError`` naming ``where`` and
     the field otherwise (a hand-edited or truncated trajectory crashed the converter with a bare TypeError)."""
-    from jaxdrive.agent.consolidate import check_trajectory as check_verified_fields
+    from jaxdrive.agent.consolidate import check_verified_fields
     from jaxdrive.datasets.base import SourceError, require
 
     check_verified_fields(traj, where)
