@@ -91,6 +91,29 @@ def test_masked_steps_drop_from_l2_but_not_from_collisions():
     np.testing.assert_array_equal(out["collision_count"], [2] * 6)
     unmasked = planning_metrics(pred, gt, occ)
     np.testing.assert_allclose(unmasked["l2"], [8] * 6, atol=1e-5)
+    stp3_own = planning_metrics(pred, gt, occ, gt_mask=mask, convention="stp3", l2_masked=False)  # no mask in ST-P3
+    np.testing.assert_allclose(stp3_own["l2"], [8] * 6, atol=1e-5)
+    np.testing.assert_array_equal(stp3_own["collision_count"], out["collision_count"])
+
+
+def test_cli_l2_unmasked_ignores_the_gt_mask(tmp_path, capsys):
+    """``--l2-unmasked``: ST-P3's own L2 (no mask) from the same GT file; the default masks as UniAD."""
+    from jaxdrive.cli import main
+
+    occ = empty(2)
+    gt = straight(2, speed=0.0)
+    pred = gt.copy()
+    pred[:, :, 1] = 8.0
+    mask = np.ones((2, 6), np.float32)
+    mask[1, 3:] = 0
+    np.savez(tmp_path / "gt.npz", gt=gt, gt_mask=mask, occupancy=occ)
+    np.savez(tmp_path / "pred.npz", pred=pred)
+    args = ["eval", "planning", "--predictions", str(tmp_path / "pred.npz"), "--gt", str(tmp_path / "gt.npz"),
+            "--json", str(tmp_path / "m.json")]
+    assert main(args) == 0
+    assert json.loads((tmp_path / "m.json").read_text())["stp3"]["l2"] == pytest.approx([8, 8, 8, 4, 4, 4])
+    assert main([*args, "--l2-unmasked"]) == 0
+    assert json.loads((tmp_path / "m.json").read_text())["stp3"]["l2"] == pytest.approx([8] * 6)
 
 
 def test_footprint_leaving_the_grid_is_tested_against_border_cells():

@@ -132,6 +132,7 @@ def planning_metrics(
     *,
     footprint: Int[np.ndarray, "P 2"] | None = None,
     chunk: int = 256,
+    l2_masked: bool = True,
 ) -> dict:
     """UniAD's L2 and GT-filtered box collision rate, plus the 1/2/3 s values of ``convention``.
 
@@ -144,6 +145,8 @@ def planning_metrics(
         samples whose ``gt_mask`` is all 1; ValueError when there is none).
       footprint: [P, 2] (row, col) ego pixels at the origin (default: UniAD's 32-pixel box).
       chunk: samples per device call (bounds memory for large N).
+      l2_masked: False: L2 ignores ``gt_mask`` as ST-P3's own ``PlanningMetric`` does (an invalid GT step's error
+        counts); "vad"'s choice of complete samples still reads it.
     Returns:
       {"l2": [6] (sum_n sqrt(mask |pred - gt|^2) / N), "collision": [6] (#GT-filtered box collisions / N),
        "collision_count": [6] int, "l2_1s", "l2_2s", "l2_3s", "collision_1s", "collision_2s", "collision_3s"
@@ -164,7 +167,7 @@ def planning_metrics(
     counts = np.zeros(t, np.int64)
     for s in range(0, n, chunk):
         sl = slice(s, s + chunk)
-        l2, hit = _per_sample(pred[sl], gt[sl], occ[sl], mask[sl], fp)
+        l2, hit = _per_sample(pred[sl], gt[sl], occ[sl], mask[sl] if l2_masked else np.ones_like(mask[sl]), fp)
         l2_sum += np.asarray(l2, np.float64).sum(0)
         counts += np.asarray(hit).sum(0)
     out = {"l2": l2_sum / n, "collision": counts / n, "collision_count": counts, "num_samples": n,

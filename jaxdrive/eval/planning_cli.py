@@ -43,6 +43,8 @@ def add_planning_parser(subparsers) -> argparse.ArgumentParser:
                         "when it holds one combined 'occupancy' array)")
     p.add_argument("--occupancy-layout", choices=sorted(planning.OCCUPANCY_LAYOUTS), default="uniad",
                    help="stored layout of the GT occupancy")
+    p.add_argument("--l2-unmasked", action="store_true",
+                   help="L2 ignores the GT's gt_mask, as ST-P3's own PlanningMetric (default: masked, as UniAD)")
     p.add_argument("--json", type=Path, help="also write the metrics (every convention) to this JSON file")
     p.set_defaults(func=run_planning)
     return p
@@ -202,7 +204,8 @@ def _metrics(pred, truth, occ, mask, args) -> dict[str, dict]:
     results = {}
     for c in planning.CONVENTIONS:
         try:
-            results[c] = planning.planning_metrics(pred, truth, occ, gt_mask=mask, convention=c)
+            results[c] = planning.planning_metrics(pred, truth, occ, gt_mask=mask, convention=c,
+                                                   l2_masked=not args.l2_unmasked)
         except ValueError as e:
             if c == "vad" and results:  # the other conventions passed the same checks: no complete sample
                 print(f"jaxdrive eval planning: vad left out: {e}", file=sys.stderr)
