@@ -224,6 +224,33 @@ def test_constants_and_metric_registry_agree_with_the_rules():
     assert set(metrics.STEPS) == {f for f in SubScores.__dataclass_fields__ if f.endswith("_step")}
 
 
+def _bad_proposals(kind: str) -> np.ndarray:
+    a = np.zeros((3, 41, 11))
+    if kind == "shape":
+        return a[:, :40]
+    if kind == "dtype":
+        return a.astype(np.int64)
+    if kind == "nan":
+        a[1, 5, 0] = np.nan
+    if kind == "degrees":  # a planner writing [0, 2 pi) or degrees: NAVSIM's states hold wrapped radians
+        a[2, 7, 2] = 4.0
+    return a
+
+
+@pytest.mark.parametrize("kind,needle", [
+    ("shape", r"expected shape \[K >= 1, 41, 11\], got \[3, 40, 11\]"), ("dtype", "expected floats, got dtype int64"),
+    ("nan", r"expected finite values, got nan at \(1, 5, 0\)"),
+    ("degrees", r"expected headings in radians in \(-pi, pi\], got 4.0000 at proposal 2, step 7")])
+def test_proposal_file_arrays_are_checked_naming_the_key(tmp_path, kind, needle):
+    """Each bad array of P.npz is an error naming the file, the key and what is wrong; headings out of (-pi, pi] are
+    refused as in scene files (they were scored as given)."""
+    from jaxdrive.scoring.proposal_files import load_proposal_npz
+
+    np.savez(tmp_path / "p.npz", ok=np.zeros((1, 41, 11)), s1=_bad_proposals(kind))
+    with pytest.raises(ValueError, match=rf"--proposals {tmp_path / 'p.npz'}: array 's1': {needle}"):
+        load_proposal_npz(tmp_path / "p.npz")
+
+
 def test_proposal_file_source_names_bad_files_and_missing_ids(tmp_path):
     """`score --scenes DIR --proposals P.npz` reads the directory as `--scenes DIR` does (same recursive listing, same
     per-file errors) and takes each scene's proposals from its array; a malformed file and a scene id without an array

@@ -70,6 +70,9 @@ class LaneKind(enum.IntEnum):
     LANE_CONNECTOR = 1
 
 
+HEADING_SLACK = 1e-3  # rad a stored heading may exceed pi by (rounding of a wrapped angle) before it is refused
+
+
 class SceneValidationError(ValueError):
     """A scene (or batch) does not satisfy the data model; the message names the field, what was expected and got."""
 
@@ -236,7 +239,7 @@ def _check_agent(scene_id: str, i: int, agent: Agent) -> None:
               f"a row with NaN in it {agent.track[t].tolist()}")
     present = ~nan.any(axis=1)
     _check_finite(scene_id, f"agents[{i}].track (present rows)", agent.track[present])
-    if np.any(np.abs(agent.track[present, 2]) > math.pi + 1e-3):
+    if np.any(np.abs(agent.track[present, 2]) > math.pi + HEADING_SLACK):
         _fail(scene_id, f"agents[{i}].track[:, heading]", "headings in (-pi, pi]",
               f"max |heading| {np.abs(agent.track[present, 2]).max():.4f}")
     size = np.array([agent.length, agent.width], dtype=object)
@@ -255,7 +258,7 @@ def _agents_maybe_bad(agents: list[Agent]) -> np.ndarray:
     nan = np.isnan(tracks)
     absent = nan.all(axis=2)
     infinite = np.isinf(tracks).any(axis=2)
-    bad_rows = (nan.any(axis=2) & ~absent) | infinite | (np.abs(tracks[..., 2]) > math.pi + 1e-3)
+    bad_rows = (nan.any(axis=2) & ~absent) | infinite | (np.abs(tracks[..., 2]) > math.pi + HEADING_SLACK)
     size = np.array([[a.length, a.width] for a in agents], np.float64)
     return bad_rows.any(axis=1) | ~(np.isfinite(size).all(axis=1) & (size > 0).all(axis=1))
 
@@ -271,7 +274,7 @@ def validate_host_scene(scene: HostScene) -> HostScene:
     k = scene.proposal_states.shape[0]  # 0 is valid: proposals may come from elsewhere (pad_scene needs >= 1)
     _check_finite(sid, "proposals[*].states", scene.proposal_states)
     headings = scene.proposal_states[..., StateIndex.HEADING]
-    if np.any(np.abs(headings) > math.pi + 1e-3):
+    if np.any(np.abs(headings) > math.pi + HEADING_SLACK):
         _fail(sid, "proposals[*].states[:, heading]", "headings in (-pi, pi]", f"max |heading| {np.abs(headings).max():.4f}")
     for name, seq in (("proposals[*].name", scene.proposal_names), ("proposals[*].family", scene.proposal_families)):
         if len(seq) != k:

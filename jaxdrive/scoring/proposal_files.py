@@ -9,12 +9,14 @@ NAVSIM metric caches), and the scene's ``previous_plan``s are dropped (EC is the
 from __future__ import annotations
 
 import hashlib
+import math
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
-from jaxdrive.scene import NUM_STEPS, STATE_DIM, HostScene
+from jaxdrive.scene import NUM_STEPS, STATE_DIM, HostScene, StateIndex
+from jaxdrive.scene.host import HEADING_SLACK
 from jaxdrive.scoring.sources import SceneDirSource, SourceError
 
 
@@ -28,7 +30,8 @@ def file_digest(path: Path) -> str:
 
 
 def load_proposal_npz(path: str | Path) -> dict[str, np.ndarray]:
-    """Read and check ``P.npz``: scene id -> float64 [K, 41, 11] (K >= 1, finite). ValueError names the key."""
+    """Read and check ``P.npz``: scene id -> float64 [K, 41, 11] (K >= 1, finite, headings in (-pi, pi] as in scene
+    files). ValueError names the key."""
     path = Path(path)
     try:
         with np.load(path, allow_pickle=False) as z:
@@ -47,6 +50,12 @@ def load_proposal_npz(path: str | Path) -> dict[str, np.ndarray]:
         if not np.all(np.isfinite(a)):
             bad = tuple(np.argwhere(~np.isfinite(a))[0].tolist())
             raise ValueError(f"--proposals {path}: array {key!r}: expected finite values, got {a[bad]} at {bad}")
+        heading = np.abs(a[..., StateIndex.HEADING])
+        if np.any(heading > math.pi + HEADING_SLACK):  # the bound the scene files' proposals are held to
+            bad = tuple(np.argwhere(heading > math.pi + HEADING_SLACK)[0].tolist())
+            raise ValueError(f"--proposals {path}: array {key!r}: expected headings in radians in (-pi, pi], got "
+                             f"{a[bad + (StateIndex.HEADING,)]:.4f} at proposal {bad[0]}, step {bad[1]} (wrap them, "
+                             "e.g. np.arctan2(np.sin(h), np.cos(h)))")
         out[key] = a.astype(np.float64)
     return out
 
