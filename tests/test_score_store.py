@@ -418,5 +418,6 @@ def test_a_store_scene_without_proposals_is_named_not_the_end_of_the_run(tmp_pat
     rc = main(["score", "--scenes", str(tmp_path / "store"), "--out", str(tmp_path / "out"), "--no-progress"])
     err = capsys.readouterr().err
     assert rc == 3 and "no scenes scored" in err, err
+    assert "1 of its 1 scenes hold no proposals" in err and "scenes refresh" not in err, err  # refresh writes none
     logged = [json.loads(line) for line in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
     assert len(logged) == 1 and empty.id in logged[0]["error"] and "(scene 0)" in logged[0]["name"], logged

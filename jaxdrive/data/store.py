@@ -179,14 +179,16 @@ def _write_store(scenes: Iterable[HostScene], out: Path, progress: bool, padded:
     from jaxdrive.data.tfds_writer import EmptySplitError, write_tfds
 
     sizes = None
+    with_proposals = 0
 
     label = label or (lambda i: f"scene #{i} of the input")
     first: dict[str, int] = {}
 
     def examples():
-        nonlocal sizes
+        nonlocal sizes, with_proposals
         for i, scene in enumerate(scenes):
             validate_host_scene(scene)
+            with_proposals += scene.num_proposals > 0
             if scene.id in first:
                 raise ValueError(f"scene store: scene id {scene.id!r} is in two inputs: {label(first[scene.id])} and "
                                  f"{label(i)}")
@@ -203,7 +205,7 @@ def _write_store(scenes: Iterable[HostScene], out: Path, progress: bool, padded:
     except EmptySplitError:
         raise ValueError("scenes convert: no scene to write") from None
     meta = {"format": "jaxdrive-scene-store/1", "scenes": written["examples"], "sha256": written["sha256"],
-            "max_sizes": {k: getattr(sizes, k) for k in sizes.__dataclass_fields__}}
+            "max_sizes": {k: getattr(sizes, k) for k in sizes.__dataclass_fields__}, "with_proposals": with_proposals}
     atomic.write_text(out / STORE_META, json.dumps(meta, indent=1))
     if padded:
         write_padded(out)

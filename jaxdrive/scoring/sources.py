@@ -230,7 +230,14 @@ class SceneStoreSource(SceneSource):
 
     def refresh_note(self, pad) -> str | None:
         """Why a run over this store at ``pad`` would read it the slow way (no current padded copy, or per-scene needs
-        measured by another jaxdrive), and the command that fixes it; None when nothing would."""
+        measured by another jaxdrive), and the command that fixes it; None when nothing would. A store whose scenes
+        without proposals gets no copy (``jaxdrive scenes refresh`` would write none): the note says so instead
+        (stores written before ``with_proposals`` was recorded get the refresh advice)."""
+        scored = self.store.meta.get("with_proposals", len(self))
+        if scored < len(self):
+            return (f"{len(self) - scored} of its {len(self)} scenes hold no proposals: they are reported, not scored "
+                    "(score the JSON files they came from with --proposals P.npz), and the store gets no padded copy: "
+                    "scenes are decoded as they are read")
         copy = self.padded(pad)
         if copy is not None and copy.needs is not None:
             return None
