@@ -170,6 +170,7 @@ def test_train_sft_grpo_judge_run(env, capsys):
     assert main(["train", "sft", "--config", "configs/judge_sft_tiny.py", f"model.path={model}", f"data.path={data}",
                  "steps=2", "batch_size=2", "optim.warmup_steps=1", "progress=False", f"export_dir={sft}"]) == 0
     assert (sft / "model.safetensors").exists() and (sft / "tokenizer.json").exists()
+    assert json.loads((sft / "jaxdrive_judge.json").read_text()) == {"image_size": 32, "describe": False}
     grpo = root / "grpo_model"
     grpo_args = ["train", "grpo", "--config", "configs/judge_grpo_tiny.py", f"model.path={sft}", f"data.path={data}",
                  "steps=2", "eval_every=2", "grpo.prompts_per_step=1", "grpo.group_size=4", "optim.warmup_steps=1",
@@ -181,6 +182,7 @@ def test_train_sft_grpo_judge_run(env, capsys):
     assert "grpo.seed: the checkpoint at step 1" in capsys.readouterr().err
     assert main(grpo_args) == 0  # resumed: step 2, evaluated, exported
     assert "reward_mean" in capsys.readouterr().out
+    assert json.loads((grpo / "jaxdrive_judge.json").read_text()) == {"image_size": 32, "describe": False}
     out = root / "judged"
     report = root / "report.html"
     assert main(["judge", "run", "--model", str(grpo), "--data", str(data), "--split", "test", "--out", str(out),
@@ -236,3 +238,129 @@ def test_a_judge_built_in_python_sees_images_of_the_training_default_size():
     data = build_parser().parse_args(["judge", "data", "--out", "x"])
     default = inspect.signature(DriveJudge.__init__).parameters["bev"].default
     assert default.size == data.image_size == 64
+
+
+# --- jaxdrive_judge.json: an exported judge records how it was trained; its readers default to it -------------------
+
+RECORDED = {"image_size": 32, "describe": True,
+            "thresholds": dict(zip(RULE_LABELS, [0.5, 0.8, 0.4, 0.6, 0.9, 0.5, 0.3]))}
+
+
+@pytest.fixture(scope="module")
+def bare_judge(tmp_path_factory):
+    """A tiny judge directory (byte tokenizer: quick to make) without ``jaxdrive_judge.json``."""
+    return tmp_path_factory.mktemp("bare_judge") / "judge"
+
+
+@pytest.fixture
+def judge_dir(bare_judge):
+    """The tiny judge directory, made once; each test starts without ``jaxdrive_judge.json`` and may write one."""
+    if not bare_judge.exists():
+        save_tiny_judge(bare_judge, tokenizer="bytes")
+    (bare_judge / "jaxdrive_judge.json").unlink(missing_ok=True)
+    yield bare_judge
+    (bare_judge / "jaxdrive_judge.json").unlink(missing_ok=True)
+
+
+def record(judge, **meta) -> None:
+    (judge / "jaxdrive_judge.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("kind", ["judge_gates", "judge_pairs", "judge_direct"])
+def test_judge_exports_record_the_image_size_and_description(kind, tmp_path):
+    """The registry's export files of the judge data kinds: the training data's BEV image side (its meta.json
+    ``image_size``), ``describe`` and, with the description, the thresholds of its rule checks (meta.json's)."""
+    from jaxdrive.train.registry import EXPORTS
+
+    (tmp_path / "meta.json").write_text(json.dumps({"image_size": 32, "thresholds": RECORDED["thresholds"]}))
+    files = EXPORTS.get(kind)(ml_collections.ConfigDict(dict(path=str(tmp_path), describe=True)))
+    assert json.loads(files["jaxdrive_judge.json"]) == RECORDED
+    files = EXPORTS.get(kind)(ml_collections.ConfigDict(dict(path=str(tmp_path))))
+    assert json.loads(files["jaxdrive_judge.json"]) == {"image_size": 32, "describe": False}
+    (tmp_path / "meta.json").unlink()  # a hand-made set without meta.json: judge data's default size
+    files = EXPORTS.get(kind)(ml_collections.ConfigDict(dict(path=str(tmp_path))))
+    assert json.loads(files["jaxdrive_judge.json"]) == {"image_size": 64, "describe": False}
+
+
+def test_from_pretrained_defaults_to_the_recorded_training_settings(judge_dir):
+    """Without options, ``DriveJudge.from_pretrained`` renders the recorded image size and writes the recorded
+    prompt (description, rule-check thresholds); an option that contradicts the record is refused naming both; a
+    directory without the record keeps the old defaults (64 pixels, no description, appendix B.1 thresholds)."""
+    from jaxdrive.judge.bev import BevConfig
+    from jaxdrive.judge.labels import PAPER_THRESHOLDS
+
+    judge = DriveJudge.from_pretrained(judge_dir)
+    assert (judge.bev.size, judge.describe) == (64, False)
+    np.testing.assert_array_equal(judge.thresholds, PAPER_THRESHOLDS)
+    judge = DriveJudge.from_pretrained(judge_dir, bev=BevConfig(size=128), describe=True)
+    assert (judge.bev.size, judge.describe) == (128, True)
+    record(judge_dir, **RECORDED)
+    judge = DriveJudge.from_pretrained(judge_dir)
+    assert (judge.bev.size, judge.describe) == (32, True)
+    np.testing.assert_allclose(judge.thresholds, list(RECORDED["thresholds"].values()))
+    judge = DriveJudge.from_pretrained(judge_dir, bev=BevConfig(size=32, ahead=30.0), describe=True)
+    assert (judge.bev.size, judge.bev.ahead) == (32, 30.0)
+    with pytest.raises(ValueError, match=rf"bev.size=96: {judge_dir} was trained on 32-pixel BEV images "
+                                         r"\(jaxdrive_judge.json\)"):
+        DriveJudge.from_pretrained(judge_dir, bev=BevConfig(size=96))
+    with pytest.raises(ValueError, match="describe=False: .* was trained with the text scene description"):
+        DriveJudge.from_pretrained(judge_dir, describe=False)
+    with pytest.raises(ValueError, match="thresholds: .* rule-check thresholds"):
+        DriveJudge.from_pretrained(judge_dir, thresholds=np.full(7, 0.5))
+
+
+def test_gates_spec_defaults_to_the_recorded_training_settings(judge_dir):
+    """``--gates judge:DIR``: ``,size=`` and ``,describe`` default to the judge's record; contradicting it is a usage
+    error naming the option and the recorded value; without the record the defaults are 64 pixels, no description."""
+    from jaxdrive.judge.score_gates import parse_spec
+
+    assert parse_spec(f"judge:{judge_dir}") == (judge_dir, False, 64)
+    assert parse_spec(f"judge:{judge_dir},describe,size=96") == (judge_dir, True, 96)
+    record(judge_dir, **RECORDED)
+    assert parse_spec(f"judge:{judge_dir}") == (judge_dir, True, 32)
+    assert parse_spec(f"judge:{judge_dir},describe,size=32") == (judge_dir, True, 32)
+    spec = f"judge:{judge_dir},size=96"
+    with pytest.raises(ValueError) as e:
+        parse_spec(spec)
+    assert str(e.value) == f"--gates {spec}: {judge_dir} was trained on 32-pixel BEV images (jaxdrive_judge.json)"
+    record(judge_dir, image_size=32, describe=False)
+    with pytest.raises(ValueError, match=r"--gates .*,describe: .* was trained without the text scene description"):
+        parse_spec(f"judge:{judge_dir},describe")
+
+
+def _eval_data(root, **meta):
+    root.mkdir()
+    rec = Record(id="r0", scene="scenes/s.json", proposal=0, proposal_name="p", label=1, split="test")
+    (root / "records.jsonl").write_text(json.dumps(dataclasses.asdict(rec)) + "\n")
+    (root / "meta.json").write_text(json.dumps(meta))
+    return root
+
+
+def test_judge_run_defaults_to_the_recorded_training_settings(judge_dir, tmp_path, monkeypatch, capsys):
+    """``jaxdrive judge run``: ``--describe`` defaults to the judge's record, evaluation data of another image size
+    (its meta.json) or rule-check thresholds is a usage error naming both; without the record, as before."""
+    seen = []
+
+    def fake(cls, path, **kw):
+        seen.append(kw)
+        raise ValueError("stop after loading")
+
+    monkeypatch.setattr(DriveJudge, "from_pretrained", classmethod(fake))
+    data = _eval_data(tmp_path / "data", image_size=32, thresholds=RECORDED["thresholds"])
+    args = ["judge", "run", "--model", str(judge_dir), "--data", str(data), "--no-progress"]
+    assert main(args) == EXIT_USAGE and (seen[-1]["bev"].size, seen[-1]["describe"]) == (32, False)
+    record(judge_dir, **RECORDED)
+    assert main(args) == EXIT_USAGE and (seen[-1]["bev"].size, seen[-1]["describe"]) == (32, True)
+    assert "stop after loading" in capsys.readouterr().err
+    other = _eval_data(tmp_path / "other", image_size=96)
+    assert main(["judge", "run", "--model", str(judge_dir), "--data", str(other), "--no-progress"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"--data {other} (meta.json image_size 96): {judge_dir} was trained on 32-pixel BEV images" in err, err
+    other_thresholds = _eval_data(tmp_path / "thresholds", image_size=32)  # appendix B.1's
+    assert main(["judge", "run", "--model", str(judge_dir), "--data", str(other_thresholds),
+                 "--no-progress"]) == EXIT_USAGE
+    assert "rule-check thresholds" in capsys.readouterr().err
+    record(judge_dir, image_size=32, describe=False)
+    assert main([*args, "--describe"]) == EXIT_USAGE
+    assert "--describe: " + f"{judge_dir} was trained without the text scene description" in capsys.readouterr().err
+    assert len(seen) == 2

@@ -113,6 +113,14 @@ def dataset_thresholds(root: str | Path) -> np.ndarray:
     return (np.array([saved[r] for r in RULE_LABELS], np.float32) if saved else PAPER_THRESHOLDS)
 
 
+def dataset_image_size(root: str | Path) -> int | None:
+    """The side (pixels) of the BEV images of ``root`` (``meta.json`` ``image_size``, ``jaxdrive judge data
+    --image-size``), or None when the set does not record it."""
+    meta = Path(root) / "meta.json"
+    size = json.loads(meta.read_text()).get("image_size") if meta.exists() else None
+    return None if size is None else int(size)
+
+
 def write_jsonl(path: str | Path, items) -> Path:
     with open(path, "w") as f:
         for it in items:

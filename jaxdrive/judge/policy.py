@@ -39,6 +39,8 @@ from jaxdrive.scene import HostScene, PadSpec, batch_scenes
 from jaxdrive.scorer import BatchScorer
 
 ALL_YES = (True,) * len(RULE_LABELS)
+# Written beside an exported judge's weights (``recipes.export_files``): how it was trained, so it is used the same way.
+JUDGE_META = "jaxdrive_judge.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,6 +148,79 @@ def load_image_config(path: str | os.PathLike) -> ImageProcessorConfig:
         return ImageProcessorConfig.from_hf(json.load(f))
 
 
+@dataclasses.dataclass(frozen=True)
+class TrainedAs:
+    """How a judge was trained, as it must be used: ``image_size`` the side of its BEV images (pixels),
+    ``describe`` whether its prompts had the text scene description, ``thresholds`` [7] (``RULE_LABELS`` order) the
+    rule tolerances of that description's rule checks (None without ``describe``)."""
+
+    image_size: int
+    describe: bool
+    thresholds: tuple[float, ...] | None = None
+
+    def to_json(self) -> str:
+        """The ``JUDGE_META`` text: ``{"image_size": N, "describe": bool[, "thresholds": {rule: tolerance}]}``."""
+        d = {"image_size": self.image_size, "describe": self.describe}
+        if self.thresholds is not None:
+            # the shortest decimals of each float32 tolerance (0.7, not 0.699999988): they read back to the same value
+            d["thresholds"] = {r: float(np.format_float_positional(np.float32(t)))
+                               for r, t in zip(RULE_LABELS, self.thresholds)}
+        return json.dumps(d, indent=2) + "\n"
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> "TrainedAs | None":
+        """The record ``path/JUDGE_META`` of a judge directory, or None without one (older exports, a base model)."""
+        file = os.path.join(path, JUDGE_META)
+        if not os.path.exists(file):
+            return None
+        try:
+            with open(file) as f:
+                d = json.load(f)
+            if not isinstance(d["describe"], bool):
+                raise TypeError(f"describe: expected true or false, got {d['describe']!r}")
+            thresholds = d.get("thresholds")
+            return cls(int(d["image_size"]), bool(d["describe"]),
+                       None if thresholds is None else tuple(float(thresholds[r]) for r in RULE_LABELS))
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{file}: expected {{\"image_size\": N, \"describe\": bool[, \"thresholds\": "
+                             f"{{rule: tolerance}}]}} ({type(e).__name__}: {e})") from None
+
+
+def _tolerances(thresholds) -> str:
+    """``LK=0.7 NC=0.9 ...``: rule tolerances [7] (``RULE_LABELS`` order) for messages."""
+    return " ".join(f"{r}={t:g}" for r, t in zip(RULE_LABELS, np.asarray(thresholds, np.float32).tolist()))
+
+
+def trained_settings(path: str | os.PathLike, *, image_size: int | None = None, describe: bool | None = None,
+                     thresholds: np.ndarray | None = None,
+                     given: dict[str, str] | None = None) -> tuple[int, bool, np.ndarray]:
+    """(BEV image side in pixels, describe, rule-check thresholds [7]) to use the judge directory ``path`` with.
+
+    A value given (not None) must agree with the directory's ``JUDGE_META`` record, else a ValueError naming the
+    option (``given[field]``, e.g. ``"--gates judge:DIR,size=96"``; default ``field=value``) and the recorded value;
+    the record supplies the values not given (thresholds are compared and taken only with ``describe``: they change
+    nothing else). Without the record: ``IMAGE_SIZE``, no description, appendix B.1's thresholds, as before."""
+    rec = TrainedAs.read(path)
+    if rec is None:
+        return (IMAGE_SIZE if image_size is None else int(image_size), bool(describe),
+                PAPER_THRESHOLDS if thresholds is None else np.asarray(thresholds, np.float32))
+    names = {"image_size": f"image_size={image_size}", "describe": f"describe={describe}",
+             "thresholds": "thresholds", **(given or {})}
+    trained = f"{os.fspath(path)} was trained"
+    if image_size is not None and int(image_size) != rec.image_size:
+        raise ValueError(f"{names['image_size']}: {trained} on {rec.image_size}-pixel BEV images ({JUDGE_META})")
+    if describe is not None and bool(describe) != rec.describe:
+        raise ValueError(f"{names['describe']}: {trained} {'with' if rec.describe else 'without'} the text scene "
+                         f"description ({JUDGE_META})")
+    if not rec.describe:  # the thresholds only name the broken rules in the description
+        return rec.image_size, False, PAPER_THRESHOLDS if thresholds is None else np.asarray(thresholds, np.float32)
+    recorded = PAPER_THRESHOLDS if rec.thresholds is None else np.asarray(rec.thresholds, np.float32)
+    if thresholds is not None and not np.array_equal(np.asarray(thresholds, np.float32), recorded):
+        raise ValueError(f"{names['thresholds']}: {trained} with the rule-check thresholds {_tolerances(recorded)} "
+                         f"({JUDGE_META}), not {_tolerances(thresholds)}")
+    return rec.image_size, True, recorded
+
+
 @dataclasses.dataclass
 class Judgement:
     """``DriveJudge.score`` output for N trajectories: score (exact expected score) and score_hard (gates
@@ -203,11 +278,20 @@ class DriveJudge:
         self.scorer = BatchScorer()  # sub-scores with the broad phase (the unculled kernels' values)
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, **kwargs) -> "DriveJudge":
+    def from_pretrained(cls, path: str | os.PathLike, *, bev: BevConfig | None = None, describe: bool | None = None,
+                        thresholds: np.ndarray | None = None, **kwargs) -> "DriveJudge":
+        """The judge of a pretrained directory. ``bev`` (its ``size``), ``describe`` and ``thresholds`` default to the
+        directory's ``JUDGE_META`` record of its training and must agree with it (``trained_settings``); without the
+        record, to ``IMAGE_SIZE`` pixels, no description and appendix B.1's thresholds. Other ``kwargs``:
+        ``__init__``'s."""
         from jaxdrive.models.weights import from_pretrained
 
+        size, describe, thresholds = trained_settings(
+            path, image_size=None if bev is None else bev.size, describe=describe, thresholds=thresholds,
+            given={"image_size": f"bev.size={bev.size}"} if bev is not None else None)
+        bev = BevConfig(size=size) if bev is None else bev
         return cls(from_pretrained(os.fspath(path), dtype=jnp.float32), ChatEncoder.from_pretrained(os.fspath(path)),
-                   load_image_config(path), **kwargs)
+                   load_image_config(path), bev=bev, describe=describe, thresholds=thresholds, **kwargs)
 
     def images(self, scenes: Sequence[HostScene], proposals: Sequence[int]) -> np.ndarray:
         """BEV images [N, H, W, 3] of each scene with its trajectory."""

@@ -8,7 +8,9 @@
   answer block (``judge.grpo`` reads the gate logits at the rule slots), their sub-scores and the preference;
 * reward ``judge_preference``: Eq. 12, 1 if the gated scores of the sampled gates rank the pair as the human did
   (a tie is wrong), else 0; ``judge_margin``: the preferred trajectory's sampled gated score minus the other's;
-* decoder ``judge_answer``: completion ids -> the answer block text (the tokenizer's, specials dropped).
+* decoder ``judge_answer``: completion ids -> the answer block text (the tokenizer's, specials dropped);
+* export ``judge_gates`` / ``judge_pairs`` / ``judge_direct``: ``policy.JUDGE_META`` beside the exported weights, the
+  image size and prompt form the judge was trained on (``export_files``), which its readers default to.
 
 Data config fields: ``path`` (dataset directory), ``split``, ``model_path`` (the pretrained model directory: chat
 template, merge size and image processor), ``describe`` (text scene description ablation), ``reason`` (prepend the
@@ -27,11 +29,12 @@ from PIL import Image
 from jaxdrive.data.scene_json import read_scene
 from jaxdrive.judge import prompt as P
 from jaxdrive.judge.baselines import subscores_of
-from jaxdrive.judge.dataset import dataset_thresholds, read_pairs, read_records
+from jaxdrive.judge.bev import IMAGE_SIZE
+from jaxdrive.judge.dataset import dataset_image_size, dataset_thresholds, read_pairs, read_records
 from jaxdrive.judge.gates import RULE_LABELS, rule_gated_score
 from jaxdrive.judge.labels import rule_values
-from jaxdrive.judge.policy import ALL_YES, answer_slots, check_slot_tokens, encode, load_image_config, \
-    slot_positions
+from jaxdrive.judge.policy import ALL_YES, JUDGE_META, TrainedAs, answer_slots, check_slot_tokens, encode, \
+    load_image_config, slot_positions
 from jaxdrive.models.chat import ChatEncoder
 from jaxdrive.train.rewards import Reward
 
@@ -179,6 +182,16 @@ def pair_examples(cfg, tokenizer=None) -> list[dict]:
                     "id": p.id})
     return out
 
+
+def export_files(cfg) -> dict[str, str]:
+    """Registry EXPORTS of the judge data kinds: {``JUDGE_META``: JSON} (``policy.TrainedAs``) for the data block
+    ``cfg`` of the job: the side of its BEV images (the set's meta.json ``image_size``, ``IMAGE_SIZE`` when it
+    records none), ``describe`` and, with it, the set's rule-check thresholds (``dataset_thresholds``)."""
+    root, describe = Path(cfg.path), bool(cfg.get("describe", False))
+    size = dataset_image_size(root)
+    trained = TrainedAs(IMAGE_SIZE if size is None else size, describe,
+                        tuple(dataset_thresholds(root).tolist()) if describe else None)
+    return {JUDGE_META: trained.to_json()}
 
 
 def _subscores_from_array(a: jnp.ndarray):

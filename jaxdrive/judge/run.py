@@ -16,8 +16,8 @@ from tqdm import tqdm
 from jaxdrive import atomic
 from jaxdrive.data.scene_json import read_scene
 from jaxdrive.data.synthetic import pad_spec
-from jaxdrive.judge.bev import IMAGE_SIZE, BevConfig
-from jaxdrive.judge.dataset import dataset_thresholds, read_pairs, read_records
+from jaxdrive.judge.bev import BevConfig
+from jaxdrive.judge.dataset import dataset_image_size, dataset_thresholds, read_pairs, read_records
 from jaxdrive.judge.gates import RULE_LABELS
 
 
@@ -60,6 +60,19 @@ def gate_match(records, cols: dict, train_records) -> dict:
             "rule_accuracy": {g: 100.0 * float(np.mean(pred[:, i] == truth[:, i])) for i, g in enumerate(RULE_LABELS)}}
 
 
+def evaluation_settings(model: Path, root: Path, describe: bool | None) -> tuple[int, bool, np.ndarray]:
+    """(BEV image side in pixels, describe, rule-check thresholds [7]) to judge the set ``root`` with the judge
+    ``model``: the set's image size (meta.json) and thresholds, ``--describe``, each checked against the judge's
+    record of its training (``policy.trained_settings``: an error naming both when they differ), which supplies
+    what is not given."""
+    from jaxdrive.judge.policy import trained_settings
+
+    size, thresholds = dataset_image_size(root), dataset_thresholds(root)
+    return trained_settings(model, image_size=size, describe=describe, thresholds=thresholds,
+                            given={"image_size": f"--data {root} (meta.json image_size {size})",
+                                   "describe": "--describe", "thresholds": f"--data {root} (meta.json thresholds)"})
+
+
 def run(args) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -80,10 +93,9 @@ def run(args) -> int:
         records = records[:args.limit]
     if not records:
         raise ValueError(f"--split {args.split}: no records in {root}")
-    meta = json.loads((root / "meta.json").read_text()) if (root / "meta.json").exists() else {}
-    judge = DriveJudge.from_pretrained(args.model, bev=BevConfig(size=int(meta.get("image_size", IMAGE_SIZE))),
-                                      describe=args.describe, batch_size=args.batch_size, pad=pad_spec(32),
-                                      thresholds=dataset_thresholds(root))
+    size, describe, thresholds = evaluation_settings(args.model, root, args.describe)
+    judge = DriveJudge.from_pretrained(args.model, bev=BevConfig(size=size), describe=describe,
+                                       batch_size=args.batch_size, pad=pad_spec(32), thresholds=thresholds)
     out = Path(args.out or root / "judge")
     out.mkdir(parents=True, exist_ok=True)
     cols = judge_records(judge, root, records, args.batch_size, not args.no_progress)
@@ -118,7 +130,9 @@ def add_run(jsub) -> None:
     p.add_argument("--split", default="test", choices=["train", "test"], help="which split's records")
     p.add_argument("--out", type=Path, help="output directory (default: DATA/judge)")
     p.add_argument("--report", type=Path, help="also write a self-contained HTML report here")
-    p.add_argument("--describe", action="store_true", help="add the text scene description (ablation)")
+    p.add_argument("--describe", action="store_true", default=None,
+                   help="add the text scene description (ablation); default: as the judge was trained "
+                        "(its jaxdrive_judge.json), else without")
     p.add_argument("--batch-size", type=int, default=8, help="records judged per model call")
     p.add_argument("--limit", type=int, default=0, help="judge only the first N records (0 = all)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

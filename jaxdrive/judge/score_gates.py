@@ -8,8 +8,10 @@ table is also written beside the run (``judge_gates.json``) so it can be inspect
 
 The spec after ``judge:`` is the pretrained judge directory, optionally followed by ``,describe`` when the judge was
 trained with the text scene description (``--describe`` of ``jaxdrive judge run``) and ``,size=N`` for the side in
-pixels of the BEV images it was trained on (``jaxdrive judge data --image-size``; default ``IMAGE_SIZE``, that
-command's default): the judge must see the images of its training, at the same scale and number of image tokens.
+pixels of the BEV images it was trained on (``jaxdrive judge data --image-size``): the judge must see the images and
+prompts of its training, at the same scale and number of image tokens. Both default to the directory's record of its
+training (``policy.JUDGE_META``, written by the export of ``jaxdrive train``), which an option may not contradict;
+without the record, to ``IMAGE_SIZE`` (``jaxdrive judge data``'s default) and no description.
 """
 from __future__ import annotations
 
@@ -20,17 +22,19 @@ import numpy as np
 from tqdm import tqdm
 
 from jaxdrive import atomic
-from jaxdrive.judge.bev import IMAGE_SIZE, BevConfig
+from jaxdrive.judge.bev import BevConfig
 from jaxdrive.judge.gates import expand_gates
 
 PREFIX = "judge:"
 
 
 def parse_spec(spec: str) -> tuple[Path, bool, int]:
-    """``judge:DIR[,describe][,size=N]`` -> (DIR, describe, BEV image side N); a ValueError naming ``--gates``
-    otherwise."""
+    """``judge:DIR[,describe][,size=N]`` -> (DIR, describe, BEV image side N in pixels), the options not given taken
+    from DIR's record of its training (``policy.trained_settings``); a ValueError naming ``--gates`` otherwise."""
+    from jaxdrive.judge.policy import trained_settings
+
     path, *options = spec[len(PREFIX):].split(",")
-    describe, size = False, IMAGE_SIZE
+    describe, size = None, None
     for opt in options:
         if opt == "describe":
             describe = True
@@ -41,6 +45,8 @@ def parse_spec(spec: str) -> tuple[Path, bool, int]:
                              f"{opt!r}")
     if not (Path(path) / "config.json").is_file():
         raise ValueError(f"--gates {spec}: {path!r} is not a pretrained judge directory (no config.json)")
+    size, describe, _ = trained_settings(path, image_size=size, describe=describe,
+                                         given={"image_size": f"--gates {spec}", "describe": f"--gates {spec}"})
     return Path(path), describe, size
 
 

@@ -11,11 +11,12 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
+from jaxdrive import atomic
 from jaxdrive.train import data, optim, sft
 from jaxdrive.train.checkpoint import Checkpointer
 from jaxdrive.train.grpo_trainer import check_config, grpo_loss_fn, grpo_summary
 from jaxdrive.train.metrics import MetricsLogger
-from jaxdrive.train.registry import DATASETS, DECODERS, REWARDS, ROLLOUTS
+from jaxdrive.train.registry import DATASETS, DECODERS, EXPORTS, REWARDS, ROLLOUTS
 from jaxdrive.train.trainer import Trainer
 
 
@@ -235,7 +236,9 @@ def run_sft(cfg: ml_collections.ConfigDict, model=None):
 
 def export_pretrained(model, cfg: ml_collections.ConfigDict) -> None:
     """``export_dir`` (optional): writes the trained model (LoRA merged) as a pretrained directory, with the tokenizer,
-    chat template and preprocessor files of ``model.path`` beside it, so it loads like the model it came from."""
+    chat template and preprocessor files of ``model.path`` beside it, so it loads like the model it came from, and
+    the files the registry's EXPORTS entry for ``data.kind`` makes (how the model must be used, e.g. the judge's
+    ``jaxdrive_judge.json``), written after the copied ones (a file of ``model.path`` by the same name is replaced)."""
     if not cfg.get("export_dir"):
         return
     import shutil
@@ -260,6 +263,9 @@ def export_pretrained(model, cfg: ml_collections.ConfigDict) -> None:
                 src = os.path.join(cfg.model.path, name)
                 if os.path.isfile(src):
                     shutil.copy(src, os.path.join(cfg.export_dir, name))
+    if cfg.data.kind in EXPORTS:
+        for name, text in EXPORTS.get(cfg.data.kind)(cfg.data).items():
+            atomic.write_text(os.path.join(cfg.export_dir, name), text)
 
 
 def run_grpo(cfg: ml_collections.ConfigDict, model=None):

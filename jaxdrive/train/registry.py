@@ -11,6 +11,9 @@ None for tiny token-id recipes):
     ``pixel_values`` / ``image_grid_thw`` / extra fields the rewards read.
   * REWARDS: ``fn(cfg) -> jaxdrive.train.rewards.Reward`` (the weight comes from ``cfg.weight``, default 1).
   * DECODERS: ``fn(cfg, tokenizer) -> Callable[[ids, mask], str]``.
+  * EXPORTS (by ``data.kind``, optional): ``fn(cfg) -> {file name: text}`` (``cfg`` the data block), files the
+    job's ``export_dir`` gets beside the weights (``jobs.export_pretrained``): what a user of the model must know of
+    its training (the judge kinds: ``jaxdrive_judge.json``).
   * ROLLOUTS (``grpo.rollouts``, default "single_turn"): ``cls(examples, rewards, decode, grpo_cfg)``, the GRPO
     ``batch_fn``; entries other than "single_turn" also get ``tokenizer=`` (multi-turn tool episodes:
     "agent_multi_turn").
@@ -33,6 +36,9 @@ class Registry:
         if name in self._entries and self._entries[name] is not target:
             raise ValueError(f"{self.what} {name!r} is already registered ({self._entries[name]!r})")
         self._entries[name] = target
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._entries
 
     def names(self) -> list[str]:
         return sorted(self._entries)
@@ -70,6 +76,12 @@ DATASETS = Registry("dataset", {
     "judge_gates": "jaxdrive.judge.recipes:gate_examples",
     "judge_pairs": "jaxdrive.judge.recipes:pair_examples",
     "judge_direct": "jaxdrive.judge.recipes:direct_examples",
+})
+
+EXPORTS = Registry("export", {
+    "judge_gates": "jaxdrive.judge.recipes:export_files",
+    "judge_pairs": "jaxdrive.judge.recipes:export_files",
+    "judge_direct": "jaxdrive.judge.recipes:export_files",
 })
 
 REWARDS = Registry("reward", {
