@@ -47,7 +47,8 @@ from jaxtyping import Array, Bool, Float
 from jaxdrive.broadphase.device import needs, pack_on_device
 from jaxdrive.broadphase.host import PackSpec
 from jaxdrive.rules import epdms
-from jaxdrive.scene import NUM_STEPS, STATE_DIM, Proposals, Scene
+from jaxdrive.scene import NUM_STEPS, STATE_DIM, Proposals, Scene, SceneValidationError
+from jaxdrive.scene.device import check_leaf_shapes
 
 # Per real proposal, generous for NAVSIM-like scenes: the needs of the 61 NAVSIM fixtures and of the synthetic
 # reference mix are at most about a third of the per-proposal sizes and two thirds of the per-scene ones
@@ -130,9 +131,10 @@ def _check(scene: Scene, proposals: Proposals, groups: int, gates=None, ep_mode:
         got = getattr(proposals, name).shape
         if got != want:
             raise ValueError(f"jaxdrive.score: proposals.{name}: expected shape {want} ({what}), got {got}")
-    if scene.history_padded.shape[0] != s.shape[0]:
-        raise ValueError(f"jaxdrive.score: scene: expected {s.shape[0]} scenes (the proposals' B), got "
-                         f"{scene.history_padded.shape[0]}")
+    try:
+        check_leaf_shapes(scene, "scene", s.shape[:1])  # the proposals' B scenes, every leaf as annotated
+    except SceneValidationError as e:
+        raise ValueError(f"jaxdrive.score: {e}") from None
     if groups < 1 or s.shape[0] % groups:
         raise ValueError(f"jaxdrive.score: groups: expected a positive divisor of the batch size {s.shape[0]}, "
                          f"got {groups}")

@@ -292,6 +292,29 @@ def test_capacities_and_shape_errors():
         jaxdrive.score(sc, pr, groups=2)
 
 
+@pytest.mark.parametrize("break_it,message", [
+    (lambda sc: sc.replace(agents=sc.agents.replace(heading=sc.agents.heading[..., :40])),
+     r"scene.agents.heading: expected shape \[\*b\[1\] N T\] with T = 41, got \[1, 8, 40\]"),
+    (lambda sc: sc.replace(map=sc.map.replace(lane_red=sc.map.lane_red[..., :40])),
+     r"scene.map.lane_red: .* with T = 41"),
+    (lambda sc: sc.replace(agents=sc.agents.replace(center=sc.agents.center.astype(jnp.int32))),
+     "scene.agents.center: expected a Float dtype, got int32"),
+    (lambda sc: sc.replace(map=sc.map.replace(areas=sc.map.areas.replace(vertex_valid=sc.map.areas.vertex_valid[..., 1:]))),
+     r"scene.map.areas.vertex_valid: expected shape \[\*b\[1\] P V\] with V = "),
+    (lambda sc: sc.replace(map=sc.map.replace(lanes=jax.tree.map(lambda x: x[:, 1:], sc.map.lanes))),
+     "scene.map.lanes: expected .* polygons \\(as scene.map.lane_kind\\)"),
+    (lambda sc: jax.tree.map(lambda x: jnp.concatenate([x, x]), sc), r"scene.history: expected shape \[\*b\[1\] 4 11\]")])
+def test_scene_leaves_of_other_shapes_are_named(break_it, message):
+    """A Scene built or edited by hand (outside ``batch_scenes``) with one leaf of another shape or dtype: the scorer
+    names the leaf and the size it expected before tracing, jitted or not (the kernels failed deep inside with a
+    broadcasting error, or scored padding)."""
+    sc, pr, _ = batch_scenes([read_scene(FILES[0])])
+    with pytest.raises(ValueError, match="jaxdrive.score: " + message):
+        jaxdrive.score(break_it(sc), pr)
+    with pytest.raises(ValueError, match=message):
+        jax.jit(jaxdrive.score)(break_it(sc), pr)
+
+
 def test_import_jaxdrive_is_light():
     code = "import sys, jaxdrive; assert 'jax' not in sys.modules, 'jax imported'; print(jaxdrive.__version__)"
     subprocess.run([sys.executable, "-c", code], check=True)

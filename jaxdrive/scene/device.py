@@ -338,12 +338,54 @@ def grow_batch(scene: Scene, proposals: Proposals, spec: PadSpec) -> tuple[Scene
     return scene.replace(map=grown_map, agents=agents), grown
 
 
+SHARED_DIMS = {"T": NUM_STEPS}  # named dims of one known size across a whole pytree; other names: per dataclass
+
+
+def check_leaf_shapes(tree, name: str, batch: tuple[int, ...], shared: dict[str, int] | None = None) -> None:
+    """Every leaf of the dataclass pytree ``tree`` (``Scene``, ``Proposals``, ...) against its jaxtyping annotation:
+    the batch dims ``*b`` equal ``batch``, fixed sizes match, each named size is one size within its dataclass (``T``
+    everywhere: ``SHARED_DIMS``), the dtype is of the annotated kind; a ``SceneValidationError`` naming the
+    leaf's path (``name.field...``), what was expected and what it got. Reads shapes and dtypes only (a traced
+    ``jax.jit`` argument passes through). A ``Polygons``' count ``P`` equals its kind array's (``area_kind`` A,
+    ``lane_kind`` L): checked for ``MapData``."""
+    import typing
+
+    shared = dict(SHARED_DIMS) if shared is None else shared
+    local: dict[str, int] = {}
+    hints = typing.get_type_hints(type(tree))
+    for field in dataclasses.fields(tree):
+        value, hint, path = getattr(tree, field.name), hints[field.name], f"{name}.{field.name}"
+        if dataclasses.is_dataclass(value):
+            check_leaf_shapes(value, path, batch, shared)
+            continue
+        array = value if hasattr(value, "shape") and hasattr(value, "dtype") else np.asarray(value)  # jax, tracer
+        shape, dtype = tuple(array.shape), str(array.dtype)
+        tokens = hint.dim_str.split()
+        expected = " ".join(["*b" + str(list(batch))] + tokens[1:])
+        if shape[:len(batch)] != batch or len(shape) != len(batch) + len(tokens) - 1:
+            raise SceneValidationError(f"{path}: expected shape [{expected}], got {list(shape)}")
+        for token, size in zip(tokens[1:], shape[len(batch):]):
+            bound = shared if token in SHARED_DIMS else local
+            if token.isdigit() and int(token) != size or bound.setdefault(token, size) != size:
+                raise SceneValidationError(f"{path}: expected shape [{expected}] with {token} = "
+                                           f"{token if token.isdigit() else bound[token]}, got {list(shape)}")
+        if dtype not in hint.dtypes:
+            raise SceneValidationError(f"{path}: expected a {hint.__name__.split('[')[0]} dtype, got {dtype}")
+    if isinstance(tree, MapData):
+        for polys, kind in (("areas", "area_kind"), ("lanes", "lane_kind")):
+            count, want = getattr(tree, polys).valid.shape[-1], getattr(tree, kind).shape[-1]
+            if count != want:
+                raise SceneValidationError(f"{name}.{polys}: expected {want} polygons (as {name}.{kind}), got {count}")
+
+
 def validate_batch(scene: Scene, proposals: Proposals) -> None:
     """Host-side check of a padded batch built outside ``batch_scenes`` (shapes consistent, values finite)."""
     states = np.asarray(proposals.states)
     if states.ndim < 3 or states.shape[-2:] != (NUM_STEPS, STATE_DIM):
         raise SceneValidationError(f"proposals.states: expected shape (..., K, {NUM_STEPS}, {STATE_DIM}), got {states.shape}")
     batch = states.shape[:-3]
+    check_leaf_shapes(proposals, "proposals", batch)
+    check_leaf_shapes(scene, "scene", batch)
     hist = np.asarray(scene.history_padded)
     if hist.shape != batch + (NUM_HISTORY_PADDED, STATE_DIM):
         raise SceneValidationError(
