@@ -67,8 +67,9 @@ jax.tree_util.register_dataclass(
 def filter_logits(scaled: Float[Array, "B V"], top_k: int, top_p: float) -> Float[Array, "B V"]:
     """Set logits outside the top-k / nucleus (top-p, transformers' rule) to -inf; ``scaled`` is logits/temperature.
 
-    Ties at the cut are all kept (the cut is a logit value): transformers removes by sorted position, so of tokens
-    tied at its cut it keeps those its sort happens to place last; without ties the two agree exactly."""
+    Tokens tied at a cut are all kept (each cut is a logit value), as transformers' top-k does; its top-p removes by
+    sorted position instead, keeping of the tokens tied at its cut those its sort happens to place last. Without ties
+    at the top-p cut the two agree exactly."""
     if top_k > 0 and top_k < scaled.shape[-1]:
         kth = jax.lax.top_k(scaled, top_k)[0][:, -1:]
         scaled = jnp.where(scaled < kth, -jnp.inf, scaled)
