@@ -391,6 +391,9 @@ def test_scenes_refresh_rewrites_stale_needs_and_a_missing_padded_copy(tmp_path,
     assert main(["scenes", "refresh", str(tmp_path / "store")]) == 0
     assert "up to date (8 scenes)" in capsys.readouterr().out
 
+    index.write_text(index.read_text().replace('"version": 2', '"version": 1'))  # before has_human = filters_human
+    assert PaddedStore.open(SceneStore(tmp_path / "store")) is None
+    assert "no current padded copy" in SceneStoreSource(tmp_path / "store").refresh_note(pad)
     shutil.rmtree(tmp_path / "store" / "padded")
     assert "no current padded copy" in SceneStoreSource(tmp_path / "store").refresh_note(pad)
     assert main(["scenes", "refresh", str(tmp_path / "store")]) == 0

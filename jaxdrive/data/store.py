@@ -214,7 +214,9 @@ def _write_store(scenes: Iterable[HostScene], out: Path, progress: bool, padded:
 
 PADDED_DIR = "padded"
 PADDED_INDEX = "index.json"
-PADDED_VERSION = 1
+# 2: ``has_human`` is ``HostScene.filters_human`` (the human filter on ORIGINAL scenes only); a version-1 copy may hold
+# True for a second-stage scene, and ``PaddedStore.open`` compares only scene 0 with a fresh padding: it is stale.
+PADDED_VERSION = 2
 NEEDS_FILE = "needs.npy"  # broad-phase needs of each scene (scene_needs): a run's capacities without a prescan
 
 
