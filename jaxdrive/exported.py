@@ -28,6 +28,29 @@ TRACE_ENV = ("JAXDRIVE_KERNELS", "JAXDRIVE_SEGMENTS")
 # loading and compiling it anew. The IN_MEMORY_PROGRAMS most recently used are kept.
 IN_MEMORY_PROGRAMS = 8
 _IN_MEMORY: collections.OrderedDict = collections.OrderedDict()  # digest -> (jitted program, [its on_build hook])
+# XLA:CPU maps each compiled program's machine code in its own memory regions (~2,000 for the EPDMS scorer); past
+# Linux's per-process limit (vm.max_map_count, 65,530 by default) the next compile or load crashes the process
+# (SIGSEGV inside backend_compile_and_load). No program is kept in memory while the process holds more than this
+# share of the limit.
+MAP_SHARE = 0.5
+
+
+def forget() -> None:
+    """Drops the compiled programs kept in memory (``IN_MEMORY_PROGRAMS``): their memory and machine code are freed
+    once nothing else holds them; the next ``cached_jit`` call loads its program from disk."""
+    _IN_MEMORY.clear()
+
+
+def memory_maps() -> tuple[int, int] | None:
+    """(memory regions this process maps, the kernel's limit ``vm.max_map_count``), or None where ``/proc`` does not
+    tell (not Linux)."""
+    try:
+        with open("/proc/sys/vm/max_map_count") as f:
+            limit = int(f.read())
+        with open(f"/proc/{os.getpid()}/maps", "rb") as f:
+            return sum(1 for _ in f), limit
+    except (OSError, ValueError):
+        return None
 
 
 def files_hash(files: Sequence[Path], root: Path) -> str:
@@ -207,7 +230,11 @@ def cached_jit(name: str, fn: Callable, key: str, in_sharding: jax.sharding.Shar
             return exp.call(*flat_leaves)
 
         program = jax.jit(run, in_shardings=ins, out_shardings=outs)
-        _IN_MEMORY[digest] = (program, hook)
+        maps = memory_maps()
+        if maps is not None and maps[0] > MAP_SHARE * maps[1]:
+            forget()  # near the kernel's limit: keep nothing (the programs are on disk)
+        else:
+            _IN_MEMORY[digest] = (program, hook)
         while len(_IN_MEMORY) > IN_MEMORY_PROGRAMS:
             _IN_MEMORY.popitem(last=False)
         return program

@@ -36,6 +36,28 @@ import pytest  # noqa: E402
 jax.config.update("jax_enable_compilation_cache", False)  # this process only; its subprocesses read the env above
 
 
+@pytest.fixture(autouse=True)
+def _memory_maps_below_the_kernels_limit():
+    """After each test, a worker holding more than ``exported.MAP_SHARE`` of the kernel's limit on memory regions
+    (vm.max_map_count) drops its compiled programs (jax's caches, ``exported``'s in-memory ones). XLA:CPU maps every
+    program's machine code in regions of its own; a worker that compiles the suite's hundreds of programs reached
+    35,000 regions, and at the limit (65,530 here) the next compile crashed with SIGSEGV (CI: three workers in three
+    runs, inside backend_compile_and_load)."""
+    import gc
+    import warnings
+
+    from jaxdrive import exported
+
+    yield
+    maps = exported.memory_maps()
+    if maps is not None and maps[0] > exported.MAP_SHARE * maps[1]:
+        exported.forget()
+        jax.clear_caches()
+        gc.collect()
+        warnings.warn(f"compiled programs dropped at {maps[0]} memory regions (limit {maps[1]}): "
+                      f"{exported.memory_maps()[0]} after", UserWarning)
+
+
 def locate_shared(conftest: Path = Path(__file__)) -> Path:
     """``shared/`` beside the checkout (``<repo>/../shared``), found from this file's location; ``JAXDRIVE_SHARED``
     overrides it. The one place the suite looks for the fixtures: no absolute path anywhere in the tests."""

@@ -195,6 +195,16 @@ def test_cached_jit_reuses_loads_re_exports_a_corrupt_entry_and_traces_a_refused
     first = call()
     assert first[:3] == (1, 1, 1) and len(first[3]) == 1  # looked for on disk, traced, exported
     assert call(fresh=False) == (0, 1, 0, first[3])  # reused in memory: not traced, not read
+    maps = exported.memory_maps()
+    assert maps is not None and 0 < maps[0] < maps[1]  # this Linux process's regions and the kernel's limit
+    monkeypatch.setattr(exported, "memory_maps", lambda: (40_000, 65_530))  # over MAP_SHARE of the limit
+    assert call()[:3] == (0, 1, 1) and not exported._IN_MEMORY  # loaded and called, kept nowhere
+    assert call(fresh=False)[:3] == (0, 1, 1)  # so loaded again
+    monkeypatch.setattr(exported, "memory_maps", lambda: None)  # no /proc: kept as before
+    call()
+    assert len(exported._IN_MEMORY) == 1
+    exported.forget()
+    assert not exported._IN_MEMORY
     assert call() == (0, 1, 1, first[3])  # a new process: loaded, not traced
     assert call(key="other")[:2] == (1, 1) and len(programs()) == 2  # other static options: another program
     first[3][0].write_bytes(b"garbage")
