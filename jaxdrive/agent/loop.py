@@ -10,8 +10,8 @@ A policy maps the conversation so far (``messages``) to one text reply holding o
 The executor runs the tool and appends the observation as a user turn. Budget: at most ``MAX_TOOL_TURNS`` (7) tool
 turns and one answer turn, i.e. at most 8 policy turns. ``finish`` is accepted only after one useful action (a tool
 call that returned a result). A reply is read by ``read_reply``, the rule the GRPO rollouts share: an accepted
-``finish`` ends the episode whatever its answer (one without a parseable option letter is scored malformed output,
-tier 6, not retried). Malformed replies, unknown tools, invalid arguments, tool errors (the tool's own "cannot
+``finish`` ends the episode whatever its answer (to a multiple-choice item, one without a parseable option letter
+is scored malformed output, tier 6; it is not retried). Malformed replies, unknown tools, invalid arguments, tool errors (the tool's own "cannot
 answer"), tool crashes (the tool raised), repeated identical calls, premature finishes and running out of turns are fed
 back as observations and counted; none of them raise.
 
@@ -72,8 +72,9 @@ def read_reply(obj: dict | None) -> tuple:
     """What one parsed reply asks for, the rule the loop and the GRPO rollouts share: ``("finish", obj)`` for
     ``finish`` true with a string ``final_answer`` (a finish takes precedence over an action in the same reply),
     ``("tool", name, arguments)`` for an action naming a tool, else ``("malformed",)``. A finish ends the episode
-    whatever its answer: one without a parseable option letter is malformed output for the reward (tier 6), not a
-    malformed reply given another turn (the paper's loop ends on ``finish``; open-ended answers carry no letter)."""
+    whatever its answer: one without a parseable option letter is scored by the reward (``reward.tier``: malformed
+    output for a multiple-choice item, incorrect for an open-ended one), not a malformed reply given another turn
+    (the paper's loop ends on ``finish``; open-ended answers carry no letter)."""
     if not obj:
         return ("malformed",)
     if obj.get("finish") is True and isinstance(obj.get("final_answer"), str):
