@@ -131,6 +131,12 @@ def _centerline(road: RoadMap) -> np.ndarray:
                      np.interp(q, r.sigma[0], r.heading[0])], axis=-1)
 
 
+def scene_id(seed: int, profile_name: str = "default") -> str:
+    """The id ``generate_scene`` gives the scene of ``seed`` under the profile named ``profile_name`` ("custom" for a
+    ``Profile`` object)."""
+    return f"syn_{profile_name}_{int(seed)}"
+
+
 def generate_scene(seed: int, *, num_proposals: int = 16, profile: str | Profile = "default",
                    validate: bool = True) -> HostScene:
     """One synthetic scene, bit-identical for the same (seed, num_proposals, profile).
@@ -163,7 +169,7 @@ def generate_scene(seed: int, *, num_proposals: int = 16, profile: str | Profile
     cl = _centerline(road)
     name = profile if isinstance(profile, str) else "custom"
     scene = HostScene(
-        id=f"syn_{name}_{int(seed)}",
+        id=scene_id(seed, name),
         history_states=frame.states(ego.history_states),
         areas=[Area(a.id, a.kind, frame.points(a.polygon)) for a in road.areas],
         lanes=[Lane(l.id, l.kind, l.on_route, l.parent_id, frame.points(l.polygon)) for l in road.lanes],

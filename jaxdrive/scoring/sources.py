@@ -87,7 +87,9 @@ class SyntheticSource(SceneSource):
 
     def scene_ids(self) -> list[str]:
         """The ids ``generate_scene`` gives (profile "default"), none generated."""
-        return [f"syn_default_{self.seed + i}" for i in range(self.count)]
+        from jaxdrive.data.synthetic import scene_id
+
+        return [scene_id(self.seed + i) for i in range(self.count)]
 
     def describe(self) -> dict:
         from jaxdrive.data.synthetic import GENERATOR_VERSION
