@@ -236,6 +236,12 @@ def input_record(files: dict[str, list[int] | None]) -> dict:
             "newest_ns": max((st[1] for st in files.values() if st is not None), default=0)}
 
 
+def listed(items: list, shown: int) -> str:
+    """The first ``shown`` of ``items`` joined with commas, then "and N more" for the rest (for messages)."""
+    more = f" and {len(items) - shown} more" if len(items) > shown else ""
+    return ", ".join(map(str, items[:shown])) + more
+
+
 SHOWN_FILES = 3  # changed input files named per shard
 SHOWN_SHARDS = 5  # shards scored again named by ``RunDir.say_scored_again``
 
@@ -249,8 +255,7 @@ def _changed_inputs(recorded: dict | None, current: dict[str, list[int] | None])
     if recorded is None:
         return "the sizes and times of its input files were not recorded (an earlier jaxdrive wrote it)"
     newer = sorted(f for f, st in current.items() if st is None or st[1] > recorded["newest_ns"])
-    more = f" and {len(newer) - SHOWN_FILES} more" if len(newer) > SHOWN_FILES else ""
-    which = f"{', '.join(newer[:SHOWN_FILES])}{more}" if newer else f"one or more of its {len(current)} files"
+    which = listed(newer, SHOWN_FILES) if newer else f"one or more of its {len(current)} files"
     return f"its input files changed since it was scored (size or modification time): {which}"
 
 

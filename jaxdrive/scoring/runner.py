@@ -48,7 +48,7 @@ from jaxdrive.metrics import AGGREGATES, GATES, STEPS
 from jaxdrive.rules.epdms import SubScores
 from jaxdrive.scorer import capacity_for, score_with_overflow
 from jaxdrive.scene import HostScene, PadSpec, batch_scenes, grow_batch
-from jaxdrive.scoring.outputs import RunDir
+from jaxdrive.scoring.outputs import RunDir, listed
 from jaxdrive.scoring.sources import SceneSource, SourceError
 
 METRICS = GATES  # the gated sub-metrics, in gate order (jaxdrive.metrics)
@@ -740,9 +740,8 @@ def check_entries(source: SceneSource, options: ScoreOptions) -> None:
     for flag, table in tables.items():
         missing = [sid for sid in ids if sid not in table]
         if missing:
-            more = f" and {len(missing) - SHOWN_IDS} more" if len(missing) > SHOWN_IDS else ""
             raise ValueError(f"{flag}: no entry for {len(missing)} of the run's {len(ids)} scenes: "
-                             f"{', '.join(map(repr, missing[:SHOWN_IDS]))}{more}; every scene scored needs one")
+                             f"{listed([repr(m) for m in missing], SHOWN_IDS)}; every scene scored needs one")
 
 
 def shard_inputs(source: SceneSource, shard_size: int) -> dict[str, dict] | None:
