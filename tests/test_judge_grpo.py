@@ -184,6 +184,25 @@ def test_dynamic_sampling_trains_on_groups_with_variance():
     assert m1["batch_zero_std_frac"] == m1["zero_std_frac"]
 
 
+def test_group_reward_std_is_the_mean_of_the_pairs_sample_stds():
+    """``group_reward_std`` (what TRL logs as ``reward_std``: ``grpo.mean_group_std``) of a gate GRPO step: a pair's
+    G rollouts are G consecutive rows (``rollout`` repeats each pair's probabilities G times), and the metric is the
+    mean over the step's candidate pairs (the pool, as ``reward_std``) of the sample std (ddof 1) of each pair's
+    rewards, zero-variance pairs included. The reward adds 10 x the pair's ``preferred`` (0 or 1, as laid out by the
+    rollout) to known values, so any other grouping of the rows would mix pairs and give another value."""
+    g = 3
+    pattern = np.array([0, 1, 3, 0, 0, 2, 5, 5, 5, 1, 2, 3], np.float32)  # sample stds sqrt(7/3), sqrt(4/3), 0, 1
+    known = Reward(name="known", fn=lambda tokens, mask, batch: 10.0 * batch["preferred"] + pattern, kind="jnp")
+    sub, probs = _confident_pairs(4)
+    examples = [{"probs": probs[i], "subscores": sub[i], "preferred": np.int32(i % 2), "id": i} for i in range(4)]
+    cfg = ml_collections.ConfigDict(dict(group_size=g, prompts_per_step=2, oversample=2, seed=0, beta=0.0))
+    trainer = SimpleNamespace(model=lambda: None, shard_batch=lambda x: x)
+    _, metrics = _StubRollouts(examples, [known], (1, 2), cfg)(trainer, 1, jax.random.key(0))
+    want = (np.sqrt(7 / 3) + np.sqrt(4 / 3) + 0.0 + 1.0) / 4
+    assert metrics["group_reward_std"] == pytest.approx(want, rel=1e-6)
+    assert metrics["zero_std_frac"] == 0.25 and metrics["reward_std"] > 4.0  # the pool's std spans the pairs
+
+
 def test_temperature_reaches_loss_and_reference():
     """At T = 2 the stored old log-probs are those of the tempered probabilities (the policy that sampled)."""
     trainer = SimpleNamespace(model=lambda: None, shard_batch=lambda x: x)

@@ -18,6 +18,7 @@ from jaxdrive.judge.dataset import Record, read_records
 from jaxdrive.judge.gates import RULE_LABELS, expected_score, rule_gated_score
 from jaxdrive.judge.policy import ALL_YES, DriveJudge, encode, gate_probabilities, with_trajectory
 from jaxdrive.judge.tiny import save_tiny_judge
+from jaxdrive.rules.epdms import METRICS
 
 
 def test_answer_roundtrip():
@@ -330,7 +331,8 @@ def test_gates_spec_defaults_to_the_recorded_training_settings(judge_dir):
 
 def _eval_data(root, **meta):
     root.mkdir()
-    rec = Record(id="r0", scene="scenes/s.json", proposal=0, proposal_name="p", label=1, split="test")
+    sub = dict.fromkeys([*METRICS, "epdms"], 1.0)  # a plan that breaks nothing (read by the direct baseline)
+    rec = Record(id="r0", scene="scenes/s.json", proposal=0, proposal_name="p", label=1, split="test", subscores=sub)
     (root / "records.jsonl").write_text(json.dumps(dataclasses.asdict(rec)) + "\n")
     (root / "meta.json").write_text(json.dumps(meta))
     return root
@@ -364,3 +366,36 @@ def test_judge_run_defaults_to_the_recorded_training_settings(judge_dir, tmp_pat
     assert main([*args, "--describe"]) == EXIT_USAGE
     assert "--describe: " + f"{judge_dir} was trained without the text scene description" in capsys.readouterr().err
     assert len(seen) == 2
+
+
+def test_direct_baseline_defaults_to_the_recorded_training_settings(judge_dir, tmp_path, monkeypatch, capsys):
+    """``jaxdrive judge baselines --direct-model``: ``--describe`` defaults to the direct model's record (a model
+    trained with the text description is prompted with it, naming the rules broken at the recorded thresholds); a
+    contradicting ``--describe``, or evaluation data of another image size, is a usage error naming both (before any
+    prompt is built); without the record, as before (the description only with ``--describe``)."""
+    from jaxdrive.judge import baselines
+
+    seen = []
+
+    def messages(scene, proposal, **kw):  # the prompt the model would see; stop there
+        seen.append((kw["describe"], kw["broken"]))
+        raise ValueError("stop at the prompt")
+
+    monkeypatch.setattr(P, "messages", messages)
+    monkeypatch.setattr(baselines, "read_scene", lambda path, validate=True: None)  # no scene file needed
+    data = _eval_data(tmp_path / "data", image_size=32, thresholds=RECORDED["thresholds"])
+    args = ["judge", "baselines", "--data", str(data), "--out", str(tmp_path / "out"), "--direct-model", str(judge_dir)]
+    assert main(args) == EXIT_USAGE and seen[-1] == (False, None)
+    assert main([*args, "--describe"]) == EXIT_USAGE and seen[-1] == (True, [])
+    record(judge_dir, **RECORDED)
+    assert main(args) == EXIT_USAGE and seen[-1] == (True, [])
+    assert "stop at the prompt" in capsys.readouterr().err
+    record(judge_dir, image_size=32, describe=False)
+    assert main([*args, "--describe"]) == EXIT_USAGE
+    assert f"--describe: {judge_dir} was trained without the text scene description" in capsys.readouterr().err
+    record(judge_dir, **RECORDED)
+    other = _eval_data(tmp_path / "other", image_size=96)
+    assert main([*args[:2], "--data", str(other), *args[4:]]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"--data {other} (meta.json image_size 96): {judge_dir} was trained on 32-pixel BEV images" in err, err
+    assert len(seen) == 3

@@ -49,23 +49,27 @@ def dqc_scores(records: list[Record], method: str) -> np.ndarray:
     raise ValueError(f"method: expected 'epdms' or 'oracle', got {method!r}")
 
 
-def direct_scores(model_dir: str | Path, root: Path, records: list[Record], *, describe: bool = False,
+def direct_scores(model_dir: str | Path, root: Path, records: list[Record], *, describe: bool | None = None,
                   batch_size: int = 8) -> np.ndarray:
     """[N] P(reasonable) of the records under the VLM direct-score baseline ``model_dir`` (a pretrained directory):
-    the probability of ``yes`` against ``no`` at the answer token of ``Reasonable: yes`` (teacher-forced)."""
+    the probability of ``yes`` against ``no`` at the answer token of ``Reasonable: yes`` (teacher-forced).
+    ``describe`` (prompt with the text description) and the set's image size and rule-check thresholds are checked
+    against the model's record of its training, which supplies ``describe`` when None, as for ``jaxdrive judge run``
+    (``run.evaluation_settings``: a ValueError naming both when they differ); without the record, no description
+    unless ``describe``."""
     from PIL import Image
 
     from jaxdrive.judge import prompt as P
-    from jaxdrive.judge.dataset import dataset_thresholds
     from jaxdrive.judge.labels import rule_values
     from jaxdrive.judge.policy import direct_slot, encode, gate_probabilities, load_image_config
+    from jaxdrive.judge.run import evaluation_settings
     from jaxdrive.models.chat import ChatEncoder
     from jaxdrive.models.weights import from_pretrained
 
+    _, describe, thresholds = evaluation_settings(Path(model_dir), Path(root), describe)
     model = from_pretrained(str(model_dir), dtype=jnp.float32)
     encoder, image_cfg = ChatEncoder.from_pretrained(str(model_dir)), load_image_config(model_dir)
     slot = direct_slot(encoder)
-    thresholds = dataset_thresholds(root)
     values = np.asarray(rule_values(subscores_of(records))) if records else np.zeros((0, 7))
     scenes: dict[str, object] = {}
     out = []
@@ -109,12 +113,12 @@ def tps_scores(root: Path, pairs: list[Pair], method: str) -> np.ndarray:
 
 
 def write_baselines(root: str | Path, split: str = "test", out_dir: str | Path | None = None, *,
-                    direct_model: str | Path | None = None, describe: bool = False) -> list[Path]:
+                    direct_model: str | Path | None = None, describe: bool | None = None) -> list[Path]:
     """Writes ``<out_dir>/<split>_dqc_<method>.parquet`` and ``<split>_tps_<method>.parquet`` for every baseline;
     ``out_dir`` defaults to ``root/baselines``; ``direct_model`` adds the VLM direct-score baseline (prompted with
-    the text description when ``describe``). ADE / FDE score every pair of the split; the record-based methods the
-    pairs whose ``a_record`` and ``b_record`` are records of the split (the pairs ``judge run`` scores). Returns the
-    paths."""
+    the text description when ``describe``; None: as the model was trained, ``direct_scores``). ADE / FDE score
+    every pair of the split; the record-based methods the pairs whose ``a_record`` and ``b_record`` are records of
+    the split (the pairs ``judge run`` scores). Returns the paths."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -124,13 +128,15 @@ def write_baselines(root: str | Path, split: str = "test", out_dir: str | Path |
     written = []
     records = read_records(root, split)
     train = read_records(root, "train")
+    direct = {}
+    if records and direct_model:  # first: settings contradicting its training record stop before the classifiers fit
+        direct["direct"] = direct_scores(direct_model, root, records, describe=describe)
     learned = {}
     if records and train and split != "train":
         from jaxdrive.judge.classifier import classifier_scores
 
         learned = classifier_scores(root, train, records)
-    if records and direct_model:
-        learned["direct"] = direct_scores(direct_model, root, records, describe=describe)
+    learned.update(direct)
     if records:
         for method in ("epdms", "oracle") + tuple(learned):
             path = out_dir / f"{split}_dqc_{method}.parquet"

@@ -74,7 +74,9 @@ def add_baselines(jsub) -> None:
     p.add_argument("--out", type=Path, help="output directory (default: DATA/baselines)")
     p.add_argument("--direct-model", type=Path, help="also the VLM direct-score baseline of this pretrained directory "
                    "(e.g. trained with configs/judge_direct_sft_tiny.py)")
-    p.add_argument("--describe", action="store_true", help="prompt the direct-score model with the text description")
+    p.add_argument("--describe", action="store_true", default=None,
+                   help="prompt the direct-score model with the text description; default: as it was trained (its "
+                        "jaxdrive_judge.json), else without")
     p.set_defaults(func=run_baselines)
 
 

@@ -22,6 +22,7 @@ from flax import nnx
 
 from jaxdrive.train import grpo
 from jaxdrive.train.data import EpochSampler
+from jaxdrive.train.grpo_trainer import reward_metrics
 from jaxdrive.train.rewards import combine_rewards
 
 NUM_SLOTS = 14  # 7 rules x (A, B)
@@ -117,6 +118,9 @@ class GateRollouts:
     ``cfg.oversample`` K (default 1): dynamic sampling (DAPO): each step draws K x prompts_per_step candidate pairs,
     rolls all of them out (one forward pass) and trains on prompts_per_step of them, the groups whose rewards vary
     first (``select_groups``); K = 1 trains on every drawn pair.
+    A step's metrics: ``grpo_trainer.reward_metrics`` of the pool (every drawn pair's group: reward_mean, reward_std,
+    group_reward_std, TRL's ``reward_std``, and zero_std_frac), batch_zero_std_frac of the trained groups,
+    gate_p_mean and each reward's mean (``reward/<name>``).
     """
 
     def __init__(self, examples, rewards, yes_no, cfg, reference=None):
@@ -160,8 +164,7 @@ class GateRollouts:
         rows = [self.examples[i] for i in self.sampler.indices(step - 1)]
         probs = self.probs(trainer, rows, temperature=T)
         samples, total, valid, parts = self.rollout(probs, rows, key)
-        pool_zero = float(grpo.zero_std_fraction(jnp.asarray(total), G))
-        pool_reward = total[valid]
+        pool = reward_metrics(total, valid, G)  # every candidate pair's group, before dynamic sampling keeps B
         if len(rows) > B:  # dynamic sampling: keep B groups, those with reward variance first
             keep = select_groups(total, G, B)
             rows_k = [rows[i] for i in keep]
@@ -179,9 +182,7 @@ class GateRollouts:
                 raise ValueError("grpo.beta != 0 needs the reference policy (GateRollouts(reference=...))")
             ref = _probs_jit(*self.reference, inputs, positions, self.yes_no, T)
             batch["ref_logp"] = rollout_logp(ref, samples, G)
-        metrics = {"reward_mean": float(pool_reward.mean()) if pool_reward.size else float("nan"),
-                   "reward_std": float(pool_reward.std()) if pool_reward.size else float("nan"),
-                   "zero_std_frac": pool_zero,
+        metrics = {**pool,
                    "batch_zero_std_frac": float(grpo.zero_std_fraction(jnp.asarray(total), G)),
                    "gate_p_mean": float(jnp.mean(probs))}
         metrics.update({f"reward/{k}": float(np.nanmean(v)) for k, v in parts.items()})
