@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxdrive.datasets.base import source_path
 from jaxdrive.eval.cot_format import format_cot
 from jaxdrive.eval.trajectory_text import NUM_POINTS, format_trajectory, parse_trajectory
 from jaxdrive.scene import AgentType, HostScene, StateIndex
@@ -287,15 +288,10 @@ def _lingoqa_answers(row: dict, where: str) -> list[str]:
 
 
 def _lingoqa_images(row: dict, root: Path, where: str) -> list[str]:
-    """The row's frame paths joined to ``root``; each must be relative to ``root`` and stay inside it."""
-    out = []
-    for rel in row.get("images") or []:
-        if not isinstance(rel, str) or not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
-            raise ValueError(f"{where} (question_id {row['question_id']!r}): field 'images': {rel!r} is not a path "
-                             f"inside the LingoQA root {root}; frame paths are relative to it, without '..' "
-                             "(e.g. 'images/train/<segment_id>/0.jpg')")
-        out.append(str(root / rel))
-    return out
+    """The row's frame paths joined to ``root``; each must be relative to ``root`` and stay inside it (the rule of
+    every dataset converter, ``jaxdrive.datasets.base.source_path``)."""
+    where = f"{where} (question_id {row['question_id']!r})"
+    return [str(source_path(root, rel, where, "images")) for rel in row.get("images") or []]
 
 
 def load_lingoqa_file(path: Path, root: Path, rationale_column: str = "rationale") -> list[dict]:

@@ -7,10 +7,15 @@ naming the file and the field) and how to turn a stored example back into a plai
 directory holds the TFDS files plus ``jaxdrive_dataset.json`` (the builder kind, the source, per-split counts), so
 ``DecodedSource(DIR, split)`` knows how to decode it.
 
-A build writes into a temporary sibling folder (``<out>.<pid>.tmp``) and renames it onto ``out`` once complete, so an
-interrupted build never leaves ``out`` half-written or blocks the re-run: the re-run removes the temporary folders of
-builds whose process is gone, and replaces an ``out`` that earlier versions left unfinished (TFDS files without
-``jaxdrive_dataset.json``). A complete dataset, or a folder holding anything else, is never written over.
+Every file path a source's annotation files name (images, scene files) follows one rule, ``source_path``: relative to
+the source directory and without '..'.
+
+A build writes into a temporary sibling folder (``<out>.<host>.<pid>.tmp``) and renames it onto ``out`` once complete,
+so an interrupted build never leaves ``out`` half-written or blocks the re-run: the re-run removes the temporary
+folders that builds on this host left when their process died (another host's are left alone: on a filesystem shared
+between machines its process id means nothing here), and replaces an ``out`` that earlier versions left unfinished
+(TFDS files without ``jaxdrive_dataset.json``). A complete dataset, or a folder holding anything else, is never written
+over.
 """
 from __future__ import annotations
 
@@ -19,6 +24,8 @@ import json
 import os
 import re
 import shutil
+import socket
+import warnings
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -75,11 +82,23 @@ def require(obj: dict, where: str, fields: dict[str, type | tuple[type, ...]]) -
             raise SourceError(f"{where}: field {name!r}: expected {want}, got {type(obj[name]).__name__}")
 
 
+def source_path(root: Path, rel, where: str, field: str) -> Path:
+    """``root / rel`` for a file path ``rel`` that a record of a source's annotation file names (an image, a scene
+    file): the rule every converter applies. ``rel`` must be non-empty text, relative to ``root`` and without '..', so
+    a source cannot store files from elsewhere; it is checked as written (a folder linked under ``root``, such as
+    nuScenes' ``samples/``, is followed). Fails naming ``where`` (the annotation file and the record), the field and
+    the path."""
+    if not isinstance(rel, str) or not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
+        raise SourceError(f"{where}: field {field!r}: {rel!r} is not a path inside the source directory {root}; "
+                          "file paths are relative to it, without '..'")
+    return root / rel
+
+
 def file_ref(root: Path, rel: str, where: str, field: str) -> Path:
-    """``root/rel`` (a file named in a source record), checked to exist; fails naming the record and the field.
-    Examples hold such paths; ``Builder.build`` replaces them by the files' bytes as it writes (one example in memory
-    at a time)."""
-    path = root / rel
+    """``root/rel`` (a file named in a source record, ``source_path``'s rule), checked to exist; fails naming the
+    record and the field. Examples hold such paths; ``Builder.build`` replaces them by the files' bytes as it writes
+    (one example in memory at a time)."""
+    path = source_path(root, rel, where, field)
     if not path.is_file():
         raise SourceError(f"{where}: field {field!r}: file {rel!r} not found under {root}")
     return path
@@ -180,10 +199,11 @@ def _check_out(out: Path) -> None:
 def _building(out: Path):
     """Yields a new temporary folder beside ``out`` to build into; on a normal exit renames it onto ``out`` (checked
     again with ``_check_out``; an unfinished build there is removed first), on any exit removes what is left of it.
-    Temporary folders of earlier builds whose process is gone are removed first."""
+    Temporary folders of earlier builds on this host whose process is gone are removed first."""
     final = out.resolve()  # a symlinked --out: build beside the folder it points to
-    _remove_stale_builds(final)
-    tmp = atomic.temporary_name(final)
+    host = _host()
+    _remove_stale_builds(final, host)
+    tmp = final.with_name(f"{final.name}.{host}.{os.getpid()}{atomic.TMP_SUFFIX}")
     try:
         yield tmp
         _check_out(out)
@@ -194,15 +214,31 @@ def _building(out: Path):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _remove_stale_builds(final: Path) -> None:
-    """Removes the ``<final>.<pid>.tmp`` folders (``_building``) of killed builds: their process no longer runs, or
-    has this process's id (a reused id: no build of this process is under way yet)."""
+def _host() -> str:
+    """This machine's name as temporary folder names carry it: ``socket.gethostname()`` with every character but
+    ASCII letters, digits, '-' and '_' replaced by '_' (no '.', '/' or space), "localhost" when it is empty."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname()) or "localhost"
+
+
+def _remove_stale_builds(final: Path, here: str) -> None:
+    """Removes the ``<final>.<host>.<pid>.tmp`` folders (``_building``) of killed builds on this host (``here``, as
+    ``_host`` names it): their process no longer runs, or has this process's id (a reused id: no build of this process
+    is under way yet). A folder of another host is left alone, with a warning: its process may be alive there. Folders
+    of the earlier naming, ``<final>.<pid>.tmp`` (no host), are removed by the same test of their process id."""
     if not final.parent.is_dir():
         return
-    pattern = re.compile(rf"{re.escape(final.name)}\.(\d+){re.escape(atomic.TMP_SUFFIX)}")
+    pattern = re.compile(rf"{re.escape(final.name)}\.(?:(?P<host>[A-Za-z0-9_-]+)\.)?(?P<pid>\d+)"
+                         rf"{re.escape(atomic.TMP_SUFFIX)}")
     for path in final.parent.iterdir():
         m = pattern.fullmatch(path.name)
-        if m and path.is_dir() and (int(m.group(1)) == os.getpid() or not _running(int(m.group(1)))):
+        if not m or not path.is_dir():
+            continue
+        if m["host"] not in (None, here):
+            warnings.warn(f"{path}: left alone: the temporary folder of a dataset build on host {m['host']} (this is "
+                          f"{here}); remove it by hand if no build runs there")
+            continue
+        pid = int(m["pid"])
+        if pid == os.getpid() or not _running(pid):
             shutil.rmtree(path, ignore_errors=True)
 
 

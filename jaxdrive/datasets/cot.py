@@ -5,10 +5,10 @@
   ``references``; any other field is kept in ``extra``). ``target`` is (re)built as ``format_cot(think, answer)``.
 * ``omnidrive``: OmniDrive-nuScenes' ``<src>/{vqa,conv}/<split>/<token>.json`` QA lists (``load_omnidrive``).
 * ``lingoqa``: LingoQA's parquet layout (``load_lingoqa``): ``action/`` and ``scenery/`` -> split ``train``,
-  ``evaluation/`` -> split ``val``; image paths relative to ``src`` and inside it (an absolute or '..' path is an
-  error naming the parquet file and row).
+  ``evaluation/`` -> split ``val``.
 
-All three share one feature set; images are stored as the bytes of their files.
+All three share one feature set; images are stored as the bytes of their files. Image paths are relative to ``src``
+and inside it (``base.source_path``: an absolute or '..' path is an error naming the file and the record or row).
 """
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ class OpenReadCot(CotBuilder):
                     rec = record(obj["task"], obj["question"], obj["think"], obj["answer"], obj["id"], **extra)
                 except ValueError as e:  # tags inside think / answer
                     raise SourceError(f"{where}: {e}") from None
-                row = _example(rec, src, where)
+                row = _example(rec, src, f"{where} (id {obj['id']!r})")
                 if obj["task"] == "planning" and row["trajectory"].shape != (NUM_POINTS, 2):
                     raise SourceError(f"{where}: field 'trajectory': a planning record needs [{NUM_POINTS}, 2] points, "
                                       f"got shape {row['trajectory'].shape}")

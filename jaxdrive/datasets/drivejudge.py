@@ -152,7 +152,8 @@ class DriveCriticPairs(Builder):
                                           f"{rec.proposal} of {rec.scene}, not {k} of {p.scene}")
                     image = rec.image if rec is not None else ""
                     paths.append(image)
-                    images.append(file_ref(src, image, where, f"{side}_record image") if image else b"")
+                    images.append(file_ref(src, image, f"{src / 'records.jsonl'} record {rid!r} ({side} of {where})",
+                                           "image") if image else b"")
                 rows.append({"id": p.id, "scene": p.scene, "scene_json": scene_path, "a": p.a, "b": p.b,
                              "preferred": p.preferred, "a_record": p.a_record, "b_record": p.b_record,
                              "justification": p.justification, "image_paths": paths, "images": images})

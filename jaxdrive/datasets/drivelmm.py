@@ -8,8 +8,8 @@ DriveLMM-o1 release writes them::
      "question": "...", "final_answer": "...", "steps": "\\n1. ...\\n2. ...",
      "lidar": "....pcd.bin"}                                                 # optional, kept as a name only
 
-(link or copy nuScenes' ``samples/`` under ``<src>`` so the image paths resolve). Images are stored as the bytes of
-their files, in the item's camera order.
+(link or copy nuScenes' ``samples/`` under ``<src>`` so the image paths resolve; an absolute or '..' path is an error,
+``base.source_path``). Images are stored as the bytes of their files, in the item's camera order.
 """
 from __future__ import annotations
 
@@ -63,9 +63,10 @@ class DriveLMMo1(Builder):
                     raise SourceError(f"{where}: field 'image': expected a non-empty list of image paths")
                 if "lidar" in obj:
                     require(obj, where, {"lidar": str})
+                item = f"{where} (idx {obj['idx']!r})"
                 rows.append({"idx": obj["idx"], "question": obj["question"], "final_answer": obj["final_answer"],
                              "steps": obj["steps"], "lidar": obj.get("lidar", ""), "image_paths": obj["image"],
-                             "images": [file_ref(src, p, where, "image") for p in obj["image"]]})
+                             "images": [file_ref(src, p, item, "image") for p in obj["image"]]})
             out[path.stem] = rows
         return out
 
