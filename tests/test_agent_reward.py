@@ -20,7 +20,10 @@ def traj(answer, tool, cites):
     steps = {"legal": [{"ok": True}], "not_found": [{"ok": False, "error": "estimate_object_depth: no 'car' visible"}],
              "unknown": [{"ok": False, "error": "unknown tool 'fly'"}],
              "invalid": [{"ok": False, "error": "invalid arguments for x: ..."}],
-             "crashed": [{"ok": False, "error": CRASH.error}], "none": []}[tool]
+             "crashed": [{"ok": False, "error": CRASH.error}],
+             # a crash as trajectory files written before the "tool crashed" prefix recorded it
+             "legacy_crash": [{"ok": False, "error": "broken failed: ZeroDivisionError: division by zero"}],
+             "none": []}[tool]
     reasoning = {0: "I brake.", 1: "veh0 is close, so I brake.",
                  2: "veh0 is close and a stopped vehicle ahead in the ego lane means braking."}[cites]
     return {"final_answer": answer, "gold": "B", "steps": steps, "reasoning": reasoning, "stm": STM, "memory": MEMORY,
@@ -31,7 +34,7 @@ def traj(answer, tool, cites):
     ("B) Brake", "legal", 2, 1), ("B) Brake", "not_found", 2, 1), ("B) Brake", "legal", 1, 2),
     ("B) Brake", "legal", 0, 2),
     ("B) Brake", "none", 2, 3), ("B) Brake", "unknown", 2, 3), ("B) Brake", "invalid", 0, 3),
-    ("B) Brake", "crashed", 2, 3),
+    ("B) Brake", "crashed", 2, 3), ("B) Brake", "legacy_crash", 2, 3),
     ("A) Go", "legal", 2, 4), ("A) Go", "none", 2, 5), ("A) Go", "unknown", 0, 5), ("A) Go", "crashed", 2, 5),
     ("", "legal", 2, 6), ("Brake", "legal", 2, 6), ("I think B", "none", 0, 6)])
 def test_tiers(answer, tool, cites, want):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import time
 from typing import Any, Callable
 
@@ -26,11 +27,16 @@ class ToolError(Exception):
 
 # error prefixes of the illegal calls (``ToolRegistry.call`` writes them; ``failure_kind`` reads them)
 ILLEGAL_PREFIXES = {"unknown tool": "unknown_tool", "invalid arguments": "invalid_args", "tool crashed": "tool_crash"}
+# how trajectory files written before the "tool crashed" prefix recorded a crash: "NAME failed: ExceptionType: message"
+# (a ToolError was, and is, "NAME: message"), so re-scoring such a file still counts its crashes as illegal calls
+LEGACY_CRASH = re.compile(r"[A-Za-z_]\w* failed: [A-Za-z_][\w.]*: ")
 
 
 def failure_kind(error: str) -> str:
     """The kind of a failed call from its observation's error: ``unknown_tool``, ``invalid_args``, ``tool_crash``
     (the illegal calls) or ``tool_error`` (a ``ToolError``: the tool ran and could not answer)."""
+    if LEGACY_CRASH.match(error):
+        return "tool_crash"
     return next((kind for prefix, kind in ILLEGAL_PREFIXES.items() if error.startswith(prefix)), "tool_error")
 
 
