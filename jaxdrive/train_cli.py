@@ -17,18 +17,28 @@ if TYPE_CHECKING:
 
 
 def load_config(path: str) -> "ml_collections.ConfigDict":
-    """``get_config()`` of a config file; a missing file or one without ``get_config`` is a ``ValueError``."""
-    if not os.path.isfile(path):
-        raise ValueError(f"--config: no such file {path}")
-    spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
+    """``get_config()`` of a config file, or ``get_config(ARG)`` for ``FILE:ARG`` (ml_collections' config-flag
+    convention, e.g. ``configs/agent_sft.py:2``); a missing file, one without ``get_config`` or an argument it refuses
+    is a ``ValueError`` naming ``--config``."""
+    file, arg = path, None
+    if not os.path.isfile(path) and ":" in path:
+        file, arg = path.rsplit(":", 1)
+    if not os.path.isfile(file):
+        raise ValueError(f"--config: no such file {file}")
+    spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(file))[0], file)
     mod = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(mod)
     except ImportError as e:
-        raise ValueError(f"--config {path}: {e} (training needs the [train] extra: pip install 'jaxdrive[train]')") from None
+        raise ValueError(f"--config {file}: {e} (training needs the [train] extra: pip install 'jaxdrive[train]')") from None
     if not hasattr(mod, "get_config"):
-        raise ValueError(f"--config {path}: defines no get_config()")
-    return mod.get_config()
+        raise ValueError(f"--config {file}: defines no get_config()")
+    if arg is None:
+        return mod.get_config()
+    try:
+        return mod.get_config(arg)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"--config {path}: get_config({arg!r}) of {file}: {e}") from None
 
 
 def apply_overrides(cfg: "ml_collections.ConfigDict", overrides: list[str]) -> "ml_collections.ConfigDict":
@@ -86,6 +96,7 @@ def add_train_subcommands(subparsers) -> None:
     for name, help_text in (("sft", "supervised fine-tuning on target spans"),
                             ("grpo", "GRPO with verifiable rewards")):
         p = jobs.add_parser(name, help=help_text)
-        p.add_argument("--config", required=True, help="ml_collections config file, e.g. configs/%s_tiny.py" % name)
+        p.add_argument("--config", required=True, help="ml_collections config file, e.g. configs/%s_tiny.py; FILE:ARG calls its "
+                       "get_config(ARG) (configs/agent_sft.py:2)" % name)
         p.add_argument("overrides", nargs="*", help="field=value overrides, e.g. steps=50 optim.lr=1e-3")
         p.set_defaults(func=_run)

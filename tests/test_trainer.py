@@ -259,6 +259,23 @@ def test_a_bool_override_of_a_number_is_refused():
     assert apply_overrides(cfg, ["progress=False", "grpo.group_size=4"]).grpo.group_size == 4
 
 
+def test_config_file_with_an_argument_calls_get_config_with_it():
+    """``--config FILE:ARG`` (ml_collections' convention, as configs/agent_sft.py's docstring shows for its phase 2)
+    is ``get_config(ARG)``; it was read as a file name ("no such file configs/agent_sft.py:2")."""
+    from jaxdrive.configs.agent_sft import get_config
+    from jaxdrive.train_cli import load_config as load_file
+
+    path = os.path.join(ROOT, "configs", "agent_sft.py")
+    assert load_file(path + ":2") == get_config("2") and load_file(path + ":2") != load_file(path)
+    assert load_file(path) == load_file(path + ":1") == get_config("1")
+    with pytest.raises(ValueError, match=r"--config .*agent_sft.py:3: get_config\('3'\) of .*: phase: expected 1 or 2"):
+        load_file(path + ":3")
+    with pytest.raises(ValueError, match=r"--config: no such file .*nope.py$"):
+        load_file(os.path.join(ROOT, "configs", "nope.py:2"))
+    with pytest.raises(ValueError, match=r"get_config\('x'\) of .*sft_tiny.py: .*takes 0 positional arguments"):
+        load_file(os.path.join(ROOT, "configs", "sft_tiny.py:x"))
+
+
 @pytest.mark.parametrize("field,value,expected", [
     ("lr", -1e-3, r"optim.lr: expected >= 0 \(0 is a control run that keeps the weights\), got -0.001"),
     ("lr", float("nan"), "optim.lr: expected a finite number, got nan"),
