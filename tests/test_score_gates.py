@@ -169,3 +169,132 @@ def test_scene_ids_are_known_before_the_scenes_are_read(tmp_path):
     assert SceneDirProposalSource(scenes, tmp_path / "p.npz").scene_ids() == [None, None, want[0], None]
     synthetic = SyntheticSource(3, seed=5, num_proposals=2)
     assert synthetic.scene_ids() == [synthetic.load(i).id for i in range(3)]
+
+
+def _refused_rows(err: str, ids: list[str], expected: list[int], given: list[int], shown: int = 3) -> None:
+    """``err`` is one up-front refusal naming --gates, the first ``shown`` scenes with their expected and given row
+    counts, and how many more there are."""
+    assert "--gates" in err and "Traceback" not in err, err
+    assert f"{len(ids)} of the run's" in err, err
+    for sid, k, rows in list(zip(ids, expected, given))[:shown]:
+        assert f"{sid!r} (expected {k} rows, got {rows})" in err, err
+    assert all(repr(sid) not in err for sid in ids[shown:]), err
+    if len(ids) > shown:
+        assert f"and {len(ids) - shown} more" in err, err
+
+
+@pytest.mark.parametrize("kind", ["synthetic", "proposals npz"])
+def test_per_proposal_rows_of_another_count_are_refused_before_anything_is_read_or_compiled(
+        kind, scenes_dir, tmp_path, monkeypatch, capsys):
+    """Per-proposal --gates rows whose count is not the scene's proposal count K are refused up front (exit 2) where
+    K is known without reading the scenes: the synthetic scenes' --num-proposals, the arrays of --proposals P.npz.
+    They used to stop the run at the first batch holding one, after the scorer compiled (perhaps hours in)."""
+    import jaxdrive.data.synthetic as synthetic
+    import jaxdrive.scoring.runner as runner
+    from jaxdrive.scoring.sources import SceneDirSource
+
+    monkeypatch.setattr(runner, "build_step", lambda *a, **k: pytest.fail("compiled before --gates rows were checked"))
+    monkeypatch.setattr(synthetic, "generate_scene", lambda *a, **k: pytest.fail("a scene was generated"))
+    monkeypatch.setattr(SceneDirSource, "read", lambda *a, **k: pytest.fail("a scene file was read"))
+    out = tmp_path / "out"
+    if kind == "synthetic":
+        ids = [synthetic.scene_id(i) for i in range(5)]
+        k = [3] * 5
+        args = ["--count", "5", "--num-proposals", "3"]
+    else:
+        ids = [read_scene(f).id for f in FILES]
+        k = [1, 2, 3, 2]
+        np.savez(tmp_path / "p.npz", **{sid: np.tile(read_scene(f).proposal_states[:1], (n, 1, 1))
+                                        for sid, f, n in zip(ids, FILES, k)})
+        args = ["--scenes", str(scenes_dir), "--proposals", str(tmp_path / "p.npz")]
+    given = [n + 1 for n in k]
+    given[0] = k[0]  # scene 0's rows are right
+    gates = tmp_path / "gates.json"
+    gates.write_text(json.dumps({sid: [[True] * len(GATES)] * n for sid, n in zip(ids, given)}))
+    rc = main(["score", *args, "--gates", str(gates), "--out", str(out), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == EXIT_USAGE, err
+    _refused_rows(err, ids[1:], k[1:], given[1:])
+    assert not out.exists()  # no shard written, no run left behind
+
+
+def _stand_in_step(seen: list):
+    """A ``runner.build_step`` that compiles nothing: its step gives every proposal zero sub-scores and records the
+    gates [B, K, 9] of each batch in ``seen`` (these tests are about which rows reach the step, not the scores)."""
+    import dataclasses
+
+    from jaxdrive.rules.epdms import SubScores
+
+    def build(mesh, options, capacity, stats=None):
+        def step(scene, proposals, gates, reference):
+            seen.append(np.asarray(gates))
+            b, k = np.shape(proposals.valid)
+            return SubScores(**{f.name: np.zeros((b, k, 6) if f.name == "hc_checks" else (b, k))
+                                for f in dataclasses.fields(SubScores)}), np.False_
+        return step
+
+    return build
+
+
+def test_per_proposal_rows_of_the_right_count_still_score(tmp_path, monkeypatch, capsys):
+    """The up-front row check lets a table of one row per proposal through: every scene is scored, each proposal
+    under its own row."""
+    import jaxdrive.scoring.runner as runner
+    from jaxdrive.data.synthetic import scene_id
+
+    seen = []
+    monkeypatch.setattr(runner, "build_step", _stand_in_step(seen))
+    ids = [scene_id(i) for i in range(2)]
+    rows = {sid: [[m != "ep" or (j + k) % 2 == 0 for m in GATES] for k in range(3)] for j, sid in enumerate(ids)}
+    (tmp_path / "gates.json").write_text(json.dumps(rows))
+    out = tmp_path / "out"
+    rc = main(["score", "--count", "2", "--num-proposals", "3", "--gates", str(tmp_path / "gates.json"),
+               "--out", str(out), "--no-progress", "--batch-size", "2"])
+    assert rc == 0, capsys.readouterr().err
+    got = read_results(out)
+    assert len(got) == 6 and list(got.scene_id.unique()) == ids
+    (gates,) = seen
+    for j, sid in enumerate(ids):
+        np.testing.assert_array_equal(gates[j, :3], rows[sid])
+
+
+def test_rows_of_another_count_in_scene_files_stop_the_run_there_and_resume_after_the_file_is_fixed(
+        scenes_dir, tmp_path, monkeypatch, capsys):
+    """Scene files' own proposals are counted only when a file is read (``SceneDirSource``): a per-proposal --gates
+    entry of another row count stops the run at that scene (exit 2). The message names the scene and its file, and
+    says what was kept: after the scene file is corrected, --resume scores the rest (a corrected --gates table is
+    another run: its --resume is refused, as the message says)."""
+    import jaxdrive.scoring.runner as runner
+
+    monkeypatch.setattr(runner, "PRESCAN_SCENES", 0)
+    monkeypatch.setattr(runner, "PRESCAN_BATCHES", 1)  # the prescan reads batch 0 alone
+    monkeypatch.setattr(runner, "build_step", _stand_in_step([]))
+    scenes = tmp_path / "scenes"
+    shutil.copytree(scenes_dir, scenes)
+    files = sorted(scenes.glob("*.json"))
+    read = [read_scene(f) for f in files]
+    table = {s.id: [[True] * len(GATES)] * s.num_proposals for s in read}
+    table[read[2].id] = table[read[2].id][:-1]  # scene 2: one row short
+    gates = tmp_path / "gates.json"
+    gates.write_text(json.dumps(table))
+    out = tmp_path / "out"
+    command = ["score", "--scenes", str(scenes), "--gates", str(gates), "--out", str(out), "--no-progress",
+               "--batch-size", "1", "--shard-size", "1"]
+    assert main(command) == EXIT_USAGE
+    err = capsys.readouterr().err
+    k = read[2].num_proposals
+    assert f"--gates: scene {read[2].id!r} ({files[2]}): expected {k} rows (one per proposal), got {k - 1}" in err
+    assert "stopped" in err and f"2 shard(s) completed before it are kept in {out}" in err and "--resume" in err, err
+    assert sorted(p.name for p in out.glob("part-*.parquet")) == ["part-00000.parquet", "part-00001.parquet"]
+
+    fixed_table = tmp_path / "fixed.json"
+    fixed_table.write_text(json.dumps({**table, read[2].id: [[True] * len(GATES)] * k}))
+    assert main([*command[:4], str(fixed_table), *command[5:], "--resume"]) == EXIT_USAGE
+    assert "differs in: gates" in capsys.readouterr().err
+
+    scene = json.loads(files[2].read_text())
+    scene["proposals"] = scene["proposals"][:-1]  # the file corrected to the table's rows
+    files[2].write_text(json.dumps(scene))
+    assert main([*command, "--resume"]) == 0, capsys.readouterr().err
+    got = read_results(out)
+    assert len(got) == sum(s.num_proposals for s in read) - 1 and got.scene_id.nunique() == 4

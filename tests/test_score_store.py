@@ -424,3 +424,50 @@ def test_a_store_scene_without_proposals_is_named_not_the_end_of_the_run(tmp_pat
     assert "1 of its 1 scenes hold no proposals" in err and "scenes refresh" not in err, err  # refresh writes none
     logged = [json.loads(line) for line in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
     assert len(logged) == 1 and empty.id in logged[0]["error"] and "(scene 0)" in logged[0]["name"], logged
+
+
+def test_per_proposal_gates_of_another_row_count_are_refused_before_a_store_is_scored(tmp_path, monkeypatch, capsys):
+    """A store knows each scene's proposal count K (its padded copy's index): per-proposal --gates rows of another
+    count are refused up front (exit 2), naming --gates, the scenes, K and the rows given, before any scene is read
+    or the scorer compiled; they used to stop the run at the first batch holding one, after the first shards."""
+    import jaxdrive.scoring.runner as runner
+    from jaxdrive.metrics import GATES
+
+    monkeypatch.setattr(runner, "build_step", lambda *a, **k: pytest.fail("compiled before --gates rows were checked"))
+    monkeypatch.setattr(SceneStoreSource, "iter_range", _PaddedOnly.iter_range)
+    scenes = [read_scene(f) for f in FILES[:4]]
+    write_store(scenes, tmp_path / "store")
+    rows = [s.num_proposals + (i >= 2) for i, s in enumerate(scenes)]  # scenes 2 and 3: one row too many
+    (tmp_path / "gates.json").write_text(json.dumps({s.id: [[True] * len(GATES)] * n for s, n in zip(scenes, rows)}))
+    out = tmp_path / "out"
+    rc = main(["score", "--scenes", str(tmp_path / "store"), "--gates", str(tmp_path / "gates.json"),
+               "--out", str(out), "--batch-size", "2", "--shard-size", "2", "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--gates" in err and "2 of the run's 4 scenes" in err and "Traceback" not in err, err
+    for s, n in zip(scenes[2:], rows[2:]):
+        assert f"{s.id!r} (expected {s.num_proposals} rows, got {n})" in err, err
+    assert not out.exists()  # no shard written, no run left behind
+
+
+def test_a_store_knows_its_proposal_counts_without_decoding_a_scene(tmp_path, monkeypatch):
+    """``SceneStoreSource.proposal_counts`` (and ``scene_ids``): from the padded copy's index, also when its arrays
+    are stale (no scene decoded); a store without a copy decodes its scenes, once for both."""
+    from jaxdrive.data.store import PADDED_DIR
+
+    scenes = [read_scene(f) for f in FILES[:3]]
+    ids, counts = [s.id for s in scenes], [s.num_proposals for s in scenes]
+    write_store(scenes, tmp_path / "store")
+    length = np.load(tmp_path / "store" / PADDED_DIR / "scene.agents.length.npy", mmap_mode="r+")
+    length[0, 0] += 1.0  # the copy is stale (not read by a run), its index still names the store's scenes
+    length.flush()
+    del length
+    source = _PaddedOnly(tmp_path / "store")
+    assert source.store.padded() is None
+    assert source.scene_ids() == ids and source.proposal_counts(ids) == counts
+
+    write_store(scenes, tmp_path / "bare", padded=False)
+    source = SceneStoreSource(tmp_path / "bare")
+    decoded = []
+    real = SceneStoreSource.iter_range
+    monkeypatch.setattr(SceneStoreSource, "iter_range", lambda self, a, b: decoded.append((a, b)) or real(self, a, b))
+    assert source.scene_ids() == ids and source.proposal_counts(ids) == counts and decoded == [(0, 3)]

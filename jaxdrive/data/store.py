@@ -415,6 +415,20 @@ class SceneStore:
             self._padded = PaddedStore.open(self)
         return self._padded
 
+    def recorded_index(self) -> tuple[list[str], list[int]] | None:
+        """(scene ids, proposal counts), in stored order, as the padded copy's ``index.json`` records them when it
+        was written from this store's scenes (same content hash and scene count), its arrays current or not: no
+        scene is decoded. None without such an index (an older store, or one whose scenes hold no proposals)."""
+        try:
+            index = json.loads((self.path / PADDED_DIR / PADDED_INDEX).read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+        ids, counts, n = index.get("ids"), index.get("counts"), len(self)
+        if (index.get("sha256") != self.meta["sha256"] or index.get("scenes") != n or not isinstance(ids, list)
+                or not isinstance(counts, list) or len(ids) != n or len(counts) != n):
+            return None
+        return list(ids), list(counts)
+
     def pad_spec(self, multiple: int = 8) -> PadSpec:
         """The smallest ``PadSpec`` holding every scene of the store (from its metadata: no scene is read)."""
         up = lambda n: max(multiple, -(-n // multiple) * multiple)

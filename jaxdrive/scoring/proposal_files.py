@@ -94,6 +94,11 @@ class SceneDirProposalSource(SceneDirSource):
         """The files' ids; None for a scene without an array (an error of the run, as ``load`` makes it)."""
         return [sid if sid in self.proposals else None for sid in super().scene_ids()]
 
+    def proposal_counts(self, ids: list[str | None]) -> list[int | None]:
+        """K of each scene's array (the rows of ``P.npz`` replace the file's proposals); None for a scene without
+        one."""
+        return [len(self.proposals[sid]) if sid in self.proposals else None for sid in ids]
+
     def describe(self) -> dict:
         return {**super().describe(), "kind": "scene_dir+proposals", "proposals": str(self.path.resolve()),
                 "proposals_sha256": self.digest}

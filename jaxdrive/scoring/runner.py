@@ -421,10 +421,12 @@ class _Producer(threading.Thread):
 
     def _inputs(self, batch: "_Batch", padded: tuple | None):
         """The step's inputs (``_complete``) of a read batch's padded (scene, proposals), or None (no scene read)."""
-        return None if padded is None else self._complete(*padded, batch.ids, batch.counts)
+        return None if padded is None else self._complete(*padded, batch.ids, batch.counts, batch.sources)
 
-    def _complete(self, scene, props, ids: list[str], counts: list[int]):
-        """(scene, proposals, gates, reference) of a padded batch whose first ``len(ids)`` scenes are real."""
+    def _complete(self, scene, props, ids: list[str], counts: list[int], names: list[str] | None = None):
+        """(scene, proposals, gates, reference) of a padded batch whose first ``len(ids)`` scenes are real (read from
+        ``names``, for messages). Per-proposal gate rows are checked against the scenes' proposal counts here for
+        the sources that know them only by reading the scene (``check_entries`` checked the others)."""
         b = props.valid.shape[0]
         props = props.replace(valid=props.valid & (np.arange(b) < len(ids))[:, None])
         if self.options.simulate:
@@ -436,8 +438,9 @@ class _Producer(threading.Thread):
                     raise ValueError(f"--gates: no entry for scene {sid!r}")
                 rows = _gate_rows(self.options.gates[sid], f"--gates: scene {sid!r}")
                 if rows.ndim == 2 and rows.shape[0] != k:
-                    raise ValueError(f"--gates: scene {sid!r}: expected {k} rows (one per proposal), "
-                                     f"got {rows.shape[0]}")
+                    where = f" ({names[i]})" if names else ""
+                    raise StoppedAtScene(f"--gates: scene {sid!r}{where}: expected {k} rows (one per proposal), "
+                                         f"got {rows.shape[0]}")
                 gates[i, :k] = rows
         elif self.options.gates is not None:
             gates[:] = _gate_rows(self.options.gates, "--gates")
@@ -718,30 +721,55 @@ def score_source(source: SceneSource, out_dir, options: ScoreOptions, *, resume:
         run.say_scored_again()
     try:
         return _score_run(source, run, options, progress=progress, on_shard=on_shard)
-    except ValueError:  # bad input found mid-run (a scene without --gates / --reference-progress entry): exit 2
+    except ValueError as e:  # bad input found mid-run (a scene file's proposals and its --gates rows): exit 2
         run.discard_if_unused()  # a run that scored nothing leaves no directory to block the corrected command
+        if isinstance(e, StoppedAtScene) and run.completed:
+            raise StoppedAtScene(f"{e}. The run stopped at that scene; the {len(run.completed)} shard(s) completed "
+                                 f"before it are kept in {run.path}: correct the scene file and add --resume to "
+                                 f"score the rest (a corrected --gates table is another run: give it another --out)"
+                                 ) from None
         raise
 
 
-SHOWN_IDS = 3  # missing scene ids named by ``check_entries``
+class StoppedAtScene(ValueError):
+    """Bad input found only when its scene was read, mid-run (``score_source`` says what the run kept)."""
+
+
+SHOWN_IDS = 3  # missing scene ids (and scenes with per-proposal gate rows of another count) named by ``check_entries``
 
 
 def check_entries(source: SceneSource, options: ScoreOptions) -> None:
     """Refuses (ValueError) a run whose per-scene ``--gates`` or ``--reference-progress`` table has no entry for
-    some scene of ``source``, naming the first ``SHOWN_IDS`` missing ids and their count, before any scene is read
-    or the scorer compiled (``SceneSource.scene_ids``; a scene the run cannot read is not checked: it is reported).
-    The run would otherwise stop at the first batch holding one, perhaps hours in."""
+    some scene of ``source``, or whose per-proposal ``--gates`` rows do not number a scene's proposals K where the
+    source knows K without reading it (``SceneSource.proposal_counts``), naming the first ``SHOWN_IDS`` such scenes
+    and their count, before any scene is read or the scorer compiled (``SceneSource.scene_ids``; a scene the run
+    cannot read is not checked: it is reported). The run would otherwise stop at the first batch holding one,
+    perhaps hours in (as it still does for rows of scene files whose K only a full parse gives: ``_complete``)."""
     tables = {"--gates": options.gates if isinstance(options.gates, dict) else None,
               "--reference-progress": options.reference_progress}
     tables = {flag: table for flag, table in tables.items() if table}
     if not tables:
         return
-    ids = list(dict.fromkeys(sid for sid in source.scene_ids() if sid is not None))
+    item_ids = source.scene_ids()
+    ids = list(dict.fromkeys(sid for sid in item_ids if sid is not None))
     for flag, table in tables.items():
         missing = [sid for sid in ids if sid not in table]
         if missing:
             raise ValueError(f"{flag}: no entry for {len(missing)} of the run's {len(ids)} scenes: "
                              f"{listed([repr(m) for m in missing], SHOWN_IDS)}; every scene scored needs one")
+    gates = tables.get("--gates")
+    if gates is None:
+        return
+    counts: dict[str, int | None] = {}  # scene id -> K, in the run's order
+    for sid, k in zip(item_ids, source.proposal_counts(item_ids)):
+        if sid is not None:
+            counts.setdefault(sid, k)  # a repeated id: its first item is the one scored
+    wrong = [f"{sid!r} (expected {k} rows, got {len(gates[sid])})" for sid, k in counts.items()
+             if k is not None and np.ndim(gates[sid]) == 2 and len(gates[sid]) != k]
+    if wrong:
+        raise ValueError(f"--gates: per-proposal rows of another count than the scene's proposals for {len(wrong)} "
+                         f"of the run's {len(ids)} scenes: {listed(wrong, SHOWN_IDS)}; give one row of "
+                         f"{len(METRICS)} booleans per proposal (or one vector for the whole scene)")
 
 
 def shard_inputs(source: SceneSource, shard_size: int) -> dict[str, dict] | None:

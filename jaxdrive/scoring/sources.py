@@ -48,6 +48,13 @@ class SceneSource:
         every item: sources that can, override it with a cheaper read."""
         return [s.id if isinstance(s, HostScene) else None for s in self.iter_range(0, len(self))]
 
+    def proposal_counts(self, ids: list[str | None]) -> list[int | None]:
+        """Every item's number of proposals K where it is known without parsing the scene (for the check of
+        per-proposal ``--gates`` rows made before a run reads its scenes), else None: the run checks the item when
+        it reads it. ``ids`` is ``scene_ids()``'s answer (a source may key its counts by them). This default knows
+        none."""
+        return [None] * len(ids)
+
     def input_stats(self) -> list[tuple[str, list[int] | None]] | None:
         """Per item, (its input file, [size in bytes, modification time in ns], or None where it cannot be stat'ed):
         recorded per shard in the run manifest, so a resume scores again a shard whose files changed. None: the
@@ -91,6 +98,10 @@ class SyntheticSource(SceneSource):
 
         return [scene_id(self.seed + i) for i in range(self.count)]
 
+    def proposal_counts(self, ids: list[str | None]) -> list[int]:
+        """``num_proposals`` for every scene (``generate_scene`` makes exactly that many)."""
+        return [self.num_proposals] * len(ids)
+
     def describe(self) -> dict:
         from jaxdrive.data.synthetic import GENERATOR_VERSION
 
@@ -101,7 +112,11 @@ class SyntheticSource(SceneSource):
 class SceneDirSource(SceneSource):
     """Every ``*.json`` scene file of a directory and its subfolders, in relative-path order (``index.json`` files
     and the JSON files of scene stores and scoring runs inside it are not scenes: they are listed in ``skipped``). A
-    malformed file becomes a ``SourceError``."""
+    malformed file becomes a ``SourceError``.
+
+    Its files' proposal counts are not known before a run reads them (``proposal_counts``: None): ``"proposals"``
+    follows the map and the agents, the bulk of a file, and ``"expected"`` (per proposal) follows it, so no short
+    read from either end reaches it; counting them would read every file twice."""
 
     def __init__(self, directory: str | Path):
         from jaxdrive.data.scene_json import SceneFileError, not_scene_files, scene_files
@@ -217,9 +232,26 @@ class SceneStoreSource(SceneSource):
         return scene
 
     def scene_ids(self) -> list[str | None]:
-        """From the store's padded copy (its index) when it has one, else by decoding every scene."""
-        copy = self.store.padded()
-        return list(copy.ids) if copy is not None else super().scene_ids()
+        """From the index of the store's padded copy (``SceneStore.recorded_index``) when it has one, else by
+        decoding every scene (once: ``proposal_counts`` reuses it)."""
+        return self._index()[0]
+
+    def proposal_counts(self, ids: list[str | None]) -> list[int | None]:
+        """From the padded copy's index, else from the scenes ``scene_ids`` decoded (None for a scene the run
+        reports: unreadable, or without proposals)."""
+        return self._index()[1]
+
+    def _index(self) -> tuple[list[str | None], list[int | None]]:
+        """(scene ids, proposal counts) of every scene: the padded copy's index, or every scene decoded (kept)."""
+        if not hasattr(self, "_entries"):
+            recorded = self.store.recorded_index()
+            if recorded is not None:
+                self._entries = recorded
+            else:  # one scene held at a time
+                pairs = [(s.id, s.num_proposals) if isinstance(s, HostScene) else (None, None)
+                         for s in self.iter_range(0, len(self))]
+                self._entries = ([sid for sid, _ in pairs], [k for _, k in pairs])
+        return self._entries
 
     def pad_spec(self):
         """A ``PadSpec`` holding every scene (from the store's metadata)."""
