@@ -34,9 +34,11 @@ def _run(args) -> int:
     from jaxdrive.agent.policy import ScriptedPolicy
     from jaxdrive.agent.tools import ToolContext, default_registry
     from jaxdrive.data.synthetic import generate_scene
+    from jaxdrive.output_paths import output_file
 
     if args.scenes < 1:
         raise ValueError(f"--scenes: expected >= 1, got {args.scenes}")
+    output_file("--out", args.out)
     retriever = _retriever(args.memory) if args.memory else None
     registry, policy = default_registry(), ScriptedPolicy()
     trajs, ctxs = [], {}
@@ -76,7 +78,9 @@ def _retriever(path: Path):
 def _convert(args) -> int:
     from jaxdrive.agent.loop import read_trajectories, write_jsonl
     from jaxdrive.agent.sft_data import check_sft_fields, convert
+    from jaxdrive.output_paths import output_file
 
+    output_file("--out", args.out)
     records = convert(read_trajectories(args.trajectories, {"messages": list}, check=check_sft_fields), args.phase)
     write_jsonl(args.out, records)
     print(json.dumps({"records": len(records), "phase": args.phase, "out": str(args.out)}))

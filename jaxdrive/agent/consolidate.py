@@ -66,9 +66,10 @@ class Report:
 
 
 def check_verified_fields(traj: dict, where: str) -> None:
-    """The fields consolidation reads, when present, have their loop types: ``steps`` a list of objects (each
-    ``action`` an object), ``retrieved`` / ``memory_used`` lists of entry ids, ``correct`` a bool; a
-    ``SourceError`` naming ``where`` and the field otherwise (not a crash half-way through a round)."""
+    """The fields consolidation reads, when present, have their loop types: ``question`` a string, ``steps`` a list
+    of objects (each ``action`` an object whose ``tool`` is a string), ``retrieved`` / ``memory_used`` lists of entry
+    ids, ``correct`` a bool; a ``SourceError`` naming ``where`` and the field otherwise (not a crash half-way through
+    a round)."""
     from jaxdrive.datasets.base import SourceError
 
     def fail(field: str, want: str, got) -> None:
@@ -82,10 +83,14 @@ def check_verified_fields(traj: dict, where: str) -> None:
             fail(f"steps[{i}]", "an object", step)
         if not isinstance(step.get("action", {}), dict):
             fail(f"steps[{i}].action", "an object", step["action"])
+        if "tool" in step.get("action", {}) and not isinstance(step["action"]["tool"], str):
+            fail(f"steps[{i}].action.tool", "a tool name (string)", step["action"]["tool"])
     for field in ("retrieved", "memory_used"):
         ids = traj.get(field, [])
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             fail(field, "a list of entry ids (strings)", ids)
+    if not isinstance(traj.get("question", ""), str):
+        fail("question", "a string", traj["question"])
     if not isinstance(traj.get("correct", False), bool):
         fail("correct", "true or false", traj["correct"])
 

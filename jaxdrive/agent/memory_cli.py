@@ -38,7 +38,10 @@ def _run_build(args) -> int:
         raise ValueError(f"--entries {args.entries}: no such file")
     if args.out.exists() and not args.out.is_dir():
         raise ValueError(f"--out {args.out}: exists and is not a directory (a store is a directory)")
-    entries = read_entries_jsonl(args.entries)
+    try:
+        entries = read_entries_jsonl(args.entries)
+    except ValueError as e:  # each message starts with the file's path
+        raise ValueError(f"--entries {e}") from None
     if not entries:
         raise ValueError(f"--entries {args.entries}: no entries (a store needs at least one to retrieve from)")
     gen = save(build(entries, minilm()), args.out)
@@ -60,7 +63,10 @@ def _run_query(args) -> int:
     store = load(args.store)
     if not 1 <= args.k <= len(store.entries):
         raise ValueError(f"-k: expected 1..{len(store.entries)} (entries in the store), got {args.k}")
-    stm = args.stm.read_text() if args.stm else ""
+    try:
+        stm = args.stm.read_text(encoding="utf-8") if args.stm else ""
+    except UnicodeDecodeError as e:
+        raise ValueError(f"--stm {args.stm}: not UTF-8 text ({e})") from None
     q = minilm()([compose_query(args.question, stm)])
     lam = memory.LAMBDA if args.lam is None else args.lam
     mesh = memory.entry_mesh(args.devices) if args.devices is not None else None

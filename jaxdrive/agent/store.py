@@ -257,17 +257,17 @@ def load(root: str | os.PathLike, mmap: bool = False) -> MemoryStore:
 
 
 def read_entries_jsonl(path: str | os.PathLike) -> list[MemoryEntry]:
-    """Entries from a JSONL file (one ``MemoryEntry`` dict per line; errors name the line)."""
-    out = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not JSON ({e})") from None
-            out.append(MemoryEntry.from_dict(d, f"{path}:{n}"))
+    """Entries from a UTF-8 JSONL file (one ``MemoryEntry`` dict per line, each id once; errors name the line)."""
+    from jaxdrive.datasets.base import read_jsonl_file
+
+    out, first = [], {}
+    for where, d in read_jsonl_file(Path(path)):
+        entry = MemoryEntry.from_dict(d, where)
+        if entry.id in first:
+            line = first[entry.id].rsplit(":", 1)[1]
+            raise ValueError(f"{where}: field 'id': {entry.id!r} is already the id of line {line} (each entry once)")
+        first[entry.id] = where
+        out.append(entry)
     return out
 
 

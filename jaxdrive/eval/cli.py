@@ -16,6 +16,7 @@ import math
 from pathlib import Path
 
 from jaxdrive import atomic
+from jaxdrive.output_paths import output_file
 from jaxdrive.eval import dqc
 
 EXIT_USAGE = 2
@@ -108,6 +109,8 @@ def _check_names(args) -> None:
 
 def run_dqc(args) -> int:
     _check_names(args)
+    if not args.no_plot:
+        output_file("--plot", args.plot)
     frames = [_read(p, ("score", "label")) for p in args.predictions]
     rows, curves = [], []
     for i, (path, frame) in enumerate(zip(args.predictions, frames)):

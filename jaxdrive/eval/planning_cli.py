@@ -18,6 +18,7 @@ import argparse
 import collections
 import json
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -54,8 +55,8 @@ def _load_npz(path: Path, what: str) -> dict:
     try:
         with np.load(path, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{what} {path}: cannot read .npz ({e})") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:  # an empty or damaged file: EOFError, BadZipFile
+        raise ValueError(f"{what} {path}: cannot read .npz ({type(e).__name__}: {e})") from None
 
 
 def _check_array(arrays: dict, key: str, shape: tuple, what: str, *, numeric: bool = True) -> np.ndarray:
@@ -121,7 +122,9 @@ def load_predictions(path: Path, frame: str) -> tuple[dict | np.ndarray, dict[st
     errors = {}
     if path.suffix == ".json":
         try:
-            raw = json.loads(path.read_text(), object_pairs_hook=_no_repeated_keys)
+            raw = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_no_repeated_keys)
+        except UnicodeDecodeError as e:
+            raise ValueError(f"--predictions {path}: not UTF-8 text ({e})") from None
         except (OSError, json.JSONDecodeError) as e:
             raise ValueError(f"--predictions {path}: cannot read JSON ({e})") from None
         if not isinstance(raw, dict):
@@ -216,6 +219,9 @@ def _metrics(pred, truth, occ, mask, args) -> dict[str, dict]:
 
 
 def run_planning(args) -> int:
+    from jaxdrive.output_paths import output_file
+
+    output_file("--json", args.json)
     pred, errors = load_predictions(args.predictions, args.frame)
     gt = _load_npz(args.gt, "--gt")
     _check_gt_file(gt, args.gt)

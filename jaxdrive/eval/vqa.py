@@ -172,11 +172,23 @@ def _parse(task: str, content: str, item: dict):
 
 def _numbers(v, n: int, name: str) -> list[float]:
     """The first ``n`` entries of ``v`` as floats; ValueError naming ``name`` unless ``v`` is a list of at least
-    ``n`` numbers."""
+    ``n`` finite numbers (a NaN or infinite ground truth makes its task's mean error NaN or inf)."""
     ok = isinstance(v, (list, tuple)) and len(v) >= n
-    if not (ok and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v[:n])):
-        raise ValueError(f"{name}: expected a list of at least {n} numbers, got {v!r:.60}")
+    if not (ok and all(_finite_number(x) for x in v[:n])):
+        raise ValueError(f"{name}: expected a list of at least {n} numbers, all finite, got {v!r:.60}")
     return [float(x) for x in v[:n]]
+
+
+def _finite_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _image_size(item: dict) -> None:
+    """The optional ``width`` / ``height`` of an item (pixels; the image bounds of xy / box answers) are positive
+    numbers: another value made every answer of the item invalid, silently."""
+    for name in ("width", "height"):
+        if name in item and not (_finite_number(item[name]) and item[name] > 0):
+            raise ValueError(f"{name}: expected a positive number of pixels, got {item[name]!r:.40}")
 
 
 def _gt(task: str, item: dict):
@@ -209,6 +221,7 @@ def _gt(task: str, item: dict):
 def _drivemllm_gt(task: str, item):
     """The ground truth of one item of ``task``, after checking its ``output`` and ground-truth fields."""
     _need(item, {"output": str, **DRIVEMLLM_FIELDS[task]})
+    _image_size(item)
     return _gt(task, item)
 
 

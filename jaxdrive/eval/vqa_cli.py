@@ -4,7 +4,8 @@ dataset's ``final_answer``); drivemllm ``task``, ``output`` + the task's ground 
 ``group``, ``scenario``.
 
 Prints the scores as JSON: a score that is not defined (no MCQ item, a task or group with no rows, a non-finite
-value) is ``null``, with a warning on stderr. A row that cannot be scored is an error naming its line and field."""
+value) is ``null``, with a warning on stderr. A row that cannot be scored is an error naming its line and field; so
+are a file without rows and (drivelmm) an ``idx`` given twice."""
 from __future__ import annotations
 
 import json
@@ -22,18 +23,25 @@ def add_eval_vqa_subcommand(sub) -> None:
 
 
 def _read_rows(path: Path, benchmark: str) -> list[dict]:
-    """The JSON objects of the non-blank lines of ``path``, each checked by ``vqa.check_row``; ValueError naming the
-    line otherwise."""
+    """The JSON objects of the non-blank lines of ``path`` (at least one; for drivelmm each ``idx`` once), each
+    checked by ``vqa.check_row``; ValueError naming the line otherwise."""
     from jaxdrive.datasets.base import read_jsonl_file
     from jaxdrive.eval import vqa
 
-    rows = []
+    rows, first = [], {}
     for where, row in read_jsonl_file(path):  # not JSON / not an object: an error naming FILE:LINE
         try:
             vqa.check_row(benchmark, row)
         except ValueError as e:
             raise ValueError(f"--predictions {where}: {e}") from None
+        if benchmark == "drivelmm":  # an item given twice would be scored twice
+            if row["idx"] in first:
+                raise ValueError(f"--predictions {where}: idx: {row['idx']!r} is already the idx of line "
+                                 f"{first[row['idx']].rsplit(':', 1)[1]} (each item once)")
+            first[row["idx"]] = where
         rows.append(row)
+    if not rows:
+        raise ValueError(f"--predictions {path}: no rows (expected one JSON object per line)")
     return rows
 
 

@@ -1,0 +1,27 @@
+"""Checks of the output paths a command line names, made before the run whose result they would otherwise lose when
+it is written (an existing directory where a file goes, a missing folder, a file where a directory goes): a
+``ValueError`` naming the flag and the path (exit 2)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def output_file(flag: str, path: str | Path | None) -> Path | None:
+    """``path`` (None: the flag was not given) for a file to write: not an existing directory, in a folder that
+    exists."""
+    if path is None:
+        return None
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{flag} {path}: is a directory; expected the path of a file to write")
+    if not path.parent.is_dir():
+        raise ValueError(f"{flag} {path}: folder {path.parent} does not exist")
+    return path
+
+
+def output_dir(flag: str, path: str | Path) -> Path:
+    """``path`` for an output directory (made by the run if missing): not an existing file."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{flag} {path}: is a file; expected an output directory")
+    return path

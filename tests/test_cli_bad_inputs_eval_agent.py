@@ -1,0 +1,167 @@
+"""Bad input to `jaxdrive eval`, `jaxdrive agent` and `jaxdrive memory` is a usage error (exit 2) with one line naming
+the flag, file, line or field, found before the run's work: each case below was a traceback (exit 1), an error that
+did not name its file, or a silent wrong result."""
+import json
+
+import numpy as np
+import pytest
+
+from jaxdrive.cli import main
+
+
+def _err(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err
+
+
+def _planning_files(tmp_path):
+    """A two-sample --gt file (no obstacles) and its --predictions file."""
+    gt = np.cumsum(np.ones((2, 6, 2)), axis=1)
+    np.savez(tmp_path / "gt.npz", gt=gt, occupancy=np.zeros((2, 6, 200, 200), bool), tokens=np.array(["a", "b"]))
+    np.savez(tmp_path / "pred.npz", pred=gt + 0.5)
+    return str(tmp_path / "pred.npz"), str(tmp_path / "gt.npz")
+
+
+def _dqc_file(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"score": [0.2, 0.9], "label": [0, 1]}), tmp_path / "p.parquet")
+    return str(tmp_path / "p.parquet")
+
+
+@pytest.mark.parametrize("where", ["a directory", "in a missing folder"])
+@pytest.mark.parametrize("command", ["agent run", "agent convert", "eval planning", "eval dqc"])
+def test_output_path_is_checked_before_the_run(tmp_path, capsys, command, where):
+    """An output file that is an existing directory, or whose folder does not exist, was a traceback after the whole
+    run (every agent episode lost; `eval dqc` had already written P.dqc.json)."""
+    out = tmp_path / "outdir" if where == "a directory" else tmp_path / "missing" / "out.file"
+    (tmp_path / "outdir").mkdir()
+    if command == "agent run":
+        argv, flag = ["agent", "run", "--scenes", "1", "--out", str(out)], "--out"
+    elif command == "agent convert":
+        (tmp_path / "t.jsonl").write_text(json.dumps({"id": "t0", "messages": []}) + "\n")
+        argv, flag = ["agent", "convert", "--trajectories", str(tmp_path / "t.jsonl"), "--phase", "1",
+                      "--out", str(out)], "--out"
+    elif command == "eval planning":
+        pred, gt = _planning_files(tmp_path)
+        argv, flag = ["eval", "planning", "--predictions", pred, "--gt", gt, "--json", str(out)], "--json"
+    else:
+        argv, flag = ["eval", "dqc", "--predictions", _dqc_file(tmp_path), "--plot", str(out)], "--plot"
+    assert main(argv) == 2
+    err = _err(capsys)
+    assert f"{flag} {out}: " in err and err.count("\n") == 1, err
+    assert not (tmp_path / "p.dqc.json").exists()
+
+
+def _store(tmp_path):
+    from jaxdrive.agent.store import MemoryEntry, MemoryStore, save
+
+    emb = np.eye(2, 384, dtype=np.float32)
+    save(MemoryStore([MemoryEntry("r1", "a stopped car ahead"), MemoryEntry("r2", "a crosswalk")], emb),
+         tmp_path / "m")
+    return str(tmp_path / "m")
+
+
+@pytest.mark.parametrize("command", ["eval planning", "memory build", "memory query"])
+def test_non_utf8_text_file_is_named(tmp_path, capsys, command):
+    """A file that is not UTF-8 text gave "'utf-8' codec can't decode byte ..." without saying which file."""
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b'\xff{"id": "x"}\n')
+    if command == "eval planning":
+        _, gt = _planning_files(tmp_path)
+        argv, flag = ["eval", "planning", "--predictions", str(bad), "--gt", gt], "--predictions"
+    elif command == "memory build":
+        argv, flag = ["memory", "build", "--entries", str(bad), "--out", str(tmp_path / "m2")], "--entries"
+    else:
+        argv, flag = ["memory", "query", "--store", _store(tmp_path), "--question", "q", "-k", "1",
+                      "--stm", str(bad)], "--stm"
+    assert main(argv) == 2
+    err = _err(capsys)
+    assert f"{flag} {bad}: not UTF-8 text" in err, err
+
+
+def test_memory_build_repeated_id_names_the_line(tmp_path, capsys):
+    """A repeated entry id was reported without the file or line (after loading the embedding model)."""
+    src = tmp_path / "e.jsonl"
+    src.write_text(json.dumps({"id": "r1", "conditions": "a"}) + "\n\n" + json.dumps({"id": "r1", "conditions": "b"})
+                   + "\n")
+    assert main(["memory", "build", "--entries", str(src), "--out", str(tmp_path / "m")]) == 2
+    assert f"{src}:3: field 'id': 'r1' is already the id of line 1" in _err(capsys)
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("change,field", [
+    ({"question": 5}, "question"),
+    ({"question": ["a"]}, "question"),
+    ({"steps": [{"action": {"tool": ["x"]}, "ok": True, "update": "u"}]}, "steps[0].action.tool"),
+    ({"steps": [{"action": {"tool": 3}, "ok": True, "update": "u"}]}, "steps[0].action.tool"),
+])
+def test_consolidate_rejects_fields_of_the_wrong_type(tmp_path, capsys, change, field):
+    """A verified trajectory whose question or a tool name was not a string crashed half-way through the round
+    (AttributeError / TypeError)."""
+    from jaxdrive.agent.store import load
+
+    store = _store(tmp_path)
+    traj = {"id": "t0", "scene_id": "s", "question": "What now? A) Brake B) Go", "gold": "A", "correct": True,
+            "termination": "finish", "reasoning": "The car ahead is stopped, so braking is right.",
+            "steps": [{"action": {"tool": "get_ego_states", "arguments": {}}, "ok": True, "update": "u"}], **change}
+    (tmp_path / "t.jsonl").write_text(json.dumps(traj) + "\n")
+    assert main(["memory", "consolidate", "--store", store, "--trajectories", str(tmp_path / "t.jsonl")]) == 2
+    assert f"t.jsonl:1: field {field!r}: expected" in _err(capsys)
+    assert load(store).consolidated == []
+
+
+@pytest.mark.parametrize("content", [b"", b"PK\x03\x04 not a zip", None])
+@pytest.mark.parametrize("flag", ["--predictions", "--gt"])
+def test_planning_damaged_npz_is_named(tmp_path, capsys, flag, content):
+    """An empty or damaged .npz (a copy cut short) was an EOFError / BadZipFile traceback."""
+    pred, gt = _planning_files(tmp_path)
+    bad = tmp_path / "bad.npz"
+    data = open(pred if flag == "--predictions" else gt, "rb").read()
+    bad.write_bytes(data[: len(data) // 2] if content is None else content)
+    argv = {"--predictions": pred, "--gt": gt, flag: str(bad)}
+    assert main(["eval", "planning", *[x for kv in argv.items() for x in kv]]) == 2
+    assert f"{flag} {bad}: cannot read .npz" in _err(capsys)
+
+
+def _wrap(text):
+    return f"<OUTPUT FORMAT START>{text}<OUTPUT FORMAT END>"
+
+
+@pytest.mark.parametrize("line,message", [
+    ('{"task": "xy", "output": "%s", "gt": [NaN, 2]}' % _wrap("[1, 2]"),
+     "gt: expected a list of at least 2 numbers, all finite"),
+    ('{"task": "dA", "output": "%s", "xyz1": [Infinity, 2, 3]}' % _wrap("1"),
+     "xyz1: expected a list of at least 3 numbers, all finite"),
+    ('{"task": "xy", "output": "%s", "gt": [1, 2], "width": "1600"}' % _wrap("[1, 2]"),
+     "width: expected a positive number of pixels, got '1600'"),
+    ('{"task": "box", "output": "%s", "gt": [0, 0, 5, 5], "height": null}' % _wrap("[0, 0, 5, 5]"),
+     "height: expected a positive number of pixels, got None"),
+])
+def test_vqa_drivemllm_malformed_ground_truth_is_an_error(tmp_path, capsys, line, message):
+    """A non-finite ground truth scored NaN (the warning blamed the answer) or 0 (Infinity) and a width / height
+    that is not a number made every output of the row silently invalid."""
+    p = tmp_path / "p.jsonl"
+    p.write_text(line + "\n")
+    assert main(["eval", "vqa", "drivemllm", "--predictions", str(p)]) == 2
+    assert f"{p}:1: {message}" in _err(capsys)
+
+
+@pytest.mark.parametrize("benchmark", ["drivelmm", "drivemllm", "stsbench"])
+def test_vqa_empty_predictions_file_is_an_error(tmp_path, capsys, benchmark):
+    """An empty file printed all-null scores with exit 0 (for drivelmm, a warning about MCQ question numbers)."""
+    p = tmp_path / "p.jsonl"
+    p.write_text("\n")
+    assert main(["eval", "vqa", benchmark, "--predictions", str(p)]) == 2
+    assert f"--predictions {p}: no rows" in _err(capsys)
+
+
+def test_vqa_drivelmm_repeated_idx_is_an_error(tmp_path, capsys):
+    """An item given twice (two runs' files concatenated) was scored twice."""
+    row = {"idx": "s_1_2", "response": "Final Answer: A) Brake", "gt": "A) Brake"}
+    p = tmp_path / "p.jsonl"
+    p.write_text(json.dumps(row) + "\n" + json.dumps({**row, "idx": "s_1_3"}) + "\n" + json.dumps(row) + "\n")
+    assert main(["eval", "vqa", "drivelmm", "--predictions", str(p)]) == 2
+    assert f"--predictions {p}:3: idx: 's_1_2' is already the idx of line 1" in _err(capsys)
