@@ -330,9 +330,15 @@ def test_gates_spec_defaults_to_the_recorded_training_settings(judge_dir):
 
 
 def _eval_data(root, **meta):
-    root.mkdir()
+    from jaxdrive.data.scene_json import write_scene
+    from jaxdrive.data.synthetic import generate_scene
+
+    (root / "scenes").mkdir(parents=True)
+    scene = generate_scene(0, num_proposals=2)  # the record's scene file: checked before the model loads
+    write_scene(scene, root / "scenes" / "s.json")
     sub = dict.fromkeys([*METRICS, "epdms"], 1.0)  # a plan that breaks nothing (read by the direct baseline)
-    rec = Record(id="r0", scene="scenes/s.json", proposal=0, proposal_name="p", label=1, split="test", subscores=sub)
+    rec = Record(id="r0", scene="scenes/s.json", proposal=0, proposal_name=scene.proposal_names[0], label=1,
+                 split="test", subscores=sub, gates=dict.fromkeys(RULE_LABELS, 1))
     (root / "records.jsonl").write_text(json.dumps(dataclasses.asdict(rec)) + "\n")
     (root / "meta.json").write_text(json.dumps(meta))
     return root
@@ -373,8 +379,6 @@ def test_direct_baseline_defaults_to_the_recorded_training_settings(judge_dir, t
     trained with the text description is prompted with it, naming the rules broken at the recorded thresholds); a
     contradicting ``--describe``, or evaluation data of another image size, is a usage error naming both (before any
     prompt is built); without the record, as before (the description only with ``--describe``)."""
-    from jaxdrive.judge import baselines
-
     seen = []
 
     def messages(scene, proposal, **kw):  # the prompt the model would see; stop there
@@ -382,7 +386,6 @@ def test_direct_baseline_defaults_to_the_recorded_training_settings(judge_dir, t
         raise ValueError("stop at the prompt")
 
     monkeypatch.setattr(P, "messages", messages)
-    monkeypatch.setattr(baselines, "read_scene", lambda path, validate=True: None)  # no scene file needed
     data = _eval_data(tmp_path / "data", image_size=32, thresholds=RECORDED["thresholds"])
     args = ["judge", "baselines", "--data", str(data), "--out", str(tmp_path / "out"), "--direct-model", str(judge_dir)]
     assert main(args) == EXIT_USAGE and seen[-1] == (False, None)

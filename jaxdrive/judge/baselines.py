@@ -17,10 +17,33 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdrive.data.scene_json import read_scene
-from jaxdrive.judge.dataset import Pair, Record, read_pairs, read_records
+from jaxdrive.judge.dataset import SUBSCORE_KEYS, Pair, Record, check_pair_records, read_pairs, read_records, \
+    read_scenes
 from jaxdrive.judge.gates import RULE_LABELS, rule_gated_score
 from jaxdrive.rules.epdms import METRICS, SubScores
+
+
+def check_images(root: Path, records) -> None:
+    """Each record names its BEV image, a file under ``root`` (``datasets.base.file_ref``'s rule); fails naming the
+    record (the classifier baselines read them)."""
+    from jaxdrive.datasets.base import file_ref
+
+    for r in records:
+        file_ref(root, r.image, f"{root / 'records.jsonl'} record {r.id!r}", "image")
+
+
+def check_rule_fields(root: Path, records: list[Record], subscores: bool = True) -> None:
+    """Each record has what the rule-based baselines read: every sub-score (only ``ec`` may be null; not checked
+    without ``subscores``: training records of the classifiers) and the gate labels; fails naming the record and the
+    field (a missing one was a KeyError, or a NaN score)."""
+    for r in records:
+        where = f"{root / 'records.jsonl'} record {r.id!r}"
+        missing = [k for k in SUBSCORE_KEYS if subscores and k != "ec" and r.subscores.get(k) is None]
+        if missing:
+            raise ValueError(f"{where}: field 'subscores': no value for {missing} (the rule-based baselines read "
+                             "every sub-score; only 'ec' may be null)")
+        if not r.gates:
+            raise ValueError(f"{where}: field 'gates': empty (the oracle baselines read the gate labels)")
 
 
 def subscores_of(records: list[Record]) -> SubScores:
@@ -67,16 +90,16 @@ def direct_scores(model_dir: str | Path, root: Path, records: list[Record], *, d
     from jaxdrive.models.weights import from_pretrained
 
     _, describe, thresholds = evaluation_settings(Path(model_dir), Path(root), describe)
+    scenes = read_scenes(root, records)
     model = from_pretrained(str(model_dir), dtype=jnp.float32)
     encoder, image_cfg = ChatEncoder.from_pretrained(str(model_dir)), load_image_config(model_dir)
     slot = direct_slot(encoder)
     values = np.asarray(rule_values(subscores_of(records))) if records else np.zeros((0, 7))
-    scenes: dict[str, object] = {}
     out = []
     for i in range(0, len(records), batch_size):
         part = records[i:i + batch_size]
         part = part + part[:1] * (batch_size - len(part))  # one shape: one compile
-        convs = [P.messages(scenes.setdefault(r.scene, read_scene(root / r.scene, validate=False)), r.proposal,
+        convs = [P.messages(scenes[r.scene], r.proposal,
                             describe=describe, answer=P.direct_answer_text(True), direct=True,
                             broken=P.broken_rules(v, thresholds) if describe else None)
                  for r, v in zip(part, values[i:i + batch_size].tolist() + [values[i]] * batch_size)]
@@ -85,12 +108,12 @@ def direct_scores(model_dir: str | Path, root: Path, records: list[Record], *, d
     return np.concatenate(out)[:len(records)].astype(np.float64) if out else np.zeros(0)
 
 
-def _displacements(root: Path, pairs: list[Pair]) -> tuple[np.ndarray, np.ndarray]:
-    """[P, 2] ADE and FDE (m) of trajectories a and b against the scene's human trajectory."""
-    cache: dict[str, object] = {}
+def _displacements(scenes: dict, pairs: list[Pair]) -> tuple[np.ndarray, np.ndarray]:
+    """[P, 2] ADE and FDE (m) of trajectories a and b against the scene's human trajectory (``scenes``:
+    ``dataset.read_scenes`` of the pairs)."""
     ade, fde = np.zeros((len(pairs), 2)), np.zeros((len(pairs), 2))
     for i, p in enumerate(pairs):
-        scene = cache.setdefault(p.scene, read_scene(root / p.scene, validate=False))
+        scene = scenes[p.scene]
         if scene.human_states is None:
             raise ValueError(f"pair {p.id}: scene {p.scene} has no human trajectory (needed by ADE/FDE)")
         for j, k in enumerate((p.a, p.b)):
@@ -99,10 +122,11 @@ def _displacements(root: Path, pairs: list[Pair]) -> tuple[np.ndarray, np.ndarra
     return ade, fde
 
 
-def tps_scores(root: Path, pairs: list[Pair], method: str) -> np.ndarray:
-    """[P, 2] scores of (a, b) under ``method`` (epdms, oracle, ade, fde)."""
+def tps_scores(root: Path, pairs: list[Pair], method: str, scenes: dict | None = None) -> np.ndarray:
+    """[P, 2] scores of (a, b) under ``method`` (epdms, oracle, ade, fde; ``scenes``: the pairs' scenes, read when
+    None)."""
     if method in ("ade", "fde"):
-        ade, fde = _displacements(root, pairs)
+        ade, fde = _displacements(read_scenes(root, pairs) if scenes is None else scenes, pairs)
         return -(ade if method == "ade" else fde)
     by_id = {r.id: r for r in read_records(root)}
     out = np.zeros((len(pairs), 2))
@@ -124,10 +148,17 @@ def write_baselines(root: str | Path, split: str = "test", out_dir: str | Path |
 
     root = Path(root)
     out_dir = Path(out_dir) if out_dir else root / "baselines"
-    out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     records = read_records(root, split)
     train = read_records(root, "train")
+    all_pairs = read_pairs(root, split)
+    check_pair_records(root, all_pairs, read_records(root))
+    check_rule_fields(root, records)
+    pair_scenes = read_scenes(root, all_pairs)
+    if records and train and split != "train":
+        check_rule_fields(root, train, subscores=False)
+        check_images(root, train + records)
+    out_dir.mkdir(parents=True, exist_ok=True)
     direct = {}
     if records and direct_model:  # first: settings contradicting its training record stop before the classifiers fit
         direct["direct"] = direct_scores(direct_model, root, records, describe=describe)
@@ -144,7 +175,6 @@ def write_baselines(root: str | Path, split: str = "test", out_dir: str | Path |
             pq.write_table(pa.table({"id": [r.id for r in records], "score": score,
                                      "label": [r.label for r in records]}), path)
             written.append(path)
-    all_pairs = read_pairs(root, split)
     by_id = {r.id: k for k, r in enumerate(records)}
     with_records = [p for p in all_pairs if p.a_record in by_id and p.b_record in by_id]
     for method in ("epdms", "oracle", "ade", "fde") + tuple(learned):
@@ -154,7 +184,7 @@ def write_baselines(root: str | Path, split: str = "test", out_dir: str | Path |
         if method in learned:
             s = np.array([[learned[method][by_id[p.a_record]], learned[method][by_id[p.b_record]]] for p in pairs])
         else:
-            s = tps_scores(root, pairs, method)
+            s = tps_scores(root, pairs, method, pair_scenes)
         path = out_dir / f"{split}_tps_{method}.parquet"
         pq.write_table(pa.table({"id": [p.id for p in pairs], "score_a": s[:, 0], "score_b": s[:, 1],
                                  "preferred": [p.preferred for p in pairs]}), path)

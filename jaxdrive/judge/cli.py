@@ -13,6 +13,7 @@ from pathlib import Path
 
 from jaxdrive.judge.bev import IMAGE_SIZE
 from jaxdrive.judge.run import add_run
+from jaxdrive.output_paths import output_dir
 
 
 def _positive(name: str, value: int) -> None:
@@ -29,6 +30,7 @@ def run_data(args) -> int:
         raise ValueError(f"--per-scene >= 1 and --image-size >= 8 expected, got {args.per_scene}, {args.image_size}")
     if args.batch_size < 1:
         raise ValueError(f"--batch-size: expected >= 1, got {args.batch_size}")
+    output_dir("--out", args.out)
     meta = build_dataset(args.out, args.train, args.test, seed=args.seed, per_scene=args.per_scene,
                          image_size=args.image_size, batch_size=args.batch_size, progress=not args.no_progress)
     print(json.dumps({k: meta[k] for k in ("records", "reasonable_fraction", "pairs")}))
@@ -46,6 +48,8 @@ def run_baselines(args) -> int:
         raise ValueError(f"--split {args.split}: no records or pairs in {args.data}")
     if args.direct_model and not (Path(args.direct_model) / "config.json").is_file():
         raise ValueError(f"--direct-model {args.direct_model}: not a pretrained model directory (no config.json)")
+    if args.out:
+        output_dir("--out", args.out)
     for path in write_baselines(args.data, args.split, args.out, direct_model=args.direct_model,
                                 describe=args.describe):
         print(path)

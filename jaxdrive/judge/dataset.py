@@ -57,16 +57,54 @@ class Pair:
     justification: str = ""
 
 
+def _is_index(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _check_text(item, fields: tuple[str, ...], where: str) -> None:
+    for f in fields:
+        v = getattr(item, f)
+        if not isinstance(v, str):
+            raise ValueError(f"{where}: {f}: expected a string, got {v!r}")
+    if not item.id:
+        raise ValueError(f"{where}: id: expected a non-empty string")
+
+
 def _check_record(r: Record, where: str) -> Record:
-    if r.label not in (0, 1):
+    _check_text(r, ("id", "scene", "proposal_name", "split", "image", "justification"), where)
+    if not _is_index(r.proposal):
+        raise ValueError(f"{where}: proposal: expected a proposal index (an integer >= 0), got {r.proposal!r}")
+    if isinstance(r.label, bool) or r.label not in (0, 1):
         raise ValueError(f"{where}: label: expected 0 or 1 (1 = reasonable), got {r.label!r}")
+    for f in ("subscores", "gates", "context"):
+        if not isinstance(getattr(r, f), dict):
+            raise ValueError(f"{where}: {f}: expected a JSON object, got {getattr(r, f)!r}")
+    for k, v in r.subscores.items():
+        if k not in SUBSCORE_KEYS:
+            raise ValueError(f"{where}: subscores: unknown key {k!r} (expected some of {SUBSCORE_KEYS})")
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v)):
+            raise ValueError(f"{where}: subscores: {k}: expected a finite number or null, got {v!r}")
     if r.gates and set(r.gates) != set(RULE_LABELS):
         raise ValueError(f"{where}: gates: expected keys {RULE_LABELS}, got {sorted(r.gates)}")
+    for k, v in r.gates.items():
+        if isinstance(v, str) or v not in (0, 1):
+            raise ValueError(f"{where}: gates: {k}: expected 0 or 1 (1 = rule invoked), got {v!r}")
     return r
 
 
-def _read_jsonl(path: Path, cls, check=None) -> list:
-    out = []
+def _check_pair(p: Pair, where: str) -> Pair:
+    _check_text(p, ("id", "scene", "split", "a_record", "b_record", "justification"), where)
+    for f in ("a", "b"):
+        if not _is_index(getattr(p, f)):
+            raise ValueError(f"{where}: {f}: expected a proposal index (an integer >= 0), got {getattr(p, f)!r}")
+    if p.preferred not in ("a", "b"):
+        raise ValueError(f"{where}: preferred: expected 'a' or 'b', got {p.preferred!r}")
+    return p
+
+
+def _read_jsonl(path: Path, cls, check) -> list:
+    """The items of a JSON-lines file, each checked; ids are unique (an error names both lines)."""
+    out, lines = [], {}
     names = {f.name for f in dataclasses.fields(cls)}
     for i, line in enumerate(Path(path).read_text().splitlines()):
         if not line.strip():
@@ -76,6 +114,8 @@ def _read_jsonl(path: Path, cls, check=None) -> list:
             d = json.loads(line)
         except json.JSONDecodeError as e:
             raise ValueError(f"{where}: not JSON ({e})") from None
+        if not isinstance(d, dict):
+            raise ValueError(f"{where}: expected a JSON object, got {line.strip()[:40]!r}")
         unknown = set(d) - names
         if unknown:
             raise ValueError(f"{where}: unknown field(s) {sorted(unknown)}")
@@ -83,7 +123,10 @@ def _read_jsonl(path: Path, cls, check=None) -> list:
             item = cls(**d)
         except TypeError as e:
             raise ValueError(f"{where}: {e}") from None
-        out.append(check(item, where) if check else item)
+        out.append(check(item, where))
+        if item.id in lines:
+            raise ValueError(f"{where}: id {item.id!r} already used on line {lines[item.id]}")
+        lines[item.id] = i + 1
     return out
 
 
@@ -94,31 +137,97 @@ def read_records(root: str | Path, split: str | None = None) -> list[Record]:
 
 
 def read_pairs(root: str | Path, split: str | None = None) -> list[Pair]:
-    def check(p: Pair, where: str) -> Pair:
-        if p.preferred not in ("a", "b"):
-            raise ValueError(f"{where}: preferred: expected 'a' or 'b', got {p.preferred!r}")
-        return p
-
+    """The pairs of ``root/pairs.jsonl`` (optionally one split), validated; none without the file."""
     path = Path(root) / "pairs.jsonl"
-    rows = _read_jsonl(path, Pair, check) if path.exists() else []
+    rows = _read_jsonl(path, Pair, _check_pair) if path.exists() else []
     return [p for p in rows if split is None or p.split == split]
+
+
+def _meta(root: str | Path) -> dict:
+    """``root/meta.json`` as a dict ({} without one); fails naming the file when it is not a JSON object."""
+    path = Path(root) / "meta.json"
+    if not path.exists():
+        return {}
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: cannot read JSON ({e})") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(meta).__name__}")
+    return meta
 
 
 def dataset_thresholds(root: str | Path) -> np.ndarray:
     """[7] the gate-label thresholds of ``root/meta.json`` (``RULE_LABELS`` order), or appendix B.1's without one."""
     from jaxdrive.judge.labels import PAPER_THRESHOLDS
 
-    meta = Path(root) / "meta.json"
-    saved = json.loads(meta.read_text()).get("thresholds") if meta.exists() else None
-    return (np.array([saved[r] for r in RULE_LABELS], np.float32) if saved else PAPER_THRESHOLDS)
+    saved = _meta(root).get("thresholds")
+    if not saved:
+        return PAPER_THRESHOLDS
+    if not isinstance(saved, dict) or set(saved) != set(RULE_LABELS) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in saved.values()):
+        raise ValueError(f"{Path(root) / 'meta.json'}: thresholds: expected a number for each of {RULE_LABELS}, "
+                         f"got {saved!r}")
+    return np.array([saved[r] for r in RULE_LABELS], np.float32)
 
 
 def dataset_image_size(root: str | Path) -> int | None:
     """The side (pixels) of the BEV images of ``root`` (``meta.json`` ``image_size``, ``jaxdrive judge data
     --image-size``), or None when the set does not record it."""
-    meta = Path(root) / "meta.json"
-    size = json.loads(meta.read_text()).get("image_size") if meta.exists() else None
-    return None if size is None else int(size)
+    size = _meta(root).get("image_size")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        raise ValueError(f"{Path(root) / 'meta.json'}: image_size: expected a positive integer (pixels), got {size!r}")
+    return size
+
+
+def read_scenes(root: str | Path, items: list) -> dict:
+    """{scene path: ``HostScene``} of the scene files that ``items`` (records or pairs of ``root``) name, each read
+    once; checks every item's ``scene`` path (relative to ``root``, without '..': ``datasets.base.source_path``, the
+    rule of the dataset converters), that the file reads, that its proposal indices (a record's ``proposal``, a
+    pair's ``a`` and ``b``) are in range, and a record's ``proposal_name``. Fails naming the file, item and field."""
+    from jaxdrive.data.scene_json import read_scene
+    from jaxdrive.datasets.base import source_path
+
+    root, scenes = Path(root), {}
+    for it in items:
+        is_record = isinstance(it, Record)
+        where = (f"{root / 'records.jsonl'} record {it.id!r}" if is_record else
+                 f"{root / 'pairs.jsonl'} pair {it.id!r}")
+        if it.scene not in scenes:
+            path = source_path(root, it.scene, where, "scene")
+            try:
+                scenes[it.scene] = read_scene(path, validate=False)
+            except ValueError as e:
+                raise ValueError(f"{where}: field 'scene': {e}") from None
+        names = scenes[it.scene].proposal_names
+        for field in ("proposal",) if is_record else ("a", "b"):
+            k = getattr(it, field)
+            if k >= len(names):
+                raise ValueError(f"{where}: field {field!r}: proposal {k} out of range (scene {it.scene} has "
+                                 f"{len(names)})")
+        if is_record and names[it.proposal] != it.proposal_name:
+            raise ValueError(f"{where}: field 'proposal_name': {it.proposal_name!r} but proposal {it.proposal} of "
+                             f"{it.scene} is {names[it.proposal]!r}")
+    return scenes
+
+
+def check_pair_records(root: str | Path, pairs: list[Pair], records: list[Record]) -> None:
+    """Each pair's ``a_record`` / ``b_record``, when given, is the id of a record (any split) of the pair's scene
+    and trajectory (``a`` / ``b``); fails naming the pair and the field (a pair naming no record was silently left
+    out of the record-based scores)."""
+    by_id = {r.id: r for r in records}
+    for p in pairs:
+        for field, k in (("a_record", p.a), ("b_record", p.b)):
+            rid = getattr(p, field)
+            if not rid:
+                continue
+            where = f"{Path(root) / 'pairs.jsonl'} pair {p.id!r}: field {field!r}"
+            r = by_id.get(rid)
+            if r is None:
+                raise ValueError(f"{where}: no record {rid!r} in records.jsonl")
+            if (r.scene, r.proposal, r.split) != (p.scene, k, p.split):
+                raise ValueError(f"{where}: record {rid!r} is proposal {r.proposal} of {r.scene} ({r.split}), the "
+                                 f"pair's is proposal {k} of {p.scene} ({p.split})")
 
 
 def write_jsonl(path: str | Path, items) -> Path:

@@ -14,24 +14,23 @@ import numpy as np
 from tqdm import tqdm
 
 from jaxdrive import atomic
-from jaxdrive.data.scene_json import read_scene
 from jaxdrive.data.synthetic import pad_spec
 from jaxdrive.judge.bev import BevConfig
-from jaxdrive.judge.dataset import dataset_image_size, dataset_thresholds, read_pairs, read_records
+from jaxdrive.judge.dataset import check_pair_records, dataset_image_size, dataset_thresholds, read_pairs, \
+    read_records, read_scenes
 from jaxdrive.judge.gates import RULE_LABELS
+from jaxdrive.output_paths import output_dir, output_file
 
 
-def judge_records(judge, root: Path, records, chunk: int = 8, progress: bool = True) -> dict:
-    """Runs ``judge.score`` over the records in fixed-size chunks (the last one padded: one compile); returns
-    columns {id, score, score_hard, epdms, label, p_<RULE>, rationale}."""
-    cache = {}
-    scene = lambda rel: cache.setdefault(rel, read_scene(root / rel, validate=False))  # noqa: E731
+def judge_records(judge, scenes: dict, records, chunk: int = 8, progress: bool = True) -> dict:
+    """Runs ``judge.score`` over the records (their scenes: ``dataset.read_scenes``) in fixed-size chunks (the last
+    one padded: one compile); returns columns {id, score, score_hard, epdms, label, p_<RULE>, rationale}."""
     cols = {"id": [], "score": [], "score_hard": [], "epdms": [], "label": [], "rationale": []}
     cols.update({f"p_{r}": [] for r in RULE_LABELS})
     for i in tqdm(range(0, len(records), chunk), desc="judge", disable=not progress):
         part = records[i:i + chunk]
         padded = part + part[:1] * (chunk - len(part))
-        out = judge.score([scene(r.scene) for r in padded], [r.proposal for r in padded])
+        out = judge.score([scenes[r.scene] for r in padded], [r.proposal for r in padded])
         n = len(part)
         cols["id"] += [r.id for r in part]
         cols["label"] += [r.label for r in part]
@@ -88,21 +87,26 @@ def run(args) -> int:
         raise ValueError(f"--data {root}: no records.jsonl")
     if not (Path(args.model) / "config.json").is_file():
         raise ValueError(f"--model {args.model}: not a pretrained model directory (no config.json)")
+    out = output_dir("--out", Path(args.out or root / "judge"))
+    if args.report:
+        output_file("--report", Path(args.report))
     records = read_records(root, args.split)
     if args.limit:
         records = records[:args.limit]
     if not records:
         raise ValueError(f"--split {args.split}: no records in {root}")
+    scenes = read_scenes(root, records)
+    all_pairs = read_pairs(root, args.split)
+    check_pair_records(root, all_pairs, read_records(root))
     size, describe, thresholds = evaluation_settings(args.model, root, args.describe)
     judge = DriveJudge.from_pretrained(args.model, bev=BevConfig(size=size), describe=describe,
                                        batch_size=args.batch_size, pad=pad_spec(32), thresholds=thresholds)
-    out = Path(args.out or root / "judge")
     out.mkdir(parents=True, exist_ok=True)
-    cols = judge_records(judge, root, records, args.batch_size, not args.no_progress)
+    cols = judge_records(judge, scenes, records, args.batch_size, not args.no_progress)
     pq.write_table(pa.table(cols), out / "dqc.parquet")
     written = [out / "dqc.parquet"]
     by_id = dict(zip(cols["id"], cols["score"]))
-    pairs = [p for p in read_pairs(root, args.split) if p.a_record in by_id and p.b_record in by_id]
+    pairs = [p for p in all_pairs if p.a_record in by_id and p.b_record in by_id]
     if pairs:
         pq.write_table(pa.table({"id": [p.id for p in pairs], "score_a": [by_id[p.a_record] for p in pairs],
                                  "score_b": [by_id[p.b_record] for p in pairs],

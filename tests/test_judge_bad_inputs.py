@@ -1,0 +1,223 @@
+"""Malformed DriveJudge inputs to ``jaxdrive judge data|baselines|run`` are usage errors (exit 2) naming the file,
+line or record, and field, reported before anything runs: never a traceback, a silently wrong result, or a run
+that fails only at its end. ``judge run`` reads its inputs before it loads the model, so a directory with a
+``config.json`` stands in for one here."""
+import json
+import shutil
+
+import pytest
+from PIL import Image
+
+from jaxdrive.cli import EXIT_USAGE, main
+from jaxdrive.judge.dataset import SUBSCORE_KEYS
+from jaxdrive.judge.gates import RULE_LABELS
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    """A valid hand-made set (docs/drivejudge-data.md): one train and one test scene of 4 proposals, two records and
+    a pair each, 8-pixel images, meta.json."""
+    from jaxdrive.data.scene_json import write_scene
+    from jaxdrive.data.synthetic import generate_scene
+
+    root = tmp_path_factory.mktemp("judge_bad_inputs") / "data"
+    (root / "scenes").mkdir(parents=True)
+    (root / "images").mkdir()
+    records, pairs = [], []
+    for s, split in ((1, "train"), (2, "test")):
+        scene = generate_scene(s, num_proposals=4)
+        write_scene(scene, root / "scenes" / f"{scene.id}.json")
+        for k in (0, 3):
+            rid = f"{scene.id}_p{k}"
+            Image.new("RGB", (8, 8), (40 * k, 60, 20 * s)).save(root / "images" / f"{rid}.png")
+            records.append({"id": rid, "scene": f"scenes/{scene.id}.json", "proposal": k,
+                            "proposal_name": scene.proposal_names[k], "label": int(k == 0), "split": split,
+                            "image": f"images/{rid}.png", "subscores": {m: 1.0 - k / 10 for m in SUBSCORE_KEYS},
+                            "gates": {g: int(k == 0 or g != "NC") for g in RULE_LABELS}})
+        pairs.append({"id": f"{scene.id}_pair", "scene": f"scenes/{scene.id}.json", "a": 3, "b": 0,
+                      "preferred": "b", "split": split, "a_record": f"{scene.id}_p3", "b_record": f"{scene.id}_p0"})
+    _write(root / "records.jsonl", records)
+    _write(root / "pairs.jsonl", pairs)
+    (root / "meta.json").write_text(json.dumps({"image_size": 8}))
+    model = root.parent / "model"  # judge run stops at its inputs before it loads a model
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    return root
+
+
+def _write(path, rows) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _rows(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _test_record(**fields):
+    """Sets fields of the first test record (records.jsonl line 3)."""
+    def edit(root):
+        rows = _rows(root / "records.jsonl")
+        rows[2].update(fields)
+        _write(root / "records.jsonl", rows)
+    return edit
+
+
+def _test_pair(**fields):
+    def edit(root):
+        rows = _rows(root / "pairs.jsonl")
+        rows[1].update(fields)
+        _write(root / "pairs.jsonl", rows)
+    return edit
+
+
+def _nested(field, key, value):
+    def edit(root):
+        rows = _rows(root / "records.jsonl")
+        if value is None and field == "gates":
+            rows[2][field] = {}
+        else:
+            rows[2][field][key] = value
+        _write(root / "records.jsonl", rows)
+    return edit
+
+
+def _text(name, text):
+    return lambda root: (root / name).write_text(text)
+
+
+def _duplicate_id(root):
+    rows = _rows(root / "records.jsonl")
+    rows[3]["id"] = rows[2]["id"]
+    _write(root / "records.jsonl", rows)
+
+
+def _broken_copy(source, tmp_path, edit):
+    root = tmp_path / "data"
+    shutil.copytree(source, root)
+    edit(root)
+    return root
+
+
+def _usage_error(argv, capsys, *needles) -> str:
+    assert main(argv) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in err, (needle, err)
+    return err
+
+
+def test_the_valid_set_makes_every_baseline(source, tmp_path, capsys):
+    assert main(["judge", "baselines", "--data", str(source), "--out", str(tmp_path / "out")]) == 0
+    names = {p.name for p in (tmp_path / "out").iterdir()}
+    assert {"test_dqc_epdms.parquet", "test_dqc_logreg.parquet", "test_tps_ade.parquet",
+            "test_tps_oracle.parquet"} <= names
+
+
+# what records.jsonl / pairs.jsonl say, refused by every reader: before, a traceback ("int" line, index out of range),
+# pyarrow's words naming no file (bool label), or a result from a wrong value (string index, NaN, "yes" gate, a
+# second record of the same id, a pair naming no record) without a word
+BAD_LINES = [
+    ("line_not_an_object", _text("records.jsonl", "5\n"), "records.jsonl:1: expected a JSON object, got '5'"),
+    ("bool_label", _test_record(label=True), "records.jsonl:3: label: expected 0 or 1 (1 = reasonable), got True"),
+    ("string_proposal", _test_record(proposal="3"), "records.jsonl:3: proposal: expected a proposal index"),
+    ("null_scene", _test_record(scene=None), "records.jsonl:3: scene: expected a string, got None"),
+    ("nan_subscore", _nested("subscores", "epdms", float("nan")),
+     "records.jsonl:3: subscores: epdms: expected a finite number or null, got nan"),
+    ("string_gate", _nested("gates", "NC", "yes"), "records.jsonl:3: gates: NC: expected 0 or 1"),
+    ("duplicate_id", _duplicate_id, "records.jsonl:4: id 'syn_default_2_p0' already used on line 3"),
+    ("pair_names_no_record", _test_pair(a_record="nope"),
+     "pairs.jsonl pair 'syn_default_2_pair': field 'a_record': no record 'nope' in records.jsonl"),
+    ("pair_record_of_another_trajectory", _test_pair(a=1),
+     "field 'a_record': record 'syn_default_2_p3' is proposal 3 of scenes/syn_default_2.json (test), the pair's is "
+     "proposal 1"),
+    ("pair_index_out_of_range", _test_pair(a=9, a_record="", b_record=""),
+     "pairs.jsonl pair 'syn_default_2_pair': field 'a': proposal 9 out of range (scene scenes/syn_default_2.json "
+     "has 4)"),
+    ("string_pair_index", _test_pair(b="0"), "pairs.jsonl:2: b: expected a proposal index"),
+]
+
+
+@pytest.mark.parametrize("edit,needle", [c[1:] for c in BAD_LINES], ids=[c[0] for c in BAD_LINES])
+def test_malformed_records_and_pairs_are_named(source, tmp_path, capsys, edit, needle):
+    root = _broken_copy(source, tmp_path, edit)
+    _usage_error(["judge", "baselines", "--data", str(root), "--out", str(tmp_path / "out")], capsys, needle)
+    assert not (tmp_path / "out").exists()
+
+
+# what the rule-based baselines read: before, a KeyError traceback (no gates, no sub-scores), a NaN score without a
+# word (a sub-score missing) or a FileNotFoundError traceback (the classifiers' images)
+BASELINE_FIELDS = [
+    ("no_gates", _nested("gates", None, None), "record 'syn_default_2_p0': field 'gates': empty"),
+    ("subscore_missing", _nested("subscores", "nc", None),
+     "record 'syn_default_2_p0': field 'subscores': no value for ['nc']"),
+    ("image_missing", _test_record(image="images/nope.png"),
+     "record 'syn_default_2_p0': field 'image': file 'images/nope.png' not found"),
+]
+
+
+@pytest.mark.parametrize("edit,needle", [c[1:] for c in BASELINE_FIELDS], ids=[c[0] for c in BASELINE_FIELDS])
+def test_baselines_name_the_record_missing_what_they_read(source, tmp_path, capsys, edit, needle):
+    root = _broken_copy(source, tmp_path, edit)
+    _usage_error(["judge", "baselines", "--data", str(root), "--out", str(tmp_path / "out")], capsys,
+                 f"{root / 'records.jsonl'} {needle}")
+    assert not (tmp_path / "out").exists()
+
+
+# the scene a record names, checked before the model loads: before, read from outside the set ('..', absolute) or
+# with another trajectory than the record's (a proposal_name the scene contradicts) without a word, or a message
+# naming no record (a missing file, an index out of range)
+SCENE_REFS = [
+    ("dotdot_scene", _test_record(scene="../data/scenes/syn_default_2.json"),
+     "field 'scene': '../data/scenes/syn_default_2.json' is not a path inside the source directory"),
+    ("absolute_scene", lambda root: _test_record(scene=str(root / "scenes" / "syn_default_2.json"))(root),
+     "field 'scene': '/", "syn_default_2.json' is not a path inside the source directory"),
+    ("missing_scene", _test_record(scene="scenes/nope.json"), "field 'scene': "),
+    ("proposal_out_of_range", _test_record(proposal=7),
+     "field 'proposal': proposal 7 out of range (scene scenes/syn_default_2.json has 4)"),
+    ("proposal_name_contradicted", _test_record(proposal_name="not_this_one"),
+     "field 'proposal_name': 'not_this_one' but proposal 0 of scenes/syn_default_2.json is"),
+]
+
+
+@pytest.mark.parametrize("edit,needle", [(c[1], c[2:]) for c in SCENE_REFS], ids=[c[0] for c in SCENE_REFS])
+def test_judge_run_checks_the_scenes_records_name(source, tmp_path, capsys, edit, needle):
+    root = _broken_copy(source, tmp_path, edit)
+    _usage_error(["judge", "run", "--model", str(source.parent / "model"), "--data", str(root), "--out",
+                  str(tmp_path / "out"), "--no-progress"], capsys,
+                 f"{root / 'records.jsonl'} record 'syn_default_2_p0': {needle[0]}", *needle[1:])
+    assert not (tmp_path / "out").exists()
+
+
+# meta.json: before, json's words naming no file, a KeyError / AttributeError traceback, int()'s words
+BAD_META = [
+    ("not_json", "{", "meta.json: cannot read JSON"),
+    ("not_an_object", "[8]", "meta.json: expected a JSON object, got list"),
+    ("thresholds_incomplete", json.dumps({"thresholds": {"LK": 0.5}}), "meta.json: thresholds: expected a number"),
+    ("image_size_text", json.dumps({"image_size": "big"}), "meta.json: image_size: expected a positive integer"),
+]
+
+
+@pytest.mark.parametrize("text,needle", [c[1:] for c in BAD_META], ids=[c[0] for c in BAD_META])
+def test_a_malformed_meta_json_is_named(source, tmp_path, capsys, text, needle):
+    root = _broken_copy(source, tmp_path, _text("meta.json", text))
+    _usage_error(["judge", "run", "--model", str(source.parent / "model"), "--data", str(root), "--out",
+                  str(tmp_path / "out"), "--no-progress"], capsys, f"{root / needle}")
+
+
+def test_outputs_that_cannot_be_written_are_refused_before_the_run(source, tmp_path, capsys):
+    """--out naming a file, or --report a directory or a path in a missing folder: a FileExistsError /
+    IsADirectoryError traceback, the report's only after the whole set was judged."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    run = ["judge", "run", "--model", str(source.parent / "model"), "--data", str(source), "--no-progress"]
+    _usage_error([*run, "--out", str(a_file)], capsys, f"--out {a_file}: is a file; expected an output directory")
+    _usage_error([*run, "--out", str(tmp_path / "o"), "--report", str(tmp_path)], capsys,
+                 f"--report {tmp_path}: is a directory")
+    _usage_error([*run, "--out", str(tmp_path / "o"), "--report", str(tmp_path / "no" / "r.html")], capsys,
+                 f"folder {tmp_path / 'no'} does not exist")
+    _usage_error(["judge", "baselines", "--data", str(source), "--out", str(a_file)], capsys,
+                 f"--out {a_file}: is a file")
+    _usage_error(["judge", "data", "--out", str(a_file), "--train", "1", "--test", "0", "--no-progress"], capsys,
+                 f"--out {a_file}: is a file")
+    assert not (tmp_path / "o").exists()
