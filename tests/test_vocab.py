@@ -91,20 +91,26 @@ def test_vocab_matches_score_with_reference_prepended(tmp_path, monkeypatch, ep_
     df = read_results(tmp_path / "run")
     assert len(df) == 2 * 256
     fn = jax.jit(score, static_argnames=("ep_mode", "apply_human_filter"))
+    fulls = []
     for scene in scenes:
         states = vocabulary_states(scene.history_states[-1], vocab)
         props = np.concatenate([scene.proposal_states[:1], states])
-        full = dataclasses.replace(scene, proposal_states=props, proposal_names=[f"p{i}" for i in range(len(props))],
-                                   proposal_families=[""] * len(props), previous_states=None, previous_kinds=None)
-        sc, pr, _ = batch_scenes([full])
-        want = fn(sc, pr, ep_mode="scene", apply_human_filter=True)
-        if ep_mode in ("pairwise", "gtrs"):
-            ref = np.asarray(want.raw_progress[:, 0] * want.multiplier[:, 0], np.float32)
-            want = fn(sc, pr, ep_mode="reference", reference_progress=ref, apply_human_filter=True)
+        fulls.append(dataclasses.replace(scene, proposal_states=props,
+                                         proposal_names=[f"p{i}" for i in range(len(props))],
+                                         proposal_families=[""] * len(props), previous_states=None,
+                                         previous_kinds=None))
+    sc, pr, _ = batch_scenes(fulls)  # both scenes in one batch: one compiled shape per scoring mode
+    wants = fn(sc, pr, ep_mode="scene", apply_human_filter=True)
+    if ep_mode in ("pairwise", "gtrs"):
+        ref = np.asarray(wants.raw_progress[:, 0] * wants.multiplier[:, 0], np.float32)
+        wants = fn(sc, pr, ep_mode="reference", reference_progress=ref, apply_human_filter=True)
+    plains = fn(sc, pr, ep_mode="scene", apply_human_filter=False) if ep_mode == "gtrs" else None
+    for b, scene in enumerate(scenes):
+        want = jax.tree.map(lambda a: np.asarray(a)[b:b + 1], wants)
         rows = df[df.scene_id == scene.id].sort_values("proposal")
         assert list(rows.proposal) == list(range(256))
         if ep_mode == "gtrs":
-            plain = fn(sc, pr, ep_mode="scene", apply_human_filter=False)
+            plain = jax.tree.map(lambda a: np.asarray(a)[b:b + 1], plains)
             gtrs = _gtrs_rows(plain, want, 256)
             zero = np.asarray(plain.multiplier)[0, 1:257] == 0
             assert zero.any() and (np.asarray(want.ep)[0, 1:257][zero] > 0).any()  # where the two rules differ
