@@ -20,8 +20,11 @@ def output_file(flag: str, path: str | Path | None) -> Path | None:
 
 
 def output_dir(flag: str, path: str | Path) -> Path:
-    """``path`` for an output directory (made by the run if missing): not an existing file."""
+    """``path`` for an output directory (made by the run if missing): not an existing file, nor below one."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{flag} {path}: is a file; expected an output directory")
+    existing = next((p for p in path.absolute().parents if p.exists()), None)
+    if not path.exists() and existing is not None and not existing.is_dir():
+        raise ValueError(f"{flag} {path}: {existing} is a file, so no directory can be made below it")
     return path

@@ -165,3 +165,40 @@ def test_vqa_drivelmm_repeated_idx_is_an_error(tmp_path, capsys):
     p.write_text(json.dumps(row) + "\n" + json.dumps({**row, "idx": "s_1_3"}) + "\n" + json.dumps(row) + "\n")
     assert main(["eval", "vqa", "drivelmm", "--predictions", str(p)]) == 2
     assert f"--predictions {p}:3: idx: 's_1_2' is already the idx of line 1" in _err(capsys)
+
+
+@pytest.mark.parametrize("content,message", [
+    ("\n", "no trajectories (expected one JSON object per line)"),
+    ('{"id": "t0", "messages": []}\n{"id": "t1", "messages": []}\n{"id": "t0", "messages": []}\n',
+     "t.jsonl:3: field 'id': 't0' is already the id of line 1 (each trajectory once)"),
+])
+@pytest.mark.parametrize("command", ["agent convert", "memory consolidate"])
+def test_trajectories_empty_or_repeated_are_refused(tmp_path, capsys, command, content, message):
+    """An empty trajectories file exited 0 with 0 records (consolidate committed an unchanged generation); a
+    trajectory given twice was converted (or consolidated) twice."""
+    from jaxdrive.agent.store import load
+
+    (tmp_path / "t.jsonl").write_text(content)
+    if command == "agent convert":
+        argv = ["agent", "convert", "--trajectories", str(tmp_path / "t.jsonl"), "--phase", "1",
+                "--out", str(tmp_path / "r.jsonl")]
+    else:
+        store = _store(tmp_path)
+        argv = ["memory", "consolidate", "--store", store, "--trajectories", str(tmp_path / "t.jsonl")]
+    assert main(argv) == 2
+    assert message in _err(capsys)
+    assert not (tmp_path / "r.jsonl").exists()
+    if command == "memory consolidate":
+        assert load(store).consolidated == []
+
+
+def test_memory_build_out_below_a_file_is_refused_before_embedding(tmp_path, capsys, monkeypatch):
+    """``memory build --out FILE/sub`` was a NotADirectoryError traceback after every entry had been embedded."""
+    from jaxdrive.agent import embed
+
+    monkeypatch.setattr(embed, "minilm", lambda: pytest.fail("the embedder was loaded"))
+    (tmp_path / "e.jsonl").write_text(json.dumps({"id": "r1", "conditions": "a"}) + "\n")
+    (tmp_path / "f").write_text("a file")
+    out = tmp_path / "f" / "sub"
+    assert main(["memory", "build", "--entries", str(tmp_path / "e.jsonl"), "--out", str(out)]) == 2
+    assert f"--out {out}: {tmp_path / 'f'} is a file, so no directory can be made below it" in _err(capsys)

@@ -188,9 +188,10 @@ def write_jsonl(path, records: Sequence[dict]) -> None:
 
 
 def read_trajectories(path, fields: dict | None = None, check=None) -> list[dict]:
-    """Trajectory records from a JSONL file (``run_episode``'s format), each a JSON object with a string ``id`` and
-    the ``fields`` (name -> type) a reader needs, and passing ``check(record, "FILE:LINE")`` when given;
-    ``ValueError`` naming the file (and line, field) otherwise."""
+    """Trajectory records from a JSONL file (``run_episode``'s format): at least one, each a JSON object with a string
+    ``id`` of its own (a trajectory given twice would be converted or consolidated twice) and the ``fields``
+    (name -> type) a reader needs, and passing ``check(record, "FILE:LINE")`` when given; ``ValueError`` naming the
+    file (and line, field) otherwise."""
     from pathlib import Path
 
     from jaxdrive.datasets.base import read_jsonl_file, require
@@ -198,10 +199,16 @@ def read_trajectories(path, fields: dict | None = None, check=None) -> list[dict
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{path}: no such file (trajectories JSONL)")
-    out = []
+    out, first = [], {}
     for where, obj in read_jsonl_file(path):
         require(obj, where, {"id": str, **(fields or {})})
         if check is not None:
             check(obj, where)
+        if obj["id"] in first:
+            raise ValueError(f"{where}: field 'id': {obj['id']!r} is already the id of line {first[obj['id']]} "
+                             "(each trajectory once)")
+        first[obj["id"]] = where.rsplit(":", 1)[1]
         out.append(obj)
+    if not out:
+        raise ValueError(f"{path}: no trajectories (expected one JSON object per line)")
     return out

@@ -33,11 +33,11 @@ def add_memory_subcommands(sub) -> None:
 def _run_build(args) -> int:
     from jaxdrive.agent.embed import minilm
     from jaxdrive.agent.store import build, read_entries_jsonl, save
+    from jaxdrive.output_paths import output_dir
 
     if not args.entries.is_file():
         raise ValueError(f"--entries {args.entries}: no such file")
-    if args.out.exists() and not args.out.is_dir():
-        raise ValueError(f"--out {args.out}: exists and is not a directory (a store is a directory)")
+    output_dir("--out", args.out)  # a store is a directory
     try:
         entries = read_entries_jsonl(args.entries)
     except ValueError as e:  # each message starts with the file's path
