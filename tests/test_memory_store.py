@@ -305,7 +305,7 @@ def test_memory_and_agent_cli_bad_inputs(tmp_path, capsys):
         (["memory", "query", "--store", m, "--question", "q", "-k", "1", "--devices", "0"], "--devices"),
         (["memory", "query", "--store", m, "--question", "q", "-k", "1", "--lam", "nan"], "lam: expected a finite"),
         (["memory", "build", "--entries", t("empty.jsonl"), "--out", t("m2")], "no entries"),
-        (["memory", "build", "--entries", t("nomsg.jsonl"), "--out", t("obj.jsonl")], "not a directory"),
+        (["memory", "build", "--entries", t("nomsg.jsonl"), "--out", t("obj.jsonl")], "is a file; expected an output directory"),
         (["agent", "convert", "--trajectories", t("obj.jsonl"), "--phase", "1", "--out", t("r")], "JSON object"),
         (["agent", "convert", "--trajectories", t("nomsg.jsonl"), "--phase", "2", "--out", t("r")],
          "nomsg.jsonl:1: missing field 'messages'")]
