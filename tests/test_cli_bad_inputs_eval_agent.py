@@ -202,3 +202,17 @@ def test_memory_build_out_below_a_file_is_refused_before_embedding(tmp_path, cap
     out = tmp_path / "f" / "sub"
     assert main(["memory", "build", "--entries", str(tmp_path / "e.jsonl"), "--out", str(out)]) == 2
     assert f"--out {out}: {tmp_path / 'f'} is a file, so no directory can be made below it" in _err(capsys)
+
+
+@pytest.mark.parametrize("bad", [[[True, False]] * 6, [["1.5", "2"]] * 6, [[1e39, 0.0]] * 6, [[10 ** 400, 0]] * 6])
+def test_planning_json_coordinates_must_be_numbers_finite_in_float32(tmp_path, capsys, bad):
+    """A JSON prediction of booleans or numeric strings was scored as numbers (numpy converts them); one beyond
+    float32 failed the whole run ("pred: non-finite coordinates at sample 0", no token); 10**400 was an
+    OverflowError traceback. Each is that token's unusable prediction: reported, the others scored (exit 3)."""
+    _, gt = _planning_files(tmp_path)
+    pred = tmp_path / "p.json"
+    pred.write_text(json.dumps({"a": bad, "b": (np.cumsum(np.ones((6, 2)), axis=0) + 0.5).tolist()}))
+    assert main(["eval", "planning", "--predictions", str(pred), "--gt", gt]) == 3
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and "prediction a: expected 6 [x, y] points of finite numbers" in err, err
+    assert "samples: 1 (1 of the GT's left out" in out, out

@@ -106,14 +106,18 @@ def _no_repeated_keys(pairs: list) -> dict:
 
 
 def _points(v) -> np.ndarray | None:
-    """A JSON trajectory as [6, 2] float64, or None when it is not 6 finite [x, y] points (ragged lists included)."""
-    if not isinstance(v, list):
+    """A JSON trajectory as [6, 2] float64, or None when it is not 6 [x, y] points of JSON numbers (not booleans or
+    strings, which numpy would convert) finite in float32, the metric's precision (ragged lists included)."""
+    if not (isinstance(v, list) and len(v) == 6 and all(isinstance(p, list) and len(p) == 2 for p in v)):
+        return None
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for p in v for x in p):
         return None
     try:
-        pts = np.asarray(v, np.float64)
-    except (ValueError, TypeError):
+        with np.errstate(over="ignore"):
+            pts = np.asarray(v, np.float64)
+            return pts if np.isfinite(pts.astype(np.float32)).all() else None
+    except OverflowError:  # an integer beyond float64
         return None
-    return pts if pts.shape == (6, 2) and np.isfinite(pts).all() else None
 
 
 def load_predictions(path: Path, frame: str) -> tuple[dict | np.ndarray, dict[str, str]]:
@@ -140,7 +144,7 @@ def load_predictions(path: Path, frame: str) -> tuple[dict | np.ndarray, dict[st
                 continue
             pts = _points(v)
             if pts is None:
-                errors[token] = "expected 6 finite [x, y] points"
+                errors[token] = "expected 6 [x, y] points of finite numbers"
                 continue
             out[token] = planning.text_to_lidar(pts) if frame == "text" else pts
         return out, errors
