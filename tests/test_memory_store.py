@@ -262,6 +262,9 @@ def test_memory_cli(tmp_path, capsys):
     assert len(rows) == 2 and rows[0]["conditions"] == RULES[1].conditions
     assert all(r["conditions"] != RULES[0].conditions for r in rows)  # sceneA excluded
     assert all(set(r) == {"score", "conditions", "risks", "success_pattern", "tool_strategy"} for r in rows)
+    # without -k: the top 4 (TOP_K), or every entry of this 3-entry store (it was "-k: expected 1..3, got 4")
+    assert main(["memory", "query", "--store", str(tmp_path / "m"), "--question", "a stopped car"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == len(RULES) == 3
     tj = tmp_path / "t.jsonl"
     tj.write_text(json.dumps(traj(0)) + "\n")
     assert main(["memory", "consolidate", "--store", str(tmp_path / "m"), "--trajectories", str(tj),

@@ -17,7 +17,8 @@ def add_memory_subcommands(sub) -> None:
     q.add_argument("--question", required=True, help="the question text the entries are retrieved for")
     q.add_argument("--stm", type=Path, help="text file with the serialised short-term memory")
     q.add_argument("--scene-id", default="", help="exclude entries from this scene")
-    q.add_argument("-k", type=int, default=4, help="number of entries returned")
+    q.add_argument("-k", type=int, help="number of entries returned (default: jaxdrive.agent.memory.TOP_K, 4, or "
+                   "every entry of a smaller store)")
     q.add_argument("--lam", type=float, default=None, help="utility weight (default: jaxdrive.agent.memory.LAMBDA)")
     q.add_argument("--devices", type=int, help="shard the entries over this many local devices")
     q.set_defaults(func=_run_query)
@@ -61,8 +62,9 @@ def _run_query(args) -> int:
     if args.devices is not None and args.devices < 1:
         raise ValueError(f"--devices: expected >= 1, got {args.devices}")
     store = load(args.store)
-    if not 1 <= args.k <= len(store.entries):
-        raise ValueError(f"-k: expected 1..{len(store.entries)} (entries in the store), got {args.k}")
+    k = min(memory.TOP_K, len(store.entries)) if args.k is None else args.k
+    if not 1 <= k <= len(store.entries):
+        raise ValueError(f"-k: expected 1..{len(store.entries)} (entries in the store), got {k}")
     try:
         stm = args.stm.read_text(encoding="utf-8") if args.stm else ""
     except UnicodeDecodeError as e:
@@ -70,7 +72,7 @@ def _run_query(args) -> int:
     q = minilm()([compose_query(args.question, stm)])
     lam = memory.LAMBDA if args.lam is None else args.lam
     mesh = memory.entry_mesh(args.devices) if args.devices is not None else None
-    scores, idx = memory.retrieve(q, store.embeddings, store.utility, k=args.k, lam=lam,
+    scores, idx = memory.retrieve(q, store.embeddings, store.utility, k=k, lam=lam,
                                   exclude=store.exclusion([args.scene_id]), mesh=mesh)
     for s, i in zip(np.asarray(scores)[0], np.asarray(idx)[0]):
         if i >= 0:
