@@ -173,6 +173,9 @@ SCENE_REFS = [
     ("absolute_scene", lambda root: _test_record(scene=str(root / "scenes" / "syn_default_2.json"))(root),
      "field 'scene': '/", "syn_default_2.json' is not a path inside the source directory"),
     ("missing_scene", _test_record(scene="scenes/nope.json"), "field 'scene': "),
+    # the report embedded any PNG a record named, wherever it was
+    ("dotdot_image", _test_record(image="../elsewhere.png"),
+     "field 'image': '../elsewhere.png' is not a path inside the source directory"),
     ("proposal_out_of_range", _test_record(proposal=7),
      "field 'proposal': proposal 7 out of range (scene scenes/syn_default_2.json has 4)"),
     ("proposal_name_contradicted", _test_record(proposal_name="not_this_one"),

@@ -184,7 +184,8 @@ def read_scenes(root: str | Path, items: list) -> dict:
     """{scene path: ``HostScene``} of the scene files that ``items`` (records or pairs of ``root``) name, each read
     once; checks every item's ``scene`` path (relative to ``root``, without '..': ``datasets.base.source_path``, the
     rule of the dataset converters), that the file reads, that its proposal indices (a record's ``proposal``, a
-    pair's ``a`` and ``b``) are in range, and a record's ``proposal_name``. Fails naming the file, item and field."""
+    pair's ``a`` and ``b``) are in range, and a record's ``proposal_name``; a record's ``image`` path, when given,
+    follows the same path rule (the report embeds it). Fails naming the file, item and field."""
     from jaxdrive.data.scene_json import read_scene
     from jaxdrive.datasets.base import source_path
 
@@ -193,6 +194,8 @@ def read_scenes(root: str | Path, items: list) -> dict:
         is_record = isinstance(it, Record)
         where = (f"{root / 'records.jsonl'} record {it.id!r}" if is_record else
                  f"{root / 'pairs.jsonl'} pair {it.id!r}")
+        if is_record and it.image:
+            source_path(root, it.image, where, "image")
         if it.scene not in scenes:
             path = source_path(root, it.scene, where, "scene")
             try:
