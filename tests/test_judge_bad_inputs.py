@@ -224,3 +224,36 @@ def test_outputs_that_cannot_be_written_are_refused_before_the_run(source, tmp_p
     _usage_error(["judge", "data", "--out", str(a_file), "--train", "1", "--test", "0", "--no-progress"], capsys,
                  f"--out {a_file}: is a file")
     assert not (tmp_path / "o").exists()
+
+
+def _missing_image(root):
+    (root / "images" / "syn_default_2_p0.png").unlink()
+
+
+# the training data kinds (jaxdrive train, data.kind judge_gates / judge_direct / judge_pairs) read the same files:
+# before, a pair without records was a KeyError, a missing image a FileNotFoundError, a '..' scene read from outside
+# the set, each while encoding, after the tokenizer loaded
+TRAINING_INPUTS = [
+    ("gate_examples", "../data/scenes/syn_default_2.json", None,
+     "record 'syn_default_2_p0': field 'scene': '../data/scenes/syn_default_2.json' is not a path inside"),
+    ("direct_examples", None, _missing_image, "record 'syn_default_2_p0': field 'image': file "),
+    ("pair_examples", None, _test_pair(a_record=""),
+     "pair 'syn_default_2_pair': fields 'a_record' / 'b_record': judge_pairs trains on both"),
+    ("pair_examples", None, _test_pair(b_record="nope"), "pair 'syn_default_2_pair': field 'b_record': no record"),
+]
+
+
+@pytest.mark.parametrize("kind,scene,edit,needle", TRAINING_INPUTS, ids=[f"{c[0]}-{i}" for i, c in
+                                                                           enumerate(TRAINING_INPUTS)])
+def test_training_data_kinds_check_their_inputs_before_loading_anything(source, tmp_path, monkeypatch, kind, scene,
+                                                                        edit, needle):
+    import ml_collections
+
+    from jaxdrive.judge import recipes
+
+    monkeypatch.setattr(recipes, "encoder_for", lambda *a: pytest.fail("the tokenizer was loaded"))
+    root = _broken_copy(source, tmp_path, edit or (_test_record(scene=scene) if scene else lambda root: None))
+    cfg = ml_collections.ConfigDict({"path": str(root), "split": "test", "model_path": "unused", "max_len": 64})
+    with pytest.raises(ValueError) as e:
+        getattr(recipes, kind)(cfg)
+    assert needle in str(e.value), str(e.value)

@@ -26,11 +26,11 @@ import jax.numpy as jnp
 import numpy as np
 from PIL import Image
 
-from jaxdrive.data.scene_json import read_scene
 from jaxdrive.judge import prompt as P
 from jaxdrive.judge.baselines import subscores_of
 from jaxdrive.judge.bev import IMAGE_SIZE
-from jaxdrive.judge.dataset import dataset_image_size, dataset_thresholds, read_pairs, read_records
+from jaxdrive.judge.dataset import check_pair_records, dataset_image_size, dataset_thresholds, read_pairs, \
+    read_records, read_scenes
 from jaxdrive.judge.gates import RULE_LABELS, rule_gated_score
 from jaxdrive.judge.labels import rule_values
 from jaxdrive.judge.policy import ALL_YES, JUDGE_META, TrainedAs, answer_slots, check_slot_tokens, encode, \
@@ -64,13 +64,28 @@ def balance_records(records: list) -> list:
     return [x for r, o in zip(records, off) for x in [r] * (k if o else 1)]
 
 
-def _scenes(root: Path):
-    cache = {}
-    return lambda rel: cache.setdefault(rel, read_scene(root / rel, validate=False))
+def _images(root: Path, records) -> dict[str, Path]:
+    """{record id: its BEV image file}, each checked (the converters' path rule, the file exists) before a model is
+    loaded; fails naming the record."""
+    from jaxdrive.datasets.base import file_ref
+
+    return {r.id: file_ref(root, r.image, f"{root / 'records.jsonl'} record {r.id!r}", "image") for r in records}
 
 
-def _image(root: Path, rel: str) -> np.ndarray:
-    return np.asarray(Image.open(root / rel).convert("RGB"))
+def _image(path: Path) -> np.ndarray:
+    return np.asarray(Image.open(path).convert("RGB"))
+
+
+def _pair_records(root: Path, pairs) -> list[tuple]:
+    """Per pair, its (a, b) records, checked (``check_pair_records``): a pair trains on both, so both are needed."""
+    records = read_records(root)
+    check_pair_records(root, pairs, records)
+    by_id = {r.id: r for r in records}
+    for p in pairs:
+        if not (p.a_record and p.b_record):
+            raise ValueError(f"{root / 'pairs.jsonl'} pair {p.id!r}: fields 'a_record' / 'b_record': judge_pairs "
+                             f"trains on both trajectories' records, got {p.a_record!r} / {p.b_record!r}")
+    return [(by_id[p.a_record], by_id[p.b_record]) for p in pairs]
 
 
 def _broken(cfg, root: Path, records) -> list:
@@ -100,16 +115,17 @@ def gate_examples(cfg, tokenizer=None) -> list[dict]:
         raise ValueError(f"data.target: expected 'answer' or 'slots', got {target!r}")
     if target == "slots" and cfg.get("reason", False):
         raise ValueError("data.reason: the 'slots' target trains the all-yes answer block only (no Reason: line)")
-    encoder, image_cfg, scene = encoder_for(cfg, tokenizer), load_image_config(cfg.model_path), _scenes(root)
+    scenes, images = read_scenes(root, records), _images(root, records)
+    encoder, image_cfg = encoder_for(cfg, tokenizer), load_image_config(cfg.model_path)
     slots = answer_slots(encoder) if target == "slots" else None
     out = []
     for r, broken in zip(records, _broken(cfg, root, records)):
         gates = [bool(r.gates[k]) for k in RULE_LABELS]
         answer = (P.answer_text(ALL_YES) if target == "slots" else
                   P.answer_text(gates, r.justification if cfg.get("reason", False) else ""))
-        conv = P.messages(scene(r.scene), r.proposal, describe=cfg.get("describe", False), answer=answer,
+        conv = P.messages(scenes[r.scene], r.proposal, describe=cfg.get("describe", False), answer=answer,
                           broken=broken)
-        enc = encode(encoder, [conv], [_image(root, r.image)], image_cfg, pad_to_multiple_of=1)
+        enc = encode(encoder, [conv], [_image(images[r.id])], image_cfg, pad_to_multiple_of=1)
         n = int(enc.attention_mask[0].sum())
         start = int(enc.answer_start[0])
         ex = {"prompt": enc.input_ids[0, :start], "answer": enc.input_ids[0, start:n],
@@ -137,13 +153,14 @@ def direct_examples(cfg, tokenizer=None) -> list[dict]:
     records = _limit(read_records(root, cfg.get("split", "train")), cfg)
     if not records:
         raise ValueError(f"data.path {root}: no records in split {cfg.get('split', 'train')!r}")
-    encoder, image_cfg, scene = encoder_for(cfg, tokenizer), load_image_config(cfg.model_path), _scenes(root)
+    scenes, images = read_scenes(root, records), _images(root, records)
+    encoder, image_cfg = encoder_for(cfg, tokenizer), load_image_config(cfg.model_path)
     slot = direct_slot(encoder)
     out = []
     for r, broken in zip(records, _broken(cfg, root, records)):
-        conv = P.messages(scene(r.scene), r.proposal, describe=cfg.get("describe", False),
+        conv = P.messages(scenes[r.scene], r.proposal, describe=cfg.get("describe", False),
                           answer=P.direct_answer_text(True), broken=broken, direct=True)
-        enc = encode(encoder, [conv], [_image(root, r.image)], image_cfg, pad_to_multiple_of=1)
+        enc = encode(encoder, [conv], [_image(images[r.id])], image_cfg, pad_to_multiple_of=1)
         n, start = int(enc.attention_mask[0].sum()), int(enc.answer_start[0])
         answer = enc.input_ids[0, start:n]
         check_slot_tokens(answer[None, min(slot.offsets[0], len(answer) - 1)], slot.yes_id)
@@ -164,15 +181,16 @@ def pair_examples(cfg, tokenizer=None) -> list[dict]:
     pairs = _limit(read_pairs(root, cfg.get("split", "train")), cfg)
     if not pairs:
         raise ValueError(f"data.path {root}: no pairs in split {cfg.get('split', 'train')!r}")
-    by_id = {r.id: r for r in read_records(root)}
-    encoder, image_cfg, scene = encoder_for(cfg, tokenizer), load_image_config(cfg.model_path), _scenes(root)
+    pair_records = _pair_records(root, pairs)
+    used = [r for recs in pair_records for r in recs]
+    scenes, images = read_scenes(root, used), _images(root, used)
+    encoder, image_cfg = encoder_for(cfg, tokenizer), load_image_config(cfg.model_path)
     slots = answer_slots(encoder)
     out = []
-    for p in pairs:
-        recs = [by_id[p.a_record], by_id[p.b_record]]
-        convs = [P.messages(scene(r.scene), r.proposal, describe=cfg.get("describe", False),
+    for p, recs in zip(pairs, pair_records):
+        convs = [P.messages(scenes[r.scene], r.proposal, describe=cfg.get("describe", False),
                             answer=P.answer_text(ALL_YES), broken=b) for r, b in zip(recs, _broken(cfg, root, recs))]
-        enc = encode(encoder, convs, [_image(root, r.image) for r in recs], image_cfg, pad_to_multiple_of=1,
+        enc = encode(encoder, convs, [_image(images[r.id]) for r in recs], image_cfg, pad_to_multiple_of=1,
                      max_length=cfg.max_len)
         sub = subscores_of(recs)
         out.append({"input_ids": enc.input_ids, "attention_mask": enc.attention_mask,
