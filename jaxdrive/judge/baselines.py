@@ -17,19 +17,10 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdrive.judge.dataset import SUBSCORE_KEYS, Pair, Record, check_pair_records, read_pairs, read_records, \
-    read_scenes
+from jaxdrive.judge.dataset import SUBSCORE_KEYS, Pair, Record, check_pair_records, item_name, read_pairs, \
+    read_records, read_scenes, record_images
 from jaxdrive.judge.gates import RULE_LABELS, rule_gated_score
 from jaxdrive.rules.epdms import METRICS, SubScores
-
-
-def check_images(root: Path, records) -> None:
-    """Each record names its BEV image, a file under ``root`` (``datasets.base.file_ref``'s rule); fails naming the
-    record (the classifier baselines read them)."""
-    from jaxdrive.datasets.base import file_ref
-
-    for r in records:
-        file_ref(root, r.image, f"{root / 'records.jsonl'} record {r.id!r}", "image")
 
 
 def check_rule_fields(root: Path, records: list[Record], subscores: bool = True) -> None:
@@ -37,13 +28,13 @@ def check_rule_fields(root: Path, records: list[Record], subscores: bool = True)
     without ``subscores``: training records of the classifiers) and the gate labels; fails naming the record and the
     field (a missing one was a KeyError, or a NaN score)."""
     for r in records:
-        where = f"{root / 'records.jsonl'} record {r.id!r}"
+        named = item_name(root, r)
         missing = [k for k in SUBSCORE_KEYS if subscores and k != "ec" and r.subscores.get(k) is None]
         if missing:
-            raise ValueError(f"{where}: field 'subscores': no value for {missing} (the rule-based baselines read "
+            raise ValueError(f"{named}: field 'subscores': no value for {missing} (the rule-based baselines read "
                              "every sub-score; only 'ec' may be null)")
         if not r.gates:
-            raise ValueError(f"{where}: field 'gates': empty (the oracle baselines read the gate labels)")
+            raise ValueError(f"{named}: field 'gates': empty (the oracle baselines read the gate labels)")
 
 
 def subscores_of(records: list[Record]) -> SubScores:
@@ -157,7 +148,7 @@ def write_baselines(root: str | Path, split: str = "test", out_dir: str | Path |
     pair_scenes = read_scenes(root, all_pairs)
     if records and train and split != "train":
         check_rule_fields(root, train, subscores=False)
-        check_images(root, train + records)
+        record_images(root, train + records)
     out_dir.mkdir(parents=True, exist_ok=True)
     direct = {}
     if records and direct_model:  # first: settings contradicting its training record stop before the classifiers fit

@@ -180,6 +180,21 @@ def dataset_image_size(root: str | Path) -> int | None:
     return size
 
 
+def item_name(root: str | Path, item) -> str:
+    """How messages name a record or a pair of the set ``root``: "ROOT/records.jsonl record 'ID'" or
+    "ROOT/pairs.jsonl pair 'ID'"."""
+    return (f"{Path(root) / 'records.jsonl'} record {item.id!r}" if isinstance(item, Record) else
+            f"{Path(root) / 'pairs.jsonl'} pair {item.id!r}")
+
+
+def record_images(root: str | Path, records: list[Record]) -> dict[str, Path]:
+    """{record id: its BEV image file}, each checked (``datasets.base.file_ref``: the converters' path rule, the file
+    exists) before anything reads them; fails naming the record."""
+    from jaxdrive.datasets.base import file_ref
+
+    return {r.id: file_ref(Path(root), r.image, item_name(root, r), "image") for r in records}
+
+
 def read_scenes(root: str | Path, items: list) -> dict:
     """{scene path: ``HostScene``} of the scene files that ``items`` (records or pairs of ``root``) name, each read
     once; checks every item's ``scene`` path (relative to ``root``, without '..': ``datasets.base.source_path``, the
@@ -191,25 +206,23 @@ def read_scenes(root: str | Path, items: list) -> dict:
 
     root, scenes = Path(root), {}
     for it in items:
-        is_record = isinstance(it, Record)
-        where = (f"{root / 'records.jsonl'} record {it.id!r}" if is_record else
-                 f"{root / 'pairs.jsonl'} pair {it.id!r}")
+        is_record, named = isinstance(it, Record), item_name(root, it)
         if is_record and it.image:
-            source_path(root, it.image, where, "image")
+            source_path(root, it.image, named, "image")
         if it.scene not in scenes:
-            path = source_path(root, it.scene, where, "scene")
+            path = source_path(root, it.scene, named, "scene")
             try:
                 scenes[it.scene] = read_scene(path, validate=False)
             except ValueError as e:
-                raise ValueError(f"{where}: field 'scene': {e}") from None
+                raise ValueError(f"{named}: field 'scene': {e}") from None
         names = scenes[it.scene].proposal_names
         for field in ("proposal",) if is_record else ("a", "b"):
             k = getattr(it, field)
             if k >= len(names):
-                raise ValueError(f"{where}: field {field!r}: proposal {k} out of range (scene {it.scene} has "
+                raise ValueError(f"{named}: field {field!r}: proposal {k} out of range (scene {it.scene} has "
                                  f"{len(names)})")
         if is_record and names[it.proposal] != it.proposal_name:
-            raise ValueError(f"{where}: field 'proposal_name': {it.proposal_name!r} but proposal {it.proposal} of "
+            raise ValueError(f"{named}: field 'proposal_name': {it.proposal_name!r} but proposal {it.proposal} of "
                              f"{it.scene} is {names[it.proposal]!r}")
     return scenes
 
@@ -224,12 +237,12 @@ def check_pair_records(root: str | Path, pairs: list[Pair], records: list[Record
             rid = getattr(p, field)
             if not rid:
                 continue
-            where = f"{Path(root) / 'pairs.jsonl'} pair {p.id!r}: field {field!r}"
+            named = f"{item_name(root, p)}: field {field!r}"
             r = by_id.get(rid)
             if r is None:
-                raise ValueError(f"{where}: no record {rid!r} in records.jsonl")
+                raise ValueError(f"{named}: no record {rid!r} in records.jsonl")
             if (r.scene, r.proposal, r.split) != (p.scene, k, p.split):
-                raise ValueError(f"{where}: record {rid!r} is proposal {r.proposal} of {r.scene} ({r.split}), the "
+                raise ValueError(f"{named}: record {rid!r} is proposal {r.proposal} of {r.scene} ({r.split}), the "
                                  f"pair's is proposal {k} of {p.scene} ({p.split})")
 
 

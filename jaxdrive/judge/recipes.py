@@ -29,8 +29,8 @@ from PIL import Image
 from jaxdrive.judge import prompt as P
 from jaxdrive.judge.baselines import subscores_of
 from jaxdrive.judge.bev import IMAGE_SIZE
-from jaxdrive.judge.dataset import check_pair_records, dataset_image_size, dataset_thresholds, read_pairs, \
-    read_records, read_scenes
+from jaxdrive.judge.dataset import check_pair_records, dataset_image_size, dataset_thresholds, item_name, \
+    read_pairs, read_records, read_scenes, record_images
 from jaxdrive.judge.gates import RULE_LABELS, rule_gated_score
 from jaxdrive.judge.labels import rule_values
 from jaxdrive.judge.policy import ALL_YES, JUDGE_META, TrainedAs, answer_slots, check_slot_tokens, encode, \
@@ -64,14 +64,6 @@ def balance_records(records: list) -> list:
     return [x for r, o in zip(records, off) for x in [r] * (k if o else 1)]
 
 
-def _images(root: Path, records) -> dict[str, Path]:
-    """{record id: its BEV image file}, each checked (the converters' path rule, the file exists) before a model is
-    loaded; fails naming the record."""
-    from jaxdrive.datasets.base import file_ref
-
-    return {r.id: file_ref(root, r.image, f"{root / 'records.jsonl'} record {r.id!r}", "image") for r in records}
-
-
 def _image(path: Path) -> np.ndarray:
     return np.asarray(Image.open(path).convert("RGB"))
 
@@ -83,7 +75,7 @@ def _pair_records(root: Path, pairs) -> list[tuple]:
     by_id = {r.id: r for r in records}
     for p in pairs:
         if not (p.a_record and p.b_record):
-            raise ValueError(f"{root / 'pairs.jsonl'} pair {p.id!r}: fields 'a_record' / 'b_record': judge_pairs "
+            raise ValueError(f"{item_name(root, p)}: fields 'a_record' / 'b_record': judge_pairs "
                              f"trains on both trajectories' records, got {p.a_record!r} / {p.b_record!r}")
     return [(by_id[p.a_record], by_id[p.b_record]) for p in pairs]
 
@@ -115,7 +107,7 @@ def gate_examples(cfg, tokenizer=None) -> list[dict]:
         raise ValueError(f"data.target: expected 'answer' or 'slots', got {target!r}")
     if target == "slots" and cfg.get("reason", False):
         raise ValueError("data.reason: the 'slots' target trains the all-yes answer block only (no Reason: line)")
-    scenes, images = read_scenes(root, records), _images(root, records)
+    scenes, images = read_scenes(root, records), record_images(root, records)
     encoder, image_cfg = encoder_for(cfg, tokenizer), load_image_config(cfg.model_path)
     slots = answer_slots(encoder) if target == "slots" else None
     out = []
@@ -153,7 +145,7 @@ def direct_examples(cfg, tokenizer=None) -> list[dict]:
     records = _limit(read_records(root, cfg.get("split", "train")), cfg)
     if not records:
         raise ValueError(f"data.path {root}: no records in split {cfg.get('split', 'train')!r}")
-    scenes, images = read_scenes(root, records), _images(root, records)
+    scenes, images = read_scenes(root, records), record_images(root, records)
     encoder, image_cfg = encoder_for(cfg, tokenizer), load_image_config(cfg.model_path)
     slot = direct_slot(encoder)
     out = []
@@ -183,7 +175,7 @@ def pair_examples(cfg, tokenizer=None) -> list[dict]:
         raise ValueError(f"data.path {root}: no pairs in split {cfg.get('split', 'train')!r}")
     pair_records = _pair_records(root, pairs)
     used = [r for recs in pair_records for r in recs]
-    scenes, images = read_scenes(root, used), _images(root, used)
+    scenes, images = read_scenes(root, used), record_images(root, used)
     encoder, image_cfg = encoder_for(cfg, tokenizer), load_image_config(cfg.model_path)
     slots = answer_slots(encoder)
     out = []
