@@ -164,13 +164,13 @@ def test_vqa_drivelmm_repeated_idx_is_an_error(tmp_path, capsys):
     p = tmp_path / "p.jsonl"
     p.write_text(json.dumps(row) + "\n" + json.dumps({**row, "idx": "s_1_3"}) + "\n" + json.dumps(row) + "\n")
     assert main(["eval", "vqa", "drivelmm", "--predictions", str(p)]) == 2
-    assert f"--predictions {p}:3: idx: 's_1_2' is already the idx of line 1" in _err(capsys)
+    assert f"--predictions {p}:3: field 'idx': 's_1_2' is already the idx of line 1" in _err(capsys)
 
 
 @pytest.mark.parametrize("content,message", [
     ("\n", "no trajectories (expected one JSON object per line)"),
     ('{"id": "t0", "messages": []}\n{"id": "t1", "messages": []}\n{"id": "t0", "messages": []}\n',
-     "t.jsonl:3: field 'id': 't0' is already the id of line 1 (each trajectory once)"),
+     "t.jsonl:3: field 'id': 't0' is already the id of line 1 (each once)"),
 ])
 @pytest.mark.parametrize("command", ["agent convert", "memory consolidate"])
 def test_trajectories_empty_or_repeated_are_refused(tmp_path, capsys, command, content, message):

@@ -118,14 +118,14 @@ def test_the_valid_set_makes_every_baseline(source, tmp_path, capsys):
 # pyarrow's words naming no file (bool label), or a result from a wrong value (string index, NaN, "yes" gate, a
 # second record of the same id, a pair naming no record) without a word
 BAD_LINES = [
-    ("line_not_an_object", _text("records.jsonl", "5\n"), "records.jsonl:1: expected a JSON object, got '5'"),
+    ("line_not_an_object", _text("records.jsonl", "5\n"), "records.jsonl:1: expected a JSON object, got int"),
     ("bool_label", _test_record(label=True), "records.jsonl:3: label: expected 0 or 1 (1 = reasonable), got True"),
     ("string_proposal", _test_record(proposal="3"), "records.jsonl:3: proposal: expected a proposal index"),
     ("null_scene", _test_record(scene=None), "records.jsonl:3: scene: expected a string, got None"),
     ("nan_subscore", _nested("subscores", "epdms", float("nan")),
      "records.jsonl:3: subscores: epdms: expected a finite number or null, got nan"),
     ("string_gate", _nested("gates", "NC", "yes"), "records.jsonl:3: gates: NC: expected 0 or 1"),
-    ("duplicate_id", _duplicate_id, "records.jsonl:4: id 'syn_default_2_p0' already used on line 3"),
+    ("duplicate_id", _duplicate_id, "records.jsonl:4: field 'id': 'syn_default_2_p0' is already the id of line 3"),
     ("pair_names_no_record", _test_pair(a_record="nope"),
      "pairs.jsonl pair 'syn_default_2_pair': field 'a_record': no record 'nope' in records.jsonl"),
     ("pair_record_of_another_trajectory", _test_pair(a=1),

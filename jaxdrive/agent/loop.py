@@ -194,7 +194,7 @@ def read_trajectories(path, fields: dict | None = None, check=None) -> list[dict
     file (and line, field) otherwise."""
     from pathlib import Path
 
-    from jaxdrive.datasets.base import read_jsonl_file, require
+    from jaxdrive.datasets.base import first_use, read_jsonl_file, require
 
     path = Path(path)
     if not path.is_file():
@@ -204,10 +204,7 @@ def read_trajectories(path, fields: dict | None = None, check=None) -> list[dict
         require(obj, where, {"id": str, **(fields or {})})
         if check is not None:
             check(obj, where)
-        if obj["id"] in first:
-            raise ValueError(f"{where}: field 'id': {obj['id']!r} is already the id of line {first[obj['id']]} "
-                             "(each trajectory once)")
-        first[obj["id"]] = where.rsplit(":", 1)[1]
+        first_use(first, obj["id"], where)
         out.append(obj)
     if not out:
         raise ValueError(f"{path}: no trajectories (expected one JSON object per line)")

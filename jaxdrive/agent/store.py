@@ -258,15 +258,12 @@ def load(root: str | os.PathLike, mmap: bool = False) -> MemoryStore:
 
 def read_entries_jsonl(path: str | os.PathLike) -> list[MemoryEntry]:
     """Entries from a UTF-8 JSONL file (one ``MemoryEntry`` dict per line, each id once; errors name the line)."""
-    from jaxdrive.datasets.base import read_jsonl_file
+    from jaxdrive.datasets.base import first_use, read_jsonl_file
 
     out, first = [], {}
     for where, d in read_jsonl_file(Path(path)):
         entry = MemoryEntry.from_dict(d, where)
-        if entry.id in first:
-            line = first[entry.id].rsplit(":", 1)[1]
-            raise ValueError(f"{where}: field 'id': {entry.id!r} is already the id of line {line} (each entry once)")
-        first[entry.id] = where
+        first_use(first, entry.id, where)
         out.append(entry)
     return out
 

@@ -72,6 +72,16 @@ def read_jsonl_file(path: Path) -> Iterator[tuple[str, dict]]:
         yield where, obj
 
 
+def first_use(seen: dict, value, where: str, field: str = "id") -> None:
+    """Records that ``value`` of ``field``, which a JSON-lines file must hold once per line, is at ``where``
+    ("FILE:LINE"); a ``SourceError`` naming both lines when ``seen`` (value -> line) has it already (an item given
+    twice would be used twice)."""
+    if value in seen:
+        raise SourceError(f"{where}: field {field!r}: {value!r} is already the {field} of line {seen[value]} "
+                          "(each once)")
+    seen[value] = where.rsplit(":", 1)[1]
+
+
 def require(obj: dict, where: str, fields: dict[str, type | tuple[type, ...]]) -> None:
     """Fails naming ``where`` and the field when one of ``fields`` is missing from ``obj`` or of the wrong type."""
     for name, types in fields.items():

@@ -25,7 +25,7 @@ def add_eval_vqa_subcommand(sub) -> None:
 def _read_rows(path: Path, benchmark: str) -> list[dict]:
     """The JSON objects of the non-blank lines of ``path`` (at least one; for drivelmm each ``idx`` once), each
     checked by ``vqa.check_row``; ValueError naming the line otherwise."""
-    from jaxdrive.datasets.base import read_jsonl_file
+    from jaxdrive.datasets.base import first_use, read_jsonl_file
     from jaxdrive.eval import vqa
 
     rows, first = [], {}
@@ -35,10 +35,10 @@ def _read_rows(path: Path, benchmark: str) -> list[dict]:
         except ValueError as e:
             raise ValueError(f"--predictions {where}: {e}") from None
         if benchmark == "drivelmm":  # an item given twice would be scored twice
-            if row["idx"] in first:
-                raise ValueError(f"--predictions {where}: idx: {row['idx']!r} is already the idx of line "
-                                 f"{first[row['idx']].rsplit(':', 1)[1]} (each item once)")
-            first[row["idx"]] = where
+            try:
+                first_use(first, row["idx"], where, "idx")
+            except ValueError as e:
+                raise ValueError(f"--predictions {e}") from None
         rows.append(row)
     if not rows:
         raise ValueError(f"--predictions {path}: no rows (expected one JSON object per line)")

@@ -103,19 +103,13 @@ def _check_pair(p: Pair, where: str) -> Pair:
 
 
 def _read_jsonl(path: Path, cls, check) -> list:
-    """The items of a JSON-lines file, each checked; ids are unique (an error names both lines)."""
+    """The items of a JSON-lines file (UTF-8, one object per line), each checked; ids are unique (an error names
+    both lines)."""
+    from jaxdrive.datasets.base import first_use, read_jsonl_file
+
     out, lines = [], {}
     names = {f.name for f in dataclasses.fields(cls)}
-    for i, line in enumerate(Path(path).read_text().splitlines()):
-        if not line.strip():
-            continue
-        where = f"{path}:{i + 1}"
-        try:
-            d = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{where}: not JSON ({e})") from None
-        if not isinstance(d, dict):
-            raise ValueError(f"{where}: expected a JSON object, got {line.strip()[:40]!r}")
+    for where, d in read_jsonl_file(Path(path)):
         unknown = set(d) - names
         if unknown:
             raise ValueError(f"{where}: unknown field(s) {sorted(unknown)}")
@@ -124,9 +118,7 @@ def _read_jsonl(path: Path, cls, check) -> list:
         except TypeError as e:
             raise ValueError(f"{where}: {e}") from None
         out.append(check(item, where))
-        if item.id in lines:
-            raise ValueError(f"{where}: id {item.id!r} already used on line {lines[item.id]}")
-        lines[item.id] = i + 1
+        first_use(lines, item.id, where)
     return out
 
 
