@@ -7,6 +7,7 @@ generating the scenes they hold. An item is either a scene or an error (a bad fi
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 from pathlib import Path
@@ -234,24 +235,22 @@ class SceneStoreSource(SceneSource):
     def scene_ids(self) -> list[str | None]:
         """From the index of the store's padded copy (``SceneStore.recorded_index``) when it has one, else by
         decoding every scene (once: ``proposal_counts`` reuses it)."""
-        return self._index()[0]
+        return self._index[0]
 
     def proposal_counts(self, ids: list[str | None]) -> list[int | None]:
         """From the padded copy's index, else from the scenes ``scene_ids`` decoded (None for a scene the run
         reports: unreadable, or without proposals)."""
-        return self._index()[1]
+        return self._index[1]
 
+    @functools.cached_property
     def _index(self) -> tuple[list[str | None], list[int | None]]:
-        """(scene ids, proposal counts) of every scene: the padded copy's index, or every scene decoded (kept)."""
-        if not hasattr(self, "_entries"):
-            recorded = self.store.recorded_index()
-            if recorded is not None:
-                self._entries = recorded
-            else:  # one scene held at a time
-                pairs = [(s.id, s.num_proposals) if isinstance(s, HostScene) else (None, None)
-                         for s in self.iter_range(0, len(self))]
-                self._entries = ([sid for sid, _ in pairs], [k for _, k in pairs])
-        return self._entries
+        """(scene ids, proposal counts) of every scene: the padded copy's index, or every scene decoded (once)."""
+        recorded = self.store.recorded_index()
+        if recorded is not None:
+            return recorded
+        pairs = [(s.id, s.num_proposals) if isinstance(s, HostScene) else (None, None)
+                 for s in self.iter_range(0, len(self))]  # one scene held at a time
+        return [sid for sid, _ in pairs], [k for _, k in pairs]
 
     def pad_spec(self):
         """A ``PadSpec`` holding every scene (from the store's metadata)."""
