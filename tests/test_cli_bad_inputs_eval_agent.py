@@ -139,6 +139,11 @@ def _wrap(text):
      "width: expected a positive number of pixels, got '1600'"),
     ('{"task": "box", "output": "%s", "gt": [0, 0, 5, 5], "height": null}' % _wrap("[0, 0, 5, 5]"),
      "height: expected a positive number of pixels, got None"),
+    # an integer beyond float64 (JSON reads 400 digits as an exact int): an OverflowError traceback before
+    ('{"task": "xy", "output": "%s", "gt": [1, 2], "width": 1%s}' % (_wrap("[1, 2]"), "0" * 400),
+     "width: expected a positive number of pixels, got 1000"),
+    ('{"task": "xy", "output": "%s", "gt": [1%s, 2]}' % (_wrap("[1, 2]"), "0" * 400),
+     "gt: expected a list of at least 2 numbers, all finite, got [1000"),
 ])
 def test_vqa_drivemllm_malformed_ground_truth_is_an_error(tmp_path, capsys, line, message):
     """A non-finite ground truth scored NaN (the warning blamed the answer) or 0 (Infinity) and a width / height
@@ -147,6 +152,23 @@ def test_vqa_drivemllm_malformed_ground_truth_is_an_error(tmp_path, capsys, line
     p.write_text(line + "\n")
     assert main(["eval", "vqa", "drivemllm", "--predictions", str(p)]) == 2
     assert f"{p}:1: {message}" in _err(capsys)
+
+
+@pytest.mark.parametrize("argv", [["eval", "dqc", "--no-plot"], ["eval", "tps"], ["eval", "vqa", "stsbench"]])
+def test_a_directory_as_predictions_is_named_a_directory(tmp_path, capsys, argv):
+    """A directory given as --predictions was reported as 'no such file' (it exists: the wrong kind of path)."""
+    d = tmp_path / "preds.parquet"
+    d.mkdir()
+    assert main([*argv, "--predictions", str(d)]) == 2
+    err = _err(capsys)
+    assert f"--predictions {d}: is a directory; expected a" in err and "no such file" not in err
+
+
+def test_a_directory_among_several_predictions_is_named(tmp_path, capsys):
+    d = tmp_path / "second"
+    d.mkdir()
+    assert main(["eval", "dqc", "--no-plot", "--predictions", _dqc_file(tmp_path), str(d)]) == 2
+    assert f"--predictions {d}: is a directory; expected a parquet file" in _err(capsys)
 
 
 @pytest.mark.parametrize("benchmark", ["drivelmm", "drivemllm", "stsbench"])

@@ -126,6 +126,46 @@ def test_cli_bad_input(tmp_path, capsys):
     assert "id(s) ['a']" in capsys.readouterr().err
 
 
+DQC_OK = {"score": [0.2, 0.9], "label": [0, 1]}
+TPS_OK = {"score_a": [0.9, 0.2], "score_b": [0.1, 0.3], "preferred": ["a", "b"]}
+
+
+@pytest.mark.parametrize("command,columns,needle", [
+    # before: numpy's words ("got dtype object", "setting an array element with a sequence") or, for the id, an
+    # "unhashable type: 'list'" traceback
+    ("dqc", {**DQC_OK, "score": [[0.2], [0.9]]}, "score: expected numbers (an integer or float column), got list<"),
+    ("dqc", {**DQC_OK, "label": [[0], [1]]}, "label: expected 0/1 (1 = reasonable, 0 = failure) in an integer, float "
+                                             "or boolean column, got list<"),
+    ("dqc", {**DQC_OK, "label": ["0", "1"]}, "label: expected 0/1 (1 = reasonable, 0 = failure) in an integer, float "
+                                             "or boolean column, got string"),
+    ("dqc", {**DQC_OK, "id": [["a"], ["b"]]}, "id: expected one id per row (a string or number), got list<"),
+    ("tps", {**TPS_OK, "score_b": [{"v": 0.1}, {"v": 0.3}]}, "score_b: expected numbers (an integer or float "
+                                                              "column), got struct<v: double>"),
+    ("tps", {**TPS_OK, "preferred": [["a"], ["b"]]}, "preferred: expected 'a' or 'b' in a string column, got list<"),
+])
+def test_cli_a_column_of_the_wrong_type_names_flag_file_and_column(tmp_path, capsys, command, columns, needle):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    p = tmp_path / "P.parquet"
+    pq.write_table(pa.table(columns), p)
+    assert main(["eval", command, "--predictions", str(p)] + (["--no-plot"] if command == "dqc" else [])) == 2
+    err = capsys.readouterr().err
+    assert f"--predictions {p}: {needle}" in err and err.count("\n") == 1, err
+
+
+def test_cli_accepted_column_types_are_unchanged(tmp_path, capsys):
+    """What was scored before still is: boolean or float labels, integer scores, a categorical 'preferred'."""
+    p = tmp_path / "P.parquet"
+    pd.DataFrame({"score": [0, 1], "label": [False, True]}).to_parquet(p)
+    assert main(["eval", "dqc", "--no-plot", "--predictions", str(p)]) == 0
+    pd.DataFrame({"score": [0.2, 0.9], "label": [0.0, 1.0], "id": [1.5, 2.5]}).to_parquet(p)
+    assert main(["eval", "dqc", "--no-plot", "--predictions", str(p)]) == 0
+    pd.DataFrame({**TPS_OK, "preferred": pd.Categorical(["a", "b"])}).to_parquet(p)
+    assert main(["eval", "tps", "--predictions", str(p)]) == 0
+    assert json.loads((tmp_path / "P.tps.json").read_text()) == {"accuracy": 100.0}
+
+
 def test_float32_scores_are_compared_in_their_own_precision(tmp_path):
     """A float32 0.8 is not above tau = 0.8, as numpy and sklearn see the same column (widened to float64 it is
     0.80000001 and was counted as above: acc_0.8 25 instead of 75 here)."""

@@ -150,6 +150,12 @@ def test_stsbench_first_letter_macro():
         vqa.stsbench([{"answer": "A", "gt": "A", "group": "x", "scenario": "y"}])
     with pytest.raises(ValueError, match="row 2: answer: expected str, got int"):
         vqa.stsbench([rows[0], {**rows[0], "answer": 5}])
+    with pytest.raises(ValueError, match=r"row 2: gt: expected the letter of one of the 5 options \(A-E\)"):
+        vqa.stsbench([rows[0], {**rows[0], "gt": "?"}])
+    with pytest.raises(ValueError, match=r"row 1: gt: expected the letter .*, got 'Ego turns left'"):
+        vqa.stsbench([{**rows[0], "gt": "Ego turns left"}])  # a text, not an option letter
+    assert vqa.stsbench([{**rows[0], "answer": ""}])["types"]["ego"] == {"turn": 0.0}  # any answer is scored
+    assert vqa.stsbench([{**rows[0], "answer": "B", "gt": "b) stop"}])["types"]["ego"] == {"turn": 1.0}
 
 
 def test_eval_vqa_cli(tmp_path, capsys):
@@ -200,6 +206,13 @@ def test_eval_vqa_cli_drivemllm_nan_answer_and_missing_tasks(tmp_path, capsys):
 @pytest.mark.parametrize("benchmark,line,message", [
     ("stsbench", '{"answer": 5, "gt": "A", "group": "ego", "scenario": "turn"}', ":2: answer: expected str, got int"),
     ("stsbench", "[1, 2]", ":2: expected a JSON object, got list"),
+    # an invalid ground truth was scored as a wrong answer without a word (a prediction may be anything)
+    ("stsbench", '{"answer": "A", "gt": "", "group": "ego", "scenario": "turn"}',
+     ":2: gt: expected the letter of one of the 5 options (A-E), got ''"),
+    ("stsbench", '{"answer": "F", "gt": "F", "group": "ego", "scenario": "turn"}',
+     ":2: gt: expected the letter of one of the 5 options (A-E), got 'F'"),
+    ("stsbench", '{"answer": "A", "gt": " A", "group": "ego", "scenario": "turn"}',
+     ":2: gt: expected the letter of one of the 5 options (A-E), got ' A'"),
     ("drivemllm", "[1, 2]", ":2: expected a JSON object, got list"),
     ("drivelmm", '{"idx": "a_b_x", "response": "A", "gt": "A"}', ":2: idx: expected"),
     ("drivemllm", '{"task": "left", "output": "x", "objects": [["a", [1, 2]], ["b", [3, 4]]]}',

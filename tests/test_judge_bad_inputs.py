@@ -124,6 +124,8 @@ BAD_LINES = [
     ("null_scene", _test_record(scene=None), "records.jsonl:3: scene: expected a string, got None"),
     ("nan_subscore", _nested("subscores", "epdms", float("nan")),
      "records.jsonl:3: subscores: epdms: expected a finite number or null, got nan"),
+    ("huge_int_subscore", _nested("subscores", "epdms", 10**400),  # beyond float64: numpy's TypeError before
+     "records.jsonl:3: subscores: epdms: expected a finite number or null, got 1000"),
     ("string_gate", _nested("gates", "NC", "yes"), "records.jsonl:3: gates: NC: expected 0 or 1"),
     ("duplicate_id", _duplicate_id, "records.jsonl:4: field 'id': 'syn_default_2_p0' is already the id of line 3"),
     ("pair_names_no_record", _test_pair(a_record="nope"),

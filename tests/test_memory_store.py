@@ -196,6 +196,13 @@ def test_entry_fields_checked(tmp_path, line, msg):
         read_entries_jsonl(tmp_path / "e.jsonl")
 
 
+def test_entry_utility_beyond_float64_is_named(tmp_path):
+    """A utility of 400 digits (JSON reads it as an exact int) raised OverflowError from math.isfinite."""
+    (tmp_path / "e.jsonl").write_text('{"id": "a", "conditions": "c", "utility": 1%s}\n' % ("0" * 400))
+    with pytest.raises(ValueError, match="e.jsonl:1: .*'utility': expected a finite number, got 1000"):
+        read_entries_jsonl(tmp_path / "e.jsonl")
+
+
 def test_damaged_store_named(tmp_path):
     """A damaged CURRENT or meta.json: save raised IndexError and load KeyError; both name the store now."""
     store = MemoryStore([MemoryEntry("a", "cond a"), MemoryEntry("b", "cond b")], np.eye(2, 4))

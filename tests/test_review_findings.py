@@ -143,7 +143,9 @@ def test_large_gate_tables_enter_the_manifest_as_a_digest(tmp_path):
     assert len(str(err.value)) < 600  # not the whole value echoed
 
 
-@pytest.mark.parametrize("value, what", [(float("nan"), "nan"), ("far", "far"), (True, "True"), (-5.0, "-5.0")])
+@pytest.mark.parametrize("value, what", [(float("nan"), "nan"), ("far", "far"), (True, "True"), (-5.0, "-5.0"),
+                                         # beyond float64: an OverflowError traceback before
+                                         pytest.param(10**400, "1000", id="int-beyond-float64")])
 def test_bad_reference_progress_names_flag_and_scene(tmp_path, capsys, value, what):
     ref = tmp_path / "ref.json"
     ref.write_text(json.dumps({"scene-x": value}, allow_nan=True))

@@ -176,6 +176,8 @@ HOST_MISTAKES = [  # a HostScene built in Python, not read from JSON: mistakes t
     ("agent type as its JSON name", lambda s: setattr(s.agents[0], "type", "vehicle"), r"'agents\[0\].type'"),
     ("agent length None", lambda s: setattr(s.agents[0], "length", None),
      r"'agents\[0\].length/width': expected positive finite box size, got None"),
+    ("agent length beyond float64", lambda s: setattr(s.agents[0], "length", 10**400),  # an OverflowError before
+     r"'agents\[0\].length/width': expected positive finite box size, got 1000"),
     ("history as a nested list", lambda s: setattr(s, "history_states", s.history_states.tolist()),
      r"'ego.history.states': expected an array of shape \(4, 11\), got a list, not a numpy array"),
 ]

@@ -279,6 +279,9 @@ def test_config_file_with_an_argument_calls_get_config_with_it():
 @pytest.mark.parametrize("field,value,expected", [
     ("lr", -1e-3, r"optim.lr: expected >= 0 \(0 is a control run that keeps the weights\), got -0.001"),
     ("lr", float("nan"), "optim.lr: expected a finite number, got nan"),
+    # beyond float64 (a config's 400-digit int): an OverflowError traceback before
+    pytest.param("warmup_steps", 10**400, "optim.warmup_steps: expected a finite number, got 1000",
+                 id="warmup_steps-int-beyond-float64"),
     ("warmup_steps", 20, "optim.warmup_steps: expected between 0 and the 10 optimizer updates of the run, got 20"),
     ("b2", 1.0, r"optim.b2: expected in \[0, 1\), got 1.0"),
     ("weight_decay", -0.1, "optim.weight_decay: expected >= 0, got -0.1"),

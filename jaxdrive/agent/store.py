@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import re
 import shutil
@@ -31,6 +30,8 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from jaxdrive.json_values import is_finite_number
 
 TEXT_FIELDS = ("conditions", "risks", "success_pattern", "tool_strategy")
 SAFE_FIELDS = TEXT_FIELDS  # what the policy may see
@@ -97,7 +98,7 @@ def _check_fields(d: dict, where: str) -> None:
     if d.get("kind", "experience") not in ("rule", "experience"):
         raise ValueError(f"{where}: field 'kind': expected 'rule' or 'experience', got {d['kind']!r}")
     u = d.get("utility", 0.0)
-    if isinstance(u, bool) or not isinstance(u, (int, float)) or not math.isfinite(u):
+    if not is_finite_number(u):
         raise ValueError(f"{where}: field 'utility': expected a finite number, got {u!r}")
     n = d.get("support", 1)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:

@@ -22,10 +22,61 @@ from jaxdrive.eval import dqc
 EXIT_USAGE = 2
 
 
+def _numeric(t) -> bool:
+    from pyarrow import types
+
+    return types.is_integer(t) or types.is_floating(t)
+
+
+def _zero_one(t) -> bool:
+    from pyarrow import types
+
+    return _numeric(t) or types.is_boolean(t)
+
+
+def _text(t) -> bool:
+    from pyarrow import types
+
+    return types.is_string(t) or types.is_large_string(t)  # what parquet text reads back as
+
+
+def _scalar(t) -> bool:
+    from pyarrow import types
+
+    return not types.is_nested(t)
+
+
+# What each column read by ``eval dqc`` / ``eval tps`` must hold (in words) and which parquet types can hold it: the
+# metrics compare scores as numbers, labels with 0 / 1 (a boolean column is 0 / 1), ``preferred`` with 'a' / 'b' (as
+# text: no other type holds them); the optional ``id`` is only counted, so any one value per row does.
+_NUMBERS = ("numbers (an integer or float column)", _numeric)
+COLUMN_TYPES = {
+    "score": _NUMBERS, "score_a": _NUMBERS, "score_b": _NUMBERS,
+    "label": ("0/1 (1 = reasonable, 0 = failure) in an integer, float or boolean column", _zero_one),
+    "preferred": ("'a' or 'b' in a string column", _text),
+    "id": ("one id per row (a string or number)", _scalar),
+}
+
+
+def _check_column_types(schema, names, flag: str, path: Path) -> None:
+    """The columns ``names`` of a parquet ``schema`` have types that can hold what ``COLUMN_TYPES`` says (a
+    dictionary-encoded column counts as its values' type); a ValueError naming the flag, the file and the column
+    otherwise, before numpy converts a list or string column into objects."""
+    from pyarrow import types
+
+    for name in names:
+        t = schema.field(name).type
+        expected, holds = COLUMN_TYPES[name]
+        if not holds(t.value_type if types.is_dictionary(t) else t):
+            raise ValueError(f"{flag} {path}: {name}: expected {expected}, got {t}")
+
+
 def _read(path: Path, columns: tuple[str, ...], flag: str = "--predictions") -> dict:
     """{column: numpy array} of the named columns of a parquet file; errors name the flag and the file."""
     import pyarrow.parquet as pq
 
+    if Path(path).is_dir():
+        raise ValueError(f"{flag} {path}: is a directory; expected a parquet file")
     if not Path(path).is_file():
         raise ValueError(f"{flag} {path}: no such file")
     try:
@@ -35,6 +86,7 @@ def _read(path: Path, columns: tuple[str, ...], flag: str = "--predictions") -> 
     missing = [c for c in columns if c not in table.column_names]
     if missing:
         raise ValueError(f"{flag} {path}: missing column(s) {missing} (has {table.column_names})")
+    _check_column_types(table.schema, [*columns, *(["id"] if "id" in table.column_names else [])], flag, path)
     if "id" in table.column_names:  # a repeated id would count one sample twice
         repeated = sorted(str(i) for i, n in collections.Counter(table.column("id").to_pylist()).items() if n > 1)
         if repeated:

@@ -12,7 +12,8 @@
   not say how the papers combine them).
 * STSBench (``eval/eval.py``): correct iff the first character of the raw answer equals the ground-truth letter's
   (case-insensitive); accuracy per scenario type, macro-averaged within each of the 4 groups, then over the groups.
-  An empty answer is incorrect (the reference would fail on it).
+  An empty answer is incorrect (the reference would fail on it); a ground truth that is not an option letter A-E
+  (alone or before the option's text) is an error, not a question nobody can answer.
 
 Every row is checked before scoring: a missing field, a field of the wrong JSON type or a malformed ground truth is a
 ValueError naming the row and the field (``check_row`` checks one row of a benchmark). A score that is not defined
@@ -25,6 +26,8 @@ import math
 import re
 from collections import defaultdict
 from typing import Callable, Iterable, Iterator, Sequence
+
+from jaxdrive.json_values import is_finite_number
 
 
 def _need(row, fields: dict[str, type]) -> None:
@@ -174,20 +177,16 @@ def _numbers(v, n: int, name: str) -> list[float]:
     """The first ``n`` entries of ``v`` as floats; ValueError naming ``name`` unless ``v`` is a list of at least
     ``n`` finite numbers (a NaN or infinite ground truth makes its task's mean error NaN or inf)."""
     ok = isinstance(v, (list, tuple)) and len(v) >= n
-    if not (ok and all(_finite_number(x) for x in v[:n])):
+    if not (ok and all(is_finite_number(x) for x in v[:n])):
         raise ValueError(f"{name}: expected a list of at least {n} numbers, all finite, got {v!r:.60}")
     return [float(x) for x in v[:n]]
-
-
-def _finite_number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def _image_size(item: dict) -> None:
     """The optional ``width`` / ``height`` of an item (pixels; the image bounds of xy / box answers) are positive
     numbers: another value made every answer of the item invalid, silently."""
     for name in ("width", "height"):
-        if name in item and not (_finite_number(item[name]) and item[name] > 0):
+        if name in item and not (is_finite_number(item[name]) and item[name] > 0):
             raise ValueError(f"{name}: expected a positive number of pixels, got {item[name]!r:.40}")
 
 
@@ -301,6 +300,10 @@ def drivemllm(items_by_task: dict[str, Sequence[dict]]) -> dict:
 # ----------------------------------------------------------------------------------------------------------------------
 
 STS_GROUPS = ("ego", "ego-agent", "agent", "agent-agent")
+STS_OPTIONS = "ABCDE"  # each question is five-way multiple choice (the MTSR paper's appendix C)
+# a valid ground truth: an option letter (either case), alone or before the option's text ("B", "b) stop"); the
+# reference reads its first character, so "" failed there and " A" or "Ego turns left" were never matched
+_STS_GT = re.compile(rf"[{STS_OPTIONS}{STS_OPTIONS.lower()}](?![A-Za-z])")
 
 
 def stsbench_correct(answer: str, gt_letter: str) -> bool:
@@ -308,9 +311,14 @@ def stsbench_correct(answer: str, gt_letter: str) -> bool:
 
 
 def _stsbench_row(row) -> None:
+    """The fields of a row; its ground truth is valid (``_STS_GT``), its answer may be anything (wrong unless its
+    first character is the ground truth's letter)."""
     _need(row, {"answer": str, "gt": str, "group": str, "scenario": str})
     if row["group"] not in STS_GROUPS:
         raise ValueError(f"group: expected one of {STS_GROUPS}, got {row['group']!r}")
+    if not _STS_GT.match(row["gt"]):
+        raise ValueError(f"gt: expected the letter of one of the {len(STS_OPTIONS)} options "
+                         f"({STS_OPTIONS[0]}-{STS_OPTIONS[-1]}), got {row['gt']!r:.40}")
 
 
 def stsbench(rows: Iterable[dict]) -> dict:

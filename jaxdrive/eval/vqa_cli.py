@@ -1,7 +1,7 @@
 """``jaxdrive eval vqa drivelmm | drivemllm | stsbench --predictions FILE.jsonl``: the VQA scorers of
 ``jaxdrive.eval.vqa`` over a JSONL file of rows. Fields per scorer: drivelmm ``idx``, ``response``, ``gt`` (the
-dataset's ``final_answer``); drivemllm ``task``, ``output`` + the task's ground truth; stsbench ``answer``, ``gt``,
-``group``, ``scenario``.
+dataset's ``final_answer``); drivemllm ``task``, ``output`` + the task's ground truth; stsbench ``answer``, ``gt``
+(the option letter A-E), ``group``, ``scenario``.
 
 Prints the scores as JSON: a score that is not defined (no MCQ item, a task or group with no rows, a non-finite
 value) is ``null``, with a warning on stderr. A row that cannot be scored is an error naming its line and field; so
@@ -79,6 +79,8 @@ def _warnings(benchmark: str, out: dict) -> list[str]:
 def _run(args) -> int:
     from jaxdrive.eval import vqa
 
+    if args.predictions.is_dir():
+        raise ValueError(f"--predictions {args.predictions}: is a directory; expected a JSONL file")
     if not args.predictions.is_file():
         raise ValueError(f"--predictions {args.predictions}: no such file")
     rows = _read_rows(args.predictions, args.benchmark)

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from jaxdrive.judge.gates import RULE_LABELS
+from jaxdrive.json_values import is_finite_number
 
 SUBSCORE_KEYS = ("nc", "dac", "ddc", "tlc", "ep", "ttc", "lk", "hc", "ec", "epdms")
 
@@ -82,7 +83,7 @@ def _check_record(r: Record, where: str) -> Record:
     for k, v in r.subscores.items():
         if k not in SUBSCORE_KEYS:
             raise ValueError(f"{where}: subscores: unknown key {k!r} (expected some of {SUBSCORE_KEYS})")
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v)):
+        if v is not None and not is_finite_number(v):
             raise ValueError(f"{where}: subscores: {k}: expected a finite number or null, got {v!r}")
     if r.gates and set(r.gates) != set(RULE_LABELS):
         raise ValueError(f"{where}: gates: expected keys {RULE_LABELS}, got {sorted(r.gates)}")

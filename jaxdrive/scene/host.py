@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdrive.constants import DT, NUM_STEPS  # noqa: F401  (0.0 .. 4.0 s at 0.1 s; re-exported)
+from jaxdrive.json_values import is_finite_number
 
 STATE_DIM = 11
 NUM_HISTORY = 4  # logged states at -1.5, -1.0, -0.5, 0.0 s
@@ -243,7 +244,7 @@ def _check_agent(scene_id: str, i: int, agent: Agent) -> None:
         _fail(scene_id, f"agents[{i}].track[:, heading]", "headings in (-pi, pi]",
               f"max |heading| {np.abs(agent.track[present, 2]).max():.4f}")
     size = np.array([agent.length, agent.width], dtype=object)
-    if not all(isinstance(v, (int, float, np.number)) and math.isfinite(v) and v > 0 for v in size):
+    if not all(is_finite_number(v, numpy_scalars=True) and v > 0 for v in size):
         _fail(scene_id, f"agents[{i}].length/width", "positive finite box size", f"{agent.length} x {agent.width}")
 
 
@@ -259,7 +260,10 @@ def _agents_maybe_bad(agents: list[Agent]) -> np.ndarray:
     absent = nan.all(axis=2)
     infinite = np.isinf(tracks).any(axis=2)
     bad_rows = (nan.any(axis=2) & ~absent) | infinite | (np.abs(tracks[..., 2]) > math.pi + HEADING_SLACK)
-    size = np.array([[a.length, a.width] for a in agents], np.float64)
+    try:
+        size = np.array([[a.length, a.width] for a in agents], np.float64)
+    except OverflowError:  # an int beyond float64: _check_agent names the agent
+        return np.ones(len(agents), bool)
     return bad_rows.any(axis=1) | ~(np.isfinite(size).all(axis=1) & (size > 0).all(axis=1))
 
 

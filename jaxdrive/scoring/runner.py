@@ -44,6 +44,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jaxdrive import exported, parallel
 from jaxdrive.broadphase import PackSpec
 from jaxdrive.broadphase.device import needs, needs_of
+from jaxdrive.json_values import is_finite_number
 from jaxdrive.metrics import AGGREGATES, GATES, STEPS
 from jaxdrive.rules.epdms import SubScores
 from jaxdrive.scorer import capacity_for, score_with_overflow
@@ -103,8 +104,7 @@ class ScoreOptions:
             raise ValueError(f"--reference-progress: expected a JSON object {{scene id: metres}}, "
                              f"got {type(self.reference_progress).__name__}")
         for sid, value in (self.reference_progress or {}).items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or value < 0:
+            if not is_finite_number(value) or value < 0:
                 raise ValueError(f"--reference-progress: scene {sid!r}: expected a finite, non-negative number of "
                                  f"metres, got {value!r}")
         if isinstance(self.gates, dict):

@@ -3,13 +3,14 @@ model variables are trained (full fine-tuning, LoRA adapters only, optionally wi
 from __future__ import annotations
 
 import functools
-import math
 from typing import Literal
 
 import jax
 import ml_collections
 import optax
 from flax import nnx
+
+from jaxdrive.json_values import is_finite_number
 
 
 def make_schedule(lr: float, total_steps: int, warmup_steps: int = 0, end_lr_ratio: float = 0.0) -> optax.Schedule:
@@ -46,7 +47,7 @@ def optimizer_settings(cfg: ml_collections.ConfigDict, total_steps: int) -> dict
           "b1": cfg.get("b1", 0.9), "b2": cfg.get("b2", 0.999), "eps": cfg.get("eps", 1e-8),
           "weight_decay": cfg.get("weight_decay", 0.0), "clip_norm": cfg.get("clip_norm", 1.0) or 0.0}
     for name, value in hp.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if not is_finite_number(value):
             raise ValueError(f"optim.{name}: expected a finite number, got {value!r}")
     hp = {k: (int(v) if k == "warmup_steps" else float(v)) for k, v in hp.items()}
     checks = {"lr": hp["lr"] >= 0, "warmup_steps": 0 <= hp["warmup_steps"] <= total_steps,

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import re
 import time
 from typing import Any, Callable
+
+from jaxdrive.json_values import is_finite_number
 
 
 class ToolError(Exception):
@@ -71,17 +72,6 @@ class Tool:
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
 
 
-def _is_number(v: Any) -> bool:
-    """A finite number, not a bool. NaN, infinities and integers beyond the float range (JSON's ``1e400`` reads as
-    inf, ``10**400`` as an int) are not: the tools compute in floats."""
-    if not isinstance(v, (int, float)) or isinstance(v, bool):
-        return False
-    try:
-        return math.isfinite(v)
-    except OverflowError:
-        return False
-
-
 def validate(value: Any, schema: dict, path: str = "arguments") -> Any:
     """``value`` checked against ``schema``; ``ValueError`` naming the path of the first value that does not match.
 
@@ -100,7 +90,7 @@ def validate(value: Any, schema: dict, path: str = "arguments") -> Any:
     t = schema.get("type")
     checks = {"object": lambda v: isinstance(v, dict), "array": lambda v: isinstance(v, list),
               "string": lambda v: isinstance(v, str), "boolean": lambda v: isinstance(v, bool),
-              "integer": lambda v: _is_number(v) and float(v).is_integer(), "number": _is_number}
+              "integer": lambda v: is_finite_number(v) and float(v).is_integer(), "number": is_finite_number}
     if t is not None and not checks[t](value):
         raise ValueError(f"{path}: expected {t}, got {json.dumps(value)}")
     if t == "integer":
