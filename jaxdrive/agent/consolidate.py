@@ -65,11 +65,17 @@ class Report:
     added: list = dataclasses.field(default_factory=list)
 
 
+# the text fields an experience is extracted from, and what each holds in a loop record (``loop.run_episode``)
+TEXT_FIELDS = {"scene_id": "a scene id (string)", "stm": "the serialised short-term memory (string)",
+               "reasoning": "the answer's reasoning (string)"}
+
+
 def check_verified_fields(traj: dict, where: str) -> None:
-    """The fields consolidation reads, when present, have their loop types: ``question`` a string, ``steps`` a list
-    of objects (each ``action`` an object whose ``tool`` is a string), ``retrieved`` / ``memory_used`` lists of entry
-    ids, ``correct`` a bool; a ``SourceError`` naming ``where`` and the field otherwise (not a crash half-way through
-    a round)."""
+    """The fields consolidation reads, when present, have their loop types: ``question``, ``scene_id``, ``stm`` and
+    ``reasoning`` strings, ``gold`` a string or null (an item without a gold answer), ``steps`` a list of objects
+    (each ``action`` an object whose ``tool`` is a string), ``retrieved`` / ``memory_used`` lists of entry ids,
+    ``correct`` a bool; a ``SourceError`` naming ``where`` and the field otherwise (not a crash half-way through a
+    round, nor a value stored as its ``str()``)."""
     from jaxdrive.datasets.base import SourceError
 
     def fail(field: str, want: str, got) -> None:
@@ -91,6 +97,11 @@ def check_verified_fields(traj: dict, where: str) -> None:
             fail(field, "a list of entry ids (strings)", ids)
     if not isinstance(traj.get("question", ""), str):
         fail("question", "a string", traj["question"])
+    for field, want in TEXT_FIELDS.items():
+        if not isinstance(traj.get(field, ""), str):
+            fail(field, want, traj[field])
+    if not isinstance(traj.get("gold"), (str, type(None))):
+        fail("gold", "the gold answer (string) or null", traj["gold"])
     if not isinstance(traj.get("correct", False), bool):
         fail("correct", "true or false", traj["correct"])
 
@@ -127,18 +138,19 @@ def stm_risks(stm: str) -> list[str]:
 
 
 def extract(traj: dict) -> MemoryEntry:
-    """Ext(C): the experience schema of a verified trajectory (conditions, risks, success pattern, tool strategy)."""
+    """Ext(C): the experience schema of a verified trajectory (conditions, risks, success pattern, tool strategy);
+    its fields have their loop types (``check_verified_fields``)."""
     tools = [s["action"]["tool"] for s in traj["steps"] if s.get("action", {}).get("tool")]
-    risks = stm_risks(str(traj.get("stm", "")))
+    risks = stm_risks(traj.get("stm", ""))
     text = f"{traj.get('scene_id', '')}|{traj['id']}"
     return MemoryEntry(
         id="exp-" + hashlib.sha1(text.encode()).hexdigest()[:12],
         conditions=f"task: {_stem(traj.get('question', ''))}",
         risks="; ".join(risks[:3]),
-        success_pattern=str(traj.get("reasoning", "")).strip(),
+        success_pattern=traj.get("reasoning", "").strip(),
         tool_strategy=" -> ".join(dict.fromkeys(tools)),
-        scene_id=str(traj.get("scene_id", "")),
-        answer=str(traj.get("gold", "")),
+        scene_id=traj.get("scene_id", ""),
+        answer=traj.get("gold") or "",
         sources=[traj["id"]],
     )
 
@@ -225,7 +237,10 @@ class LLMAbstractor:
 def consolidate(store: MemoryStore, trajectories: Sequence[dict], embed, *,
                 cfg: ConsolidationConfig = ConsolidationConfig(),
                 abstract: Abstractor = template_abstract) -> tuple[MemoryStore, Report]:
-    """One consolidation round M^(n) -> M^(n+1) (Algorithm 1); ``store`` is not modified."""
+    """One consolidation round M^(n) -> M^(n+1) (Algorithm 1); ``store`` is not modified. Each trajectory is checked
+    first (``check_verified_fields``: a ``SourceError`` naming its id and the field, before anything is embedded)."""
+    for t in trajectories:
+        check_verified_fields(t, f"trajectory {t.get('id')!r}")
     rep = Report(seen=len(trajectories))
     done = set(store.consolidated)
     fresh = []

@@ -17,9 +17,9 @@ back as observations and counted; none of them raise.
 
 Trajectory record (one JSON line): ``id``, ``scene_id``, ``question``, ``gold``, ``stm``, ``memory`` (prompt text),
 ``retrieved`` (entry ids), ``messages`` (role, content, kind: prompt | action | observation | feedback | answer),
-``steps`` (per tool call: think, action, observation, ok, error, latency_ms, update), ``reasoning``,
-``final_answer``, ``answer_letter``, ``correct``, ``termination`` (finish | max_turns), ``memory_used`` (entry ids),
-``counters``.
+``steps`` (per tool call: think, action, observation, ok, error, latency_ms, update), ``reasoning`` (a string,
+``reasoning_text``), ``final_answer``, ``answer_letter``, ``correct``, ``termination`` (finish | max_turns),
+``memory_used`` (entry ids), ``counters``.
 """
 from __future__ import annotations
 
@@ -171,10 +171,19 @@ def run_episode(policy: Policy, ctx: ToolContext, registry: ToolRegistry, item: 
     return {
         "id": item["id"], "scene_id": item.get("scene_id", ""), "question": item["question"],
         "gold": item.get("gold"), "stm": stm, "memory": memory, "retrieved": list(retrieved), "messages": msgs,
-        "steps": steps, "reasoning": final.get("reasoning", "") if final else "", "final_answer": final_answer,
+        "steps": steps, "reasoning": reasoning_text(final), "final_answer": final_answer,
         "answer_letter": letter, "correct": letter is not None and letter == item.get("gold"),
         "termination": "finish" if final else "max_turns", "memory_used": memory_used, "counters": counters,
     }
+
+
+def reasoning_text(final: dict | None) -> str:
+    """The record's ``reasoning`` (a string) from an accepted answer: its ``reasoning`` as given when a string, the
+    JSON text of a model's list or object, "" without an answer or reasoning (null included)."""
+    value = final.get("reasoning") if final else None
+    if value is None or isinstance(value, str):
+        return value or ""
+    return json.dumps(value, ensure_ascii=False)
 
 
 def write_jsonl(path, records: Sequence[dict]) -> None:

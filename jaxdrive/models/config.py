@@ -65,13 +65,32 @@ class ModelConfig:
         return self.vision is not None
 
 
-def _need(d: dict[str, Any], key: str, where: str) -> Any:
+def _need(d: dict[str, Any], key: str, where: str, source: str) -> Any:
     if key not in d:
-        raise ValueError(f"config.json: field {where}{key!r} is missing (expected for this model family)")
+        raise ValueError(f"{source}: field {where}{key!r} is missing (expected for this model family)")
     return d[key]
 
 
-def _rope_params(text: dict[str, Any]) -> dict[str, Any]:
+# JSON values that are no object (a ``dict``, or a mapping like a preset's ``ml_collections.ConfigDict``)
+_NOT_OBJECTS = (list, tuple, str, int, float, type(None))
+
+
+def _object(value: Any, field: str, source: str) -> dict[str, Any]:
+    if isinstance(value, _NOT_OBJECTS):
+        raise ValueError(f"{source}: field {field!r}: expected an object, got {type(value).__name__}")
+    return value
+
+
+def _size(value: Any, field: str, source: str, *, optional: bool = False) -> int | None:
+    """A positive integer field (a layer count, width, head count); None when ``optional`` and unset (null)."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{source}: field {field!r}: expected a positive integer, got {value!r}")
+    return value
+
+
+def _rope_params(text: dict[str, Any], source: str) -> dict[str, Any]:
     """Normalise old (`rope_theta` + `rope_scaling`) and new (`rope_parameters`) spellings."""
     rope = dict(text.get("rope_parameters") or text.get("rope_scaling") or {})
     rope.setdefault("rope_theta", text.get("rope_theta", rope.get("rope_theta")))
@@ -79,49 +98,58 @@ def _rope_params(text: dict[str, Any]) -> dict[str, Any]:
     if rope_type == "mrope":
         rope_type = "default"
     if rope_type != "default":
-        raise ValueError(f"config.json: rope type {rope_type!r} is not supported (expected 'default' or 'mrope')")
+        raise ValueError(f"{source}: rope type {rope_type!r} is not supported (expected 'default' or 'mrope')")
     if rope["rope_theta"] is None:
-        raise ValueError("config.json: field 'rope_theta' is missing")
+        raise ValueError(f"{source}: field 'rope_theta' is missing")
     return rope
 
 
-def parse_config(raw: dict[str, Any]) -> ModelConfig:
-    """Parse a ``config.json`` dict of one of :data:`FAMILIES`; raises ``ValueError`` naming a bad field."""
+def parse_config(raw: dict[str, Any], source: str = "config.json") -> ModelConfig:
+    """Parse a ``config.json`` dict of one of :data:`FAMILIES`; raises ``ValueError`` naming ``source`` (the file it
+    was read from) and the bad field: missing, or not of its type (the sub-configs objects, the sizes positive
+    integers)."""
+    if isinstance(raw, _NOT_OBJECTS):
+        raise ValueError(f"{source}: expected a JSON object, got {type(raw).__name__}")
     family = raw.get("model_type")
     if family not in FAMILIES:
-        raise ValueError(f"config.json: model_type must be one of {FAMILIES}, got {family!r}")
+        raise ValueError(f"{source}: model_type must be one of {FAMILIES}, got {family!r}")
     if family == "qwen3":
         text = raw
         vision = None
     else:
         # Qwen2.5-VL configs written by transformers < 4.52 keep the text fields at top level.
-        text = raw.get("text_config") or raw
-        vision = dict(_need(raw, "vision_config", ""))
+        text = _object(raw.get("text_config") or raw, "text_config", source)
+        vision = dict(_object(_need(raw, "vision_config", "", source), "vision_config", source))
     where = "" if text is raw else "text_config."
+
+    def size(key: str, optional: bool = False) -> int | None:
+        value = text.get(key) if optional else _need(text, key, where, source)
+        return _size(value, where + key, source, optional=optional)
+
     if text.get("use_sliding_window"):
-        raise ValueError(f"config.json: {where}use_sliding_window=true is not supported")
-    rope = _rope_params(text)
-    hidden = _need(text, "hidden_size", where)
-    heads = _need(text, "num_attention_heads", where)
-    head_dim = text.get("head_dim") if family != "qwen2_5_vl" else None
+        raise ValueError(f"{source}: {where}use_sliding_window=true is not supported")
+    rope = _rope_params(text, source)
+    hidden = size("hidden_size")
+    heads = size("num_attention_heads")
+    head_dim = size("head_dim", optional=True) if family != "qwen2_5_vl" else None
     head_dim = head_dim or hidden // heads
     section = rope.get("mrope_section") if family != "qwen3" else None
     if section is not None:
         section = tuple(int(s) for s in section)
         if len(section) != 3 or sum(section) != head_dim // 2:
             raise ValueError(
-                f"config.json: {where}rope_parameters.mrope_section must have 3 entries summing to head_dim/2="
+                f"{source}: {where}rope_parameters.mrope_section must have 3 entries summing to head_dim/2="
                 f"{head_dim // 2}, got {list(section)}"
             )
     tie = bool(raw.get("tie_word_embeddings", False) or text.get("tie_word_embeddings", False))
-    eos = token_id_tuple(text.get("eos_token_id", raw.get("eos_token_id")), f"config.json: {where}eos_token_id")
+    eos = token_id_tuple(text.get("eos_token_id", raw.get("eos_token_id")), f"{source}: {where}eos_token_id")
     text_cfg = TextConfig(
-        vocab_size=int(_need(text, "vocab_size", where)),
-        hidden_size=int(hidden),
-        intermediate_size=int(_need(text, "intermediate_size", where)),
-        num_layers=int(_need(text, "num_hidden_layers", where)),
-        num_heads=int(heads),
-        num_kv_heads=int(text.get("num_key_value_heads") or heads),
+        vocab_size=size("vocab_size"),
+        hidden_size=hidden,
+        intermediate_size=size("intermediate_size"),
+        num_layers=size("num_hidden_layers"),
+        num_heads=heads,
+        num_kv_heads=size("num_key_value_heads", optional=True) or heads,
         head_dim=int(head_dim),
         rms_norm_eps=float(text.get("rms_norm_eps", 1e-6)),
         rope_theta=float(rope["rope_theta"]),
@@ -134,11 +162,11 @@ def parse_config(raw: dict[str, Any]) -> ModelConfig:
     )
     if text_cfg.num_heads % text_cfg.num_kv_heads:
         raise ValueError(
-            f"config.json: num_attention_heads={text_cfg.num_heads} must be a multiple of "
+            f"{source}: num_attention_heads={text_cfg.num_heads} must be a multiple of "
             f"num_key_value_heads={text_cfg.num_kv_heads}"
         )
     if text.get("hidden_act", "silu") != "silu":
-        raise ValueError(f"config.json: {where}hidden_act must be 'silu', got {text.get('hidden_act')!r}")
+        raise ValueError(f"{source}: {where}hidden_act must be 'silu', got {text.get('hidden_act')!r}")
     deepstack = len(vision.get("deepstack_visual_indexes", ())) if (vision and family == "qwen3_vl") else 0
     return ModelConfig(
         family=family,
@@ -166,13 +194,25 @@ def token_id_tuple(value, where: str) -> tuple[int, ...]:
 GENERATION_FILE = "generation_config.json"
 
 
+def _read_json_object(file: str) -> dict[str, Any]:
+    """The JSON object of ``file``; a ``ValueError`` naming it when it cannot be read or holds another value."""
+    try:
+        with open(file, encoding="utf-8") as f:
+            value = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{file}: cannot read JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{file}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
 def read_generation_config(directory: str | os.PathLike) -> dict[str, Any] | None:
-    """The raw ``generation_config.json`` dict of a pretrained ``directory``; None when it has none."""
+    """The raw ``generation_config.json`` dict of a pretrained ``directory``; None when it has none; a ``ValueError``
+    naming the file when it is not a JSON object."""
     file = os.path.join(os.fspath(directory), GENERATION_FILE)
     if not os.path.exists(file):
         return None
-    with open(file) as f:
-        return json.load(f)
+    return _read_json_object(file)
 
 
 def stop_token_ids(path: str | os.PathLike) -> tuple[int, ...]:
@@ -186,11 +226,13 @@ def stop_token_ids(path: str | os.PathLike) -> tuple[int, ...]:
 
 def load_config(path: str | os.PathLike) -> ModelConfig:
     """Read ``<path>/config.json`` (or ``path`` itself if it is a file) and parse it, with the
-    ``generation_config.json`` beside it when there is one (``ModelConfig.generation``)."""
+    ``generation_config.json`` beside it when there is one (``ModelConfig.generation``). A missing directory or file,
+    a file that is not a JSON object and a missing or mistyped field are a ``ValueError`` naming the file."""
     path = os.fspath(path)
+    if not os.path.exists(path):
+        raise ValueError(f"{path}: no such model directory (a pretrained directory holds config.json and weights)")
     file = os.path.join(path, "config.json") if os.path.isdir(path) else path
-    if not os.path.exists(file):
-        raise FileNotFoundError(f"no config.json at {file}")
-    with open(file) as f:
-        cfg = parse_config(json.load(f))
+    if not os.path.isfile(file):
+        raise ValueError(f"{file}: no such file (a pretrained model directory holds its config.json)")
+    cfg = parse_config(_read_json_object(file), source=file)
     return dataclasses.replace(cfg, generation=read_generation_config(os.path.dirname(file)))

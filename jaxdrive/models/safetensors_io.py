@@ -32,9 +32,41 @@ SINGLE_FILE = "model.safetensors"
 
 
 def _read_header(file: str) -> tuple[dict, int]:
+    """The header of a safetensors ``file`` (tensor name -> dtype, shape, data_offsets) and the offset of its data;
+    a ``ValueError`` naming the file when it is no safetensors file or its tensors lie beyond its end (a copy cut
+    short)."""
+    size = os.path.getsize(file)
     with open(file, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
+        head = f.read(8)
+        n = struct.unpack("<Q", head)[0] if len(head) == 8 else None
+        if n is None or n > size - 8:
+            raise ValueError(f"{file}: not a safetensors file ({size} bytes: no 8-byte header length and header)")
+        try:
+            header = json.loads(f.read(n))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"{file}: not a safetensors file: cannot read its JSON header ({e})") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{file}: not a safetensors file: its header is not a JSON object")
+    data = size - 8 - n
+    for key, info in header.items():
+        if key == "__metadata__":
+            continue
+        try:
+            start, end = info["data_offsets"]
+            shape = [int(d) for d in info["shape"]]
+            ok = isinstance(info["dtype"], str) and 0 <= start <= end and min(shape, default=0) >= 0
+        except (TypeError, KeyError, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError(f"{file}: tensor {key!r}: expected dtype, shape and data_offsets [start, end] in the "
+                             f"header, got {info!r}")
+        dtype = _DTYPES.get(info["dtype"])
+        if dtype is not None and end - start != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
+            raise ValueError(f"{file}: tensor {key!r}: {end - start} data bytes do not hold shape {shape} of "
+                             f"{info['dtype']}")
+        if end > data:
+            raise ValueError(f"{file}: tensor {key!r} ends at data byte {end}, but the file holds {data} data bytes: "
+                             "it is cut short (an interrupted copy or download)")
     return header, 8 + n
 
 
@@ -42,23 +74,25 @@ class SafetensorsDir:
     """All tensors of a Hugging Face checkpoint directory (single file or sharded with an index).
 
     ``keys()`` lists tensor names, ``shape(name)`` reads the header only, ``get(name)`` returns a read-only numpy
-    view (memmap) of the stored bytes.
+    view (memmap) of the stored bytes. A directory without weights, an unreadable index or a damaged or missing
+    file is a ``ValueError`` naming the file.
     """
 
     def __init__(self, path: str | os.PathLike):
         path = os.fspath(path)
         index = os.path.join(path, INDEX_FILE)
         if os.path.exists(index):
-            with open(index) as f:
-                files = sorted(set(json.load(f)["weight_map"].values()))
+            files = _index_files(index)
         elif os.path.exists(os.path.join(path, SINGLE_FILE)):
             files = [SINGLE_FILE]
         else:
-            raise FileNotFoundError(f"no {SINGLE_FILE} or {INDEX_FILE} in {path}")
+            raise ValueError(f"{path}: no {SINGLE_FILE} or {INDEX_FILE} (the model's weights)")
         self._where: dict[str, tuple[str, dict, int]] = {}
         self._maps: dict[str, np.memmap] = {}
         for name in files:
             file = os.path.join(path, name)
+            if not os.path.isfile(file):
+                raise ValueError(f"{index}: weight_map names {name!r}, but {file} does not exist")
             header, offset = _read_header(file)
             header.pop("__metadata__", None)
             for key, info in header.items():
@@ -76,12 +110,25 @@ class SafetensorsDir:
     def get(self, key: str) -> np.ndarray:
         file, info, offset = self._where[key]
         if info["dtype"] not in _DTYPES:
-            raise ValueError(f"tensor {key!r}: unsupported safetensors dtype {info['dtype']}")
+            raise ValueError(f"{file}: tensor {key!r}: unsupported safetensors dtype {info['dtype']}")
         if file not in self._maps:
             self._maps[file] = np.memmap(file, dtype=np.uint8, mode="r")
         start, end = info["data_offsets"]
         raw = self._maps[file][offset + start : offset + end]
         return raw.view(_DTYPES[info["dtype"]]).reshape(info["shape"])
+
+
+def _index_files(index: str) -> list[str]:
+    """The shard files an index's ``weight_map`` (tensor name -> file name) names, sorted."""
+    try:
+        with open(index, encoding="utf-8") as f:
+            weight_map = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{index}: cannot read JSON ({e})") from None
+    weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise ValueError(f"{index}: expected a 'weight_map' object (tensor name -> safetensors file name)")
+    return sorted(set(weight_map.values()))
 
 
 def write_safetensors(

@@ -247,7 +247,9 @@ def from_pretrained(
     ``dtype`` is the compute dtype and, unless ``param_dtype`` is given, the parameter dtype. With ``mesh``, each
     parameter is placed by its logical axes through ``rules`` as it is read. Missing or unexpected tensors are an
     error naming them (:func:`load_weights`); ``strict=False`` (partial checkpoints on purpose) starts from a
-    randomly initialised model (seed 0) whose parameters without a tensor keep their initial values.
+    randomly initialised model (seed 0) whose parameters without a tensor keep their initial values. A missing or
+    malformed ``config.json`` (:func:`load_config`) and missing or damaged weights files (``SafetensorsDir``) are a
+    ``ValueError`` naming the file, before any tensor is read.
     """
     cfg = load_config(path)
     if strict:
