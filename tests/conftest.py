@@ -1,7 +1,10 @@
 """Suite-wide setup: 8 forced host CPU devices so sharding tests build meshes like (data=4, tensor=2) on one CPU."""
 import os
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+# XLA:CPU's older loop emitters instead of its fusion emitters: compiling, two thirds of the suite's time, is ~40%
+# faster (the EPDMS scorer: 11.7 -> 6.9 s) and the runtime-heavy tests run no slower (PDM-Closed on every fixture,
+# segment scans, NAVSIM parity: 167 -> 129 s together); rule decisions and values as the tests require.
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_cpu_use_fusion_emitters=false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
