@@ -40,7 +40,7 @@ from jaxdrive.rules.progress import raw_progress  # noqa: E402
 from jaxdrive.rules.tlc import traffic_light_compliance  # noqa: E402
 from jaxdrive.rules.ttc import batch_time_to_collision  # noqa: E402
 from jaxdrive.scene import FAR, PadSpec, batch_scenes  # noqa: E402
-from conftest import EPDMS_FIXTURES
+from conftest import EPDMS_FIXTURES, PRODUCT_CODEGEN
 
 FIXTURES = str(EPDMS_FIXTURES)
 FLAGS = ("multiple_lanes", "non_drivable", "oncoming", "center_in_intersection", "rear_axle_in_intersection",
@@ -67,7 +67,7 @@ def _all_rules(scene, states):
     return out
 
 
-RULES = jax.jit(_all_rules)
+RULES = jax.jit(_all_rules, compiler_options=PRODUCT_CODEGEN)  # bit for bit: as users compile it
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +117,8 @@ def test_segment_reductions_by_scans_score_identically(fixture_scenes, synthetic
     step of the 61 fixtures and 50 synthetic scenes equals the dense batch's."""
     monkeypatch.setenv("JAXDRIVE_SEGMENTS", "scan")
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
-    rules = jax.jit(lambda scene, states: _all_rules(scene, states))  # a new function: traced under these settings
+    rules = jax.jit(lambda scene, states: _all_rules(scene, states),  # a new function: traced under these settings
+                    compiler_options=PRODUCT_CODEGEN)
     _assert_identical(fixture_scenes, rules)
     _assert_identical(synthetic_scenes[:50], rules)
 
@@ -187,7 +188,8 @@ def test_loops_over_used_tiles_triples_and_segments_only_at_generous_capacities(
     _, used = pack_batch(scene, props.states, groups=2)
     generous = PackSpec(**{f.name: 3 * getattr(used, f.name) for f in dataclasses.fields(PackSpec)})
     packed_scene, _ = pack_batch(scene, props.states, generous, groups=2)
-    packed = jax.device_get(jax.jit(lambda s, x: _all_rules(s, x))(packed_scene, props.states))  # traced anew
+    rules = jax.jit(lambda s, x: _all_rules(s, x), compiler_options=PRODUCT_CODEGEN)  # traced anew
+    packed = jax.device_get(rules(packed_scene, props.states))
     for name, want in dense.items():
         np.testing.assert_array_equal(packed[name], want, err_msg=name)
     assert (dense["nc"] < 1).sum() >= 3 and (dense["ttc"] < 1).sum() >= 3, (dense["nc"], dense["ttc"])

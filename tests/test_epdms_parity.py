@@ -14,7 +14,7 @@ from jaxdrive.data.scene_json import read_scene
 from jaxdrive.rules import SubScores, gated_score, human_filter, normalize_progress, score
 from jaxdrive.rules.epdms import aggregate
 from jaxdrive.scene import PadSpec, batch_scenes
-from conftest import EPDMS_FIXTURES
+from conftest import EPDMS_FIXTURES, PRODUCT_CODEGEN
 
 FIXTURES = str(EPDMS_FIXTURES)
 FILES = sorted(glob.glob(f"{FIXTURES}/*.json")) + sorted(glob.glob(f"{FIXTURES}/sanity/*.json"))
@@ -32,7 +32,7 @@ def _score(scene, proposals):
     return score(scene, proposals)
 
 
-SCORE = jax.jit(_score)
+SCORE = jax.jit(_score, compiler_options=PRODUCT_CODEGEN)  # NAVSIM parity of the code users run
 
 
 @pytest.fixture(scope="module")

@@ -142,7 +142,7 @@ def test_local_launcher_sets_env_prefixes_output_and_kills_the_rest(tmp_path):
     child = textwrap.dedent("""
         import os, sys, time
         print("env", os.environ["JAX_PROCESS_ID"], os.environ["JAX_NUM_PROCESSES"], os.environ["JAX_COORDINATOR_ADDRESS"],
-              os.environ["XLA_FLAGS"], os.getpid(), flush=True)
+              ",".join(os.environ["XLA_FLAGS"].split()), os.getpid(), flush=True)
         if os.environ["JAX_PROCESS_ID"] == "1":
             sys.exit(3)
         time.sleep(600)
@@ -155,7 +155,8 @@ def test_local_launcher_sets_env_prefixes_output_and_kills_the_rest(tmp_path):
     lines = {int(line.split()[2]): line.split() for line in text.splitlines() if line.split()[1:2] == ["env"]}
     assert sorted(lines) == [0, 1] and lines[0][0] == "[p0]" and lines[1][0] == "[p1]"
     assert lines[0][4] == lines[1][4] and lines[0][4].startswith("localhost:")
-    assert lines[0][3] == "2" and lines[0][5] == "--xla_force_host_platform_device_count=4"
+    flags = lines[0][5].split(",")  # the launcher sets the device count and keeps the other flags
+    assert lines[0][3] == "2" and [f for f in flags if "device_count" in f] == ["--xla_force_host_platform_device_count=4"]
     assert "process 1 exited with status 3" in text and "grace period over" in text
     with pytest.raises(ProcessLookupError):  # the sleeping process was killed, not left behind
         os.kill(int(lines[0][6]), 0)
