@@ -133,3 +133,30 @@ def test_vocab_reference_pdm_closed_on_synthetic_scenes(tmp_path):
     want = score_vocabulary(scene, vocab, reference, chunk=16)
     for m in ("ep", "pdm_score", "epdms"):
         np.testing.assert_allclose(rows[m].to_numpy(), want[m], atol=1e-6, err_msg=m)
+
+
+def test_a_short_last_chunk_is_tracked_and_scored_at_the_chunks_shapes(monkeypatch):
+    """``plan_batch`` fills a short last chunk with copies and scores every chunk at one PadSpec: tracking and
+    scoring each see one shape per call (one compile; the last chunk and each chunk's own map sizes compiled again
+    before), and the filled rows change no real scene's result."""
+    from jaxdrive.planners import pdm_closed
+
+    seen = {"track": set(), "score": set()}
+    track, batch = pdm_closed.track_poses, pdm_closed.batch_scenes
+
+    def tracked(egos, poses):
+        seen["track"].add(poses.shape)
+        return track(egos, poses)
+
+    def batched(views, spec, **kw):
+        seen["score"].add((len(views), spec))
+        return batch(views, spec, **kw)
+
+    monkeypatch.setattr(pdm_closed, "track_poses", tracked)
+    monkeypatch.setattr(pdm_closed, "batch_scenes", batched)
+    loaded = [_load(rel) for rel in ["scene_0031.json", *STAGED[:2], "sanity/sanity_head_on.json"]]
+    outs = plan_batch([scene for scene, _ in loaded], chunk=3)
+    assert len(seen["track"]) == 1 and len(seen["score"]) == 1, seen
+    for (_, expected), out in zip(loaded, outs):
+        _check_selected(out, expected)
+        np.testing.assert_allclose(out["pdm_scores"], expected["planner_pdm_scores"], atol=1e-5)

@@ -37,7 +37,7 @@ from jaxdrive.constants import EGO_LENGTH, EGO_REAR_AXLE_TO_CENTER, EGO_WIDTH, N
 from jaxdrive.planners.idm_unroll import (IDMParams, PlannerInputs, Unrolled, corridor_window, extend_batch,
                                          unroll_batch)
 from jaxdrive.rules.epdms import PROGRESS_THRESHOLD, score as score_batch
-from jaxdrive.scene import Agent, AgentType, HostScene, LaneKind, PadSpec, batch_scenes
+from jaxdrive.scene import STATE_DIM, Agent, AgentType, HostScene, LaneKind, PadSpec, batch_scenes
 from jaxdrive.sim.reference import track_poses
 
 LATERAL_OFFSETS = (0.0, -1.0, 1.0)  # path order: centreline, then NAVSIM's lateral_offsets [-1, +1] (m, + = left)
@@ -287,17 +287,22 @@ def raw_progress(states: np.ndarray, centerline: np.ndarray) -> np.ndarray:
     return np.maximum(arc[:, 1] - arc[:, 0], 0.0)
 
 
-def score_views(views: list[HostScene]) -> list[dict[str, np.ndarray]]:
-    """PDM-Closed's scoring of each view's proposals (one padded batch): sub-scores and ``pdm_score`` (float64,
-    HC = 1) per proposal."""
+def score_spec(views: list[HostScene]) -> PadSpec:
+    """The padded sizes that hold every view of ``views`` (powers of two, at least ``_MIN_SCORE_PAD``): only the
+    views' maps, agents and proposal counts matter, not their proposals' states."""
     from jaxdrive.vocab.core import pad_for
 
     spec = None
     for view in views:
         spec = pad_for(view, _bucket(view.num_proposals, 16), spec)
-    spec = PadSpec(**{f.name: max(getattr(spec, f.name), getattr(_MIN_SCORE_PAD, f.name))
+    return PadSpec(**{f.name: max(getattr(spec, f.name), getattr(_MIN_SCORE_PAD, f.name))
                       for f in dataclasses.fields(PadSpec)})
-    scene, props, _ = batch_scenes(views, spec, validate=False)
+
+
+def score_views(views: list[HostScene], spec: PadSpec | None = None) -> list[dict[str, np.ndarray]]:
+    """PDM-Closed's scoring of each view's proposals (one padded batch, of ``spec``'s sizes; default
+    ``score_spec(views)``): sub-scores and ``pdm_score`` (float64, HC = 1) per proposal."""
+    scene, props, _ = batch_scenes(views, spec or score_spec(views), validate=False)
     out = jax.device_get(_score_jit(scene, props))
     results = []
     for b, view in enumerate(views):
@@ -320,7 +325,8 @@ def score_views(views: list[HostScene]) -> list[dict[str, np.ndarray]]:
 def plan_batch(scenes: list[HostScene], speed_limits: list[float | None] | None = None, *, chunk: int = 8,
                sizes: PlannerSizes = PlannerSizes(), progress: bool = False) -> list[dict]:
     """``plan`` for many scenes: the unrolling runs vmapped over chunks of ``chunk`` scenes padded to common
-    ``sizes`` (grown to fit), the tracking and scoring as one batch per chunk; few compiled programs."""
+    ``sizes`` (grown to fit), the tracking and scoring as one batch per chunk, at one ``score_spec`` for all scenes;
+    a short last chunk is filled with copies of its first scene: each stage compiles once per call."""
     speed_limits = list(speed_limits) if speed_limits is not None else [None] * len(scenes)
     if len(speed_limits) != len(scenes):
         raise ValueError(f"speed_limits: expected {len(scenes)} entries (one per scene), got {len(speed_limits)}")
@@ -338,6 +344,9 @@ def plan_batch(scenes: list[HostScene], speed_limits: list[float | None] | None 
         needed = max(corridor_window(p, horizon) for p in _paths(np.asarray(s.centerline, np.float64))[1])
         window = max(window, _bucket(needed))
     window = None if window >= sizes.centerline else window
+    num = len(LATERAL_OFFSETS) * len(SPEED_LIMIT_FRACTIONS)  # proposals per scene
+    blank = np.zeros((num, NUM_STEPS, STATE_DIM))
+    spec = score_spec([scoring_view(s, o, blank) for s, o in zip(scenes, observed)])
     results: list[dict] = []
     starts = range(0, len(scenes), chunk)
     if progress:
@@ -347,24 +356,23 @@ def plan_batch(scenes: list[HostScene], speed_limits: list[float | None] | None 
     for start in starts:
         part = list(range(start, min(start + chunk, len(scenes))))
         built = [planner_inputs(scenes[i], observed[i], sizes, speed_limits[i]) for i in part]
-        rows = [b[0] for b in built] + [built[0][0]] * (chunk - len(part))  # pad the chunk with a copy
-        stacked = jax.tree.map(lambda *xs: np.stack(xs), *rows)
+        fill = list(range(len(part))) + [0] * (chunk - len(part))  # rows of the chunk: a short one repeats its first
+        part = [part[j] for j in fill]
+        stacked = jax.tree.map(lambda *xs: np.stack(xs), *[built[j][0] for j in fill])
         with jax.enable_x64(True):
             unrolled = jax.device_get(_unroll_batch_jit(stacked, params, window))
         egos = np.stack([np.asarray(scenes[i].history_states[-1], np.float64) for i in part])
-        poses = np.asarray(unrolled.poses, np.float64)[: len(part)].copy()
-        poses[..., :2] += np.stack([b[1] for b in built])[:, None, None, :]
-        num = poses.shape[1]
+        poses = np.asarray(unrolled.poses, np.float64).copy()
+        poses[..., :2] += np.stack([built[j][1] for j in fill])[:, None, None, :]
         simulated = track_poses(np.repeat(egos, num, axis=0), poses.reshape(-1, *poses.shape[2:]))
-        simulated = simulated.reshape(len(part), num, *simulated.shape[1:])
-        scores = score_views([scoring_view(scenes[i], observed[i], simulated[j]) for j, i in enumerate(part)])
-        selected = np.array([int(np.argmax(sc["pdm_score"])) for sc in scores]
-                            + [0] * (chunk - len(part)))  # np.argmax: the first best
+        simulated = simulated.reshape(chunk, num, *simulated.shape[1:])
+        scores = score_views([scoring_view(scenes[i], observed[i], simulated[j]) for j, i in enumerate(part)], spec)
+        selected = np.array([int(np.argmax(sc["pdm_score"])) for sc in scores])  # np.argmax: the first best
         rows = np.arange(chunk)
         last = jax.tree.map(lambda a: np.asarray(a)[rows, selected, -1], unrolled)
         with jax.enable_x64(True):
             tail = jax.device_get(_extend_batch_jit(stacked, selected, Unrolled(*last), params, window))
-        for j in range(len(part)):
+        for j in range(len(built)):
             sel = int(selected[j])
             trajectory = np.concatenate([poses[j, sel], np.asarray(tail.poses[j], np.float64)])
             trajectory[poses.shape[2]:, :2] += built[j][1]
