@@ -136,6 +136,12 @@ BAD = [
     ("proposals not a list", _set(["proposals"], {}), "proposals"),  # an empty list is valid (proposals from elsewhere)
     ("duplicate proposal names", lambda d: d["proposals"][1].__setitem__("name", d["proposals"][0]["name"]), "unique names"),
     ("string where number", lambda d: d["agents"][0].__setitem__("length", "long"), "agents[0].length"),
+    # JSON integers beyond float64 (400 digits) were OverflowError tracebacks, which abort a scoring run unnamed
+    ("integer length beyond float64", lambda d: d["agents"][0].__setitem__("length", 10**400), "agents[0].length"),
+    ("integer in a track beyond float64", lambda d: d["agents"][1]["track"][3].__setitem__(0, 10**400),
+     "agents[1].track"),
+    ("integer in proposal states beyond float64", lambda d: d["proposals"][0]["states"][3].__setitem__(0, 10**400),
+     "proposals[0].states"),
 ]
 
 

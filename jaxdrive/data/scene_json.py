@@ -55,6 +55,15 @@ class _Reader:
             self.fail(f"{path}.{key}" if path else key, f"expected {names}, got {type(val).__name__}")
         return val
 
+    def number(self, obj: Any, key: str, path: str) -> float:
+        """The JSON number ``obj[key]`` as a float; an integer beyond float64 (400 digits) is an error, not inf."""
+        val = self.get(obj, key, path, (int, float))
+        try:
+            return float(val)
+        except OverflowError:
+            self.fail(f"{path}.{key}", "expected a number within the float64 range, got an integer of "
+                                       f"{len(str(abs(val)))} digits")
+
     def array(self, val: Any, path: str, shape: tuple, allow_null_rows: bool = False) -> np.ndarray:
         if allow_null_rows and isinstance(val, list):
             width = shape[-1]
@@ -63,7 +72,7 @@ class _Reader:
             self.fail(path, f"expected numbers of shape {shape}, got a boolean among them")
         try:
             arr = np.asarray(val, dtype=np.float64)
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError, OverflowError) as e:  # OverflowError: an integer beyond float64
             self.fail(path, f"expected numbers of shape {shape}, got non-numeric data ({e})")
         if arr.ndim != len(shape) or any(s is not None and s != g for s, g in zip(shape, arr.shape)):
             want = "(" + ", ".join("n" if s is None else str(s) for s in shape) + ")"
@@ -84,7 +93,7 @@ class _Reader:
             if rows and not _holds_bool(rows, len(shape)):
                 try:
                     flat = np.asarray(rows, dtype=np.float64)
-                except (TypeError, ValueError):
+                except (TypeError, ValueError, OverflowError):
                     pass
             if (flat is not None and flat.ndim == len(shape) and flat.shape[1:] == tuple(shape[1:])
                     and (shape[0] is None or all(n == shape[0] for n in sizes))):
@@ -185,8 +194,8 @@ def scene_from_dict(d: dict, source: str = "<dict>", validate: bool = True) -> H
         p = f"agents[{i}]"
         agents.append(Agent(
             id=r.get(a, "id", p, str), type=r.enum(AgentType, r.get(a, "type", p), f"{p}.type"),
-            length=float(r.get(a, "length", p, (int, float))), width=float(r.get(a, "width", p, (int, float))),
-            height=float(r.get(a, "height", p, (int, float)) if "height" in a else 0.0), role=str(a.get("role", "")),
+            length=r.number(a, "length", p), width=r.number(a, "width", p),
+            height=r.number(a, "height", p) if "height" in a else 0.0, role=str(a.get("role", "")),
             track=track))
 
     props = r.get(d, "proposals", "", list)  # may be empty: proposals can come from elsewhere
