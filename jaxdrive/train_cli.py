@@ -60,7 +60,11 @@ def apply_overrides(cfg: "ml_collections.ConfigDict", overrides: list[str]) -> "
             raise ValueError(f"override {key!r}: no config field {parts[-1]!r} (fields: {sorted(node.keys())})")
         current = node[parts[-1]]
         if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
+            try:
+                value = float(value)
+            except OverflowError:  # an integer literal of hundreds of digits
+                raise ValueError(f"override {key}: expected a float, got an integer beyond the float64 range") \
+                    from None
         mismatch = not isinstance(value, type(current)) or isinstance(value, bool) != isinstance(current, bool)
         if current is not None and mismatch and not hasattr(current, "keys"):  # bool is an int: not for steps
             raise ValueError(f"override {key}={raw}: expected a {type(current).__name__} "

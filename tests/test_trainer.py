@@ -257,6 +257,8 @@ def test_a_bool_override_of_a_number_is_refused():
     with pytest.raises(ValueError, match="override steps=True: expected a int"):
         apply_overrides(cfg, ["steps=True"])
     assert apply_overrides(cfg, ["progress=False", "grpo.group_size=4"]).grpo.group_size == 4
+    with pytest.raises(ValueError, match="override optim.lr: expected a float, got an integer beyond"):
+        apply_overrides(cfg, ["optim.lr=1" + "0" * 400])  # was an OverflowError traceback
 
 
 def test_config_file_with_an_argument_calls_get_config_with_it():
