@@ -198,7 +198,12 @@ def test_judge_run_checks_the_scenes_records_name(source, tmp_path, capsys, edit
 BAD_META = [
     ("not_json", "{", "meta.json: cannot read JSON"),
     ("not_an_object", "[8]", "meta.json: expected a JSON object, got list"),
-    ("thresholds_incomplete", json.dumps({"thresholds": {"LK": 0.5}}), "meta.json: thresholds: expected a number"),
+    ("thresholds_incomplete", json.dumps({"thresholds": {"LK": 0.5}}),
+     "meta.json: thresholds: expected a finite number"),
+    # a NaN threshold made every check of its rule False; 1e39 was inf in float32; 400 digits an OverflowError
+    *[(f"threshold_{name}", json.dumps({"thresholds": {r: (v if r == "NC" else 0.5) for r in RULE_LABELS}}),
+       "meta.json: thresholds: expected a finite number") for name, v in
+      (("nan", float("nan")), ("beyond_float32", 1e39), ("integer_beyond_float64", 10**400))],
     ("image_size_text", json.dumps({"image_size": "big"}), "meta.json: image_size: expected a positive integer"),
 ]
 

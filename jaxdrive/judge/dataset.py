@@ -158,9 +158,9 @@ def dataset_thresholds(root: str | Path) -> np.ndarray:
     if not saved:
         return PAPER_THRESHOLDS
     if not isinstance(saved, dict) or set(saved) != set(RULE_LABELS) or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) for v in saved.values()):
-        raise ValueError(f"{Path(root) / 'meta.json'}: thresholds: expected a number for each of {RULE_LABELS}, "
-                         f"got {saved!r}")
+            is_finite_number(v) and abs(v) <= np.finfo(np.float32).max for v in saved.values()):
+        raise ValueError(f"{Path(root) / 'meta.json'}: thresholds: expected a finite number for each of "
+                         f"{RULE_LABELS}, got {saved!r:.200}")
     return np.array([saved[r] for r in RULE_LABELS], np.float32)
 
 
