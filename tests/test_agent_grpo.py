@@ -266,3 +266,18 @@ def test_rollout_ends_where_the_loop_ends_on_the_same_replies(tmp_path, monkeypa
             ("finish", 2, loop_traj["final_answer"])
         assert [s["action"] for s in t["steps"]] == [s["action"] for s in loop_traj["steps"]]
     np.testing.assert_allclose(total, [TIER_REWARD[6]] * 2)
+
+
+@pytest.mark.parametrize("reasoning", [["Step 1: read the speed.", "Step 2: answer."], None, {"why": "slow"}],
+                         ids=["list", "null", "object"])
+def test_rollout_records_the_reasoning_as_the_loop_does(tmp_path, monkeypatch, reasoning):
+    """A model's non-string reasoning: the loop records it as text (``loop.reasoning_text``), the rollouts stored its
+    Python ``str()`` ("['Step 1: ...']", "None")."""
+    item, ctx = _speed_item()
+    gold = item["gold"]
+    replies = [json.dumps({"think": "speed?", "action": {"tool": "get_ego_states", "arguments": {}}}),
+               json.dumps({"finish": True, "reasoning": reasoning,
+                           "final_answer": f"{gold}) {item['options'][gold]}"})]
+    loop_traj, trajs, _ = _loop_and_rollout(tmp_path, monkeypatch, item, ctx, replies)
+    assert isinstance(loop_traj["reasoning"], str)
+    assert [t["reasoning"] for t in trajs] == [loop_traj["reasoning"]] * 2

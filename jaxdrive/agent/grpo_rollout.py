@@ -24,8 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdrive.agent.loop import (MAX_TOOL_TURNS, answer_letter, cited_entries, parse_reply, read_reply, system_prompt,
-                                 user_prompt)
+from jaxdrive.agent.loop import (MAX_TOOL_TURNS, answer_letter, cited_entries, parse_reply, read_reply,
+                                 reasoning_text, system_prompt, user_prompt)
 from jaxdrive.agent.mcq import KINDS, make_mcq_set
 from jaxdrive.agent.tools import Observation, ToolContext, default_registry
 from jaxdrive.data.synthetic import generate_scene
@@ -187,7 +187,7 @@ class MultiTurnRollouts(Rollouts):
                 if action[0] == "finish" and c["useful_calls"] > 0:
                     reply = action[1]
                     tr["final_answer"] = reply["final_answer"]
-                    tr["reasoning"] = str(reply.get("reasoning", ""))
+                    tr["reasoning"] = reasoning_text(reply)  # a string, as the loop records it
                     tr["memory_used"] = cited_entries(reply.get("memory_used"), tr["retrieved"])
                     tr["termination"] = "finish"
                     done[i] = True
