@@ -168,3 +168,42 @@ def test_a_preset_config_dict_still_parses():
 
     for name, (hf_config, _, _) in PRESETS.items():
         assert parse_config(get_config(name).hf_config) == parse_config(hf_config)
+
+
+PREPROCESSOR = [  # before: json's words naming no file, or accepted (every image patched or normalised wrongly)
+    ("not_json", "{", "cannot read JSON"),
+    ("not_an_object", "[2]", "expected a JSON object, got list"),
+    ("patch_size_text", json.dumps({"patch_size": "14"}), "patch_size: expected a positive integer, got '14'"),
+    ("merge_size_zero", json.dumps({"merge_size": 0}), "merge_size: expected a positive integer, got 0"),
+    ("mean_of_two", json.dumps({"image_mean": [0.5, 0.5]}), "image_mean: expected 3 finite numbers"),
+    ("std_a_number", json.dumps({"image_std": 0.5}), "image_std: expected a list of 3 numbers, got 0.5"),
+    ("std_zero", json.dumps({"image_std": [0.5, 0.0, 0.5]}), "image_std: expected 3 finite numbers"),
+    ("size_a_list", json.dumps({"size": [1, 2]}), "size: expected an object"),
+]
+
+
+@pytest.mark.parametrize("text,words", [c[1:] for c in PREPROCESSOR], ids=[c[0] for c in PREPROCESSOR])
+def test_a_bad_preprocessor_config_is_named(tmp_path, text, words):
+    """``preprocessor_config.json`` as the judge (``load_image_config``), the chat encoder (its merge size) and the
+    chat QA data (``image_config``) read it: one reader, ``read_preprocessor_config``."""
+    from jaxdrive.judge.policy import load_image_config
+    from jaxdrive.models.image_processing import read_preprocessor_config
+    from jaxdrive.train.chat_qa import image_config
+
+    file = tmp_path / "preprocessor_config.json"
+    file.write_text(text)
+    for read in (read_preprocessor_config, load_image_config, lambda p: image_config(p, 56)):
+        with pytest.raises(ValueError) as e:
+            read(str(tmp_path))
+        assert str(e.value).startswith(f"{file}: ") and words in str(e.value), str(e.value)
+
+
+def test_a_missing_or_valid_preprocessor_config(tmp_path):
+    from jaxdrive.models.image_processing import ImageProcessorConfig, read_preprocessor_config
+
+    assert read_preprocessor_config(tmp_path) is None
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(
+        {"patch_size": 16, "merge_size": 2, "size": {"shortest_edge": 3136, "longest_edge": 12845056},
+         "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}))
+    assert read_preprocessor_config(tmp_path) == ImageProcessorConfig(
+        patch_size=16, min_pixels=3136, max_pixels=12845056, image_mean=(0.5,) * 3, image_std=(0.5,) * 3)

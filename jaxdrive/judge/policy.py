@@ -32,7 +32,7 @@ from jaxdrive.judge.bev import IMAGE_SIZE, BevConfig, render_bev_batch
 from jaxdrive.judge.gates import RULE_LABELS, expected_score, rule_gated_score
 from jaxdrive.judge.labels import PAPER_THRESHOLDS, rule_values
 from jaxdrive.models.chat import ChatEncoder
-from jaxdrive.models.image_processing import ImageProcessorConfig, preprocess_images
+from jaxdrive.models.image_processing import ImageProcessorConfig, preprocess_images, read_preprocessor_config
 from jaxdrive.rules import epdms
 from jaxdrive.rules.comfort import EC_SHIFT
 from jaxdrive.scene import HostScene, PadSpec, batch_scenes
@@ -141,11 +141,8 @@ def gate_probabilities(model, enc: Encoded, slots: AnswerSlots, bucket: int = 64
 
 
 def load_image_config(path: str | os.PathLike) -> ImageProcessorConfig:
-    pre = os.path.join(path, "preprocessor_config.json")
-    if not os.path.exists(pre):
-        return ImageProcessorConfig()
-    with open(pre) as f:
-        return ImageProcessorConfig.from_hf(json.load(f))
+    """The judge directory's image settings (``read_preprocessor_config``; the defaults without the file)."""
+    return read_preprocessor_config(path) or ImageProcessorConfig()
 
 
 @dataclasses.dataclass(frozen=True)

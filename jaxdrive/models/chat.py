@@ -19,6 +19,8 @@ from typing import Any, Sequence
 import numpy as np
 from jaxtyping import Bool, Int
 
+from jaxdrive.models.image_processing import read_preprocessor_config
+
 IM_END = "<|im_end|>"
 IMAGE_PAD = "<|image_pad|>"
 VIDEO_PAD = "<|video_pad|>"
@@ -58,7 +60,7 @@ class ChatEncoder:
     @classmethod
     def from_pretrained(cls, path: str) -> "ChatEncoder":
         """Loads the tokenizer of a local HF checkpoint directory (offline) and ``merge_size`` from its
-        ``preprocessor_config.json`` (default 2). The chat template comes from the tokenizer files or, failing that,
+        ``preprocessor_config.json`` (default 2; ``read_preprocessor_config``). The chat template comes from the tokenizer files or, failing that,
         from ``chat_template.json`` / ``chat_template.jinja`` in ``path``."""
         from transformers import AutoTokenizer
 
@@ -73,12 +75,8 @@ class ChatEncoder:
                     tokenizer.chat_template = f.read()
             else:
                 raise ValueError(f"{path}: tokenizer has no chat_template and no chat_template.json/.jinja was found")
-        merge_size = 2
-        pre_path = os.path.join(path, "preprocessor_config.json")
-        if os.path.exists(pre_path):
-            with open(pre_path) as f:
-                merge_size = int(json.load(f).get("merge_size", 2))
-        return cls(tokenizer, merge_size)
+        pre = read_preprocessor_config(path)
+        return cls(tokenizer, pre.merge_size if pre else 2)
 
     def render(self, messages: Sequence[dict], add_generation_prompt: bool = False) -> str:
         """The chat template applied to ``messages`` (one image placeholder per image)."""

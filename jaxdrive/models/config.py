@@ -194,7 +194,7 @@ def token_id_tuple(value, where: str) -> tuple[int, ...]:
 GENERATION_FILE = "generation_config.json"
 
 
-def _read_json_object(file: str) -> dict[str, Any]:
+def read_json_object(file: str) -> dict[str, Any]:
     """The JSON object of ``file``; a ``ValueError`` naming it when it cannot be read or holds another value."""
     try:
         with open(file, encoding="utf-8") as f:
@@ -212,7 +212,7 @@ def read_generation_config(directory: str | os.PathLike) -> dict[str, Any] | Non
     file = os.path.join(os.fspath(directory), GENERATION_FILE)
     if not os.path.exists(file):
         return None
-    return _read_json_object(file)
+    return read_json_object(file)
 
 
 def stop_token_ids(path: str | os.PathLike) -> tuple[int, ...]:
@@ -234,5 +234,5 @@ def load_config(path: str | os.PathLike) -> ModelConfig:
     file = os.path.join(path, "config.json") if os.path.isdir(path) else path
     if not os.path.isfile(file):
         raise ValueError(f"{file}: no such file (a pretrained model directory holds its config.json)")
-    cfg = parse_config(_read_json_object(file), source=file)
+    cfg = parse_config(read_json_object(file), source=file)
     return dataclasses.replace(cfg, generation=read_generation_config(os.path.dirname(file)))

@@ -16,12 +16,15 @@ Output: pixel_values float32 [sum of h*w over images, C * T * P * P] and image_g
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import PIL.Image
 from jaxtyping import Float, Int
+
+from jaxdrive.json_values import is_finite_number
 
 OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -43,11 +46,31 @@ class ImageProcessorConfig:
     image_std: tuple[float, ...] = OPENAI_CLIP_STD
     rescale_factor: float = 1 / 255
 
+    def __post_init__(self):
+        for name in ("patch_size", "temporal_patch_size", "merge_size", "min_pixels", "max_pixels"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+        if not (is_finite_number(self.rescale_factor, numpy_scalars=True) and self.rescale_factor > 0):
+            raise ValueError(f"rescale_factor: expected a positive number, got {self.rescale_factor!r}")
+        for name in ("image_mean", "image_std"):
+            v = getattr(self, name)
+            if len(v) != 3 or not all(is_finite_number(x, numpy_scalars=True) for x in v) or (
+                    name == "image_std" and min(v) <= 0):
+                raise ValueError(f"{name}: expected 3 finite numbers (one per RGB channel"
+                                 f"{', positive' if name == 'image_std' else ''}), got {list(v)!r}")
+
     @classmethod
     def from_hf(cls, cfg: Mapping) -> "ImageProcessorConfig":
         """From a preprocessor_config.json dict: min/max pixels from `min_pixels`/`max_pixels` or from
-        `size` = {"shortest_edge": min_pixels, "longest_edge": max_pixels} (explicit keys win, as transformers)."""
+        `size` = {"shortest_edge": min_pixels, "longest_edge": max_pixels} (explicit keys win, as transformers).
+        A value of the wrong type is a ValueError naming its key (``__post_init__`` checks the rest)."""
         size = cfg.get("size") or {}
+        if not isinstance(size, Mapping):
+            raise ValueError(f"size: expected an object {{shortest_edge, longest_edge}}, got {size!r}")
+        for key in ("image_mean", "image_std"):
+            if key in cfg and not isinstance(cfg[key], (list, tuple)):
+                raise ValueError(f"{key}: expected a list of 3 numbers, got {cfg[key]!r}")
         kwargs = {k: cfg[k] for k in ("patch_size", "temporal_patch_size", "merge_size", "rescale_factor")
                   if k in cfg}
         kwargs["min_pixels"] = cfg.get("min_pixels", size.get("shortest_edge", cls.min_pixels))
@@ -56,6 +79,25 @@ class ImageProcessorConfig:
             if key in cfg:
                 kwargs[key] = tuple(cfg[key])
         return cls(**kwargs)
+
+
+PREPROCESSOR_FILE = "preprocessor_config.json"
+
+
+def read_preprocessor_config(directory: str | os.PathLike) -> ImageProcessorConfig | None:
+    """The image processor settings of a pretrained ``directory``'s ``preprocessor_config.json``; None when it has
+    none. A file that is not a JSON object or holds a value of the wrong type is a ValueError naming it (a wrong
+    patch or merge size, mean or std otherwise changed every image silently)."""
+    from jaxdrive.models.config import read_json_object
+
+    file = os.path.join(os.fspath(directory), PREPROCESSOR_FILE)
+    if not os.path.exists(file):
+        return None
+    raw = read_json_object(file)
+    try:
+        return ImageProcessorConfig.from_hf(raw)
+    except ValueError as e:
+        raise ValueError(f"{file}: {e}") from None
 
 
 def smart_resize(height: int, width: int, factor: int = 28, min_pixels: int = 56 * 56,

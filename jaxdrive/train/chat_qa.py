@@ -28,7 +28,8 @@ import numpy as np
 import PIL.Image
 
 from jaxdrive.models.chat import ChatEncoder
-from jaxdrive.models.image_processing import ImageProcessorConfig, preprocess_images
+from jaxdrive.models.config import read_json_object
+from jaxdrive.models.image_processing import ImageProcessorConfig, preprocess_images, read_preprocessor_config
 
 COLOURS = {"red": (220, 30, 30), "green": (30, 200, 60), "blue": (40, 60, 230), "yellow": (230, 220, 40)}
 QUESTION = "What colour is the image? Answer with one word."
@@ -45,13 +46,9 @@ def model_directory(tokenizer) -> str:
 
 def image_config(path: str, image_size: int) -> ImageProcessorConfig:
     """Patch geometry and normalisation of the model at ``path``, resizing every image to ``image_size``^2 pixels."""
-    pre = os.path.join(path, "preprocessor_config.json")
-    if os.path.exists(pre):
-        with open(pre) as f:
-            cfg = ImageProcessorConfig.from_hf(json.load(f))
-    else:
-        with open(os.path.join(path, "config.json")) as f:
-            raw = json.load(f)
+    cfg = read_preprocessor_config(path)
+    if cfg is None:
+        raw = read_json_object(os.path.join(path, "config.json"))
         vision = raw.get("vision_config")
         if vision is None:
             raise ValueError(f"data.kind='chat_qa': {path} is a text-only model (no vision_config) and images were asked for")
