@@ -207,3 +207,22 @@ def test_a_missing_or_valid_preprocessor_config(tmp_path):
          "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}))
     assert read_preprocessor_config(tmp_path) == ImageProcessorConfig(
         patch_size=16, min_pixels=3136, max_pixels=12845056, image_mean=(0.5,) * 3, image_std=(0.5,) * 3)
+
+
+@pytest.mark.parametrize("text,words", [("{", "cannot read JSON"), ("[1]", "expected a JSON object, got list"),
+                                        (json.dumps({"template": "x"}), "chat_template: expected the template text"),
+                                        (json.dumps({"chat_template": 3}), "chat_template: expected the template")])
+def test_a_bad_chat_template_json_is_named(tmp_path, text, words):
+    """``chat_template.json``, read when the tokenizer files hold no template: json's words or a KeyError before."""
+    from jaxdrive.models.chat import ChatEncoder
+    from jaxdrive.models.tokenizer_testing import QWEN_VL_CHAT_TEMPLATE, build_test_tokenizer
+
+    build_test_tokenizer(str(tmp_path))
+    (tmp_path / "chat_template.jinja").unlink()  # the tokenizer's own template
+    file = tmp_path / "chat_template.json"
+    file.write_text(json.dumps({"chat_template": QWEN_VL_CHAT_TEMPLATE}))
+    assert ChatEncoder.from_pretrained(str(tmp_path)).tokenizer.chat_template == QWEN_VL_CHAT_TEMPLATE
+    file.write_text(text)
+    with pytest.raises(ValueError) as e:
+        ChatEncoder.from_pretrained(str(tmp_path))
+    assert str(e.value).startswith(f"{file}: ") and words in str(e.value), str(e.value)

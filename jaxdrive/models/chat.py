@@ -12,13 +12,13 @@ predicting token s uses ``target_mask[:, 1:]`` against ``input_ids[:, 1:]``.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Any, Sequence
 
 import numpy as np
 from jaxtyping import Bool, Int
 
+from jaxdrive.models.config import read_json_object
 from jaxdrive.models.image_processing import read_preprocessor_config
 
 IM_END = "<|im_end|>"
@@ -68,8 +68,11 @@ class ChatEncoder:
         if not tokenizer.chat_template:
             json_path, jinja_path = os.path.join(path, "chat_template.json"), os.path.join(path, "chat_template.jinja")
             if os.path.exists(json_path):
-                with open(json_path) as f:
-                    tokenizer.chat_template = json.load(f)["chat_template"]
+                template = read_json_object(json_path).get("chat_template")
+                if not isinstance(template, str) or not template:
+                    raise ValueError(f"{json_path}: chat_template: expected the template text (a string), "
+                                     f"got {template!r:.60}")
+                tokenizer.chat_template = template
             elif os.path.exists(jinja_path):
                 with open(jinja_path) as f:
                     tokenizer.chat_template = f.read()
