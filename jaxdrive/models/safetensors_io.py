@@ -120,12 +120,9 @@ class SafetensorsDir:
 
 def _index_files(index: str) -> list[str]:
     """The shard files an index's ``weight_map`` (tensor name -> file name) names, sorted."""
-    try:
-        with open(index, encoding="utf-8") as f:
-            weight_map = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{index}: cannot read JSON ({e})") from None
-    weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
+    from jaxdrive.models.config import read_json_object
+
+    weight_map = read_json_object(index).get("weight_map")
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise ValueError(f"{index}: expected a 'weight_map' object (tensor name -> safetensors file name)")
     return sorted(set(weight_map.values()))
