@@ -1,6 +1,7 @@
 """`jaxdrive score`: interface contract, NAVSIM parity through the CLI, device-count invariance, kill + resume, bad inputs."""
 
 import collections
+import dataclasses
 import json
 import os
 import shutil
@@ -471,6 +472,49 @@ class _Interrupted(Exception):
 
 def _interrupt(shard):
     raise _Interrupted(shard)
+
+
+def test_a_resume_scores_at_the_interrupted_runs_shapes(tmp_path, monkeypatch):
+    """A run interrupted after its first shard, whose scenes (10 proposals) grew the PadSpec and the capacities: the
+    resume's remaining scenes (2 proposals each) alone would fix smaller ones, another program (~20 s of compile on
+    this CPU, ~100 s on a GPU). Each shard's record keeps the shapes the run had reached and the resume starts from
+    them: no program is traced or built for it, and its rows equal an uninterrupted run's. A record of another
+    device count, or one that is not ours, is passed over."""
+    import jaxdrive.scoring.runner as runner
+    from jaxdrive import exported
+    from jaxdrive.broadphase import PackSpec
+    from jaxdrive.data.synthetic import pad_spec
+    from jaxdrive.scene import PadSpec
+    from jaxdrive.scoring.outputs import RunDir
+
+    monkeypatch.setenv("JAXDRIVE_EXPORT_CACHE", str(tmp_path / "exp"))
+    monkeypatch.setattr(exported, "_IN_MEMORY", collections.OrderedDict())
+    traces = []
+    real = runner.score_with_overflow
+    monkeypatch.setattr(runner, "score_with_overflow", lambda *a, **k: traces.append(1) or real(*a, **k))
+    options = ScoreOptions(batch_size=2, shard_size=2, pad=pad_spec(2))
+    source = _CountingSource(12, grow_only=frozenset({0, 1}))
+    out = tmp_path / "out"
+    with pytest.raises(_Interrupted):
+        score_source(source, out, options, progress=False, on_shard=_interrupt)
+    record = json.loads((out / MANIFEST).read_text())["completed"]["0"]["shapes"]
+    assert record["pad"]["proposals"] == 16 and record["devices"] == jax.local_device_count()
+    assert len(traces) == 1
+    stats = score_source(source, out, options, resume=True, progress=False)
+    assert len(traces) == 1 and stats.compiles == 1  # the interrupted run's program, reused
+    assert dataclasses.asdict(stats.capacity) == record["capacity"] and dataclasses.asdict(stats.pad) == record["pad"]
+    fresh = tmp_path / "fresh"
+    score_source(_CountingSource(12, grow_only=frozenset({0, 1})), fresh, options, progress=False)
+    pd.testing.assert_frame_equal(read_results(out), read_results(fresh))
+
+    run = RunDir(out, json.loads((out / MANIFEST).read_text())["identity"], resume=True)
+    assert runner.resumed_shapes(run, jax.local_device_count(), 2) == (PackSpec(**record["capacity"]),
+                                                                       PadSpec(**record["pad"]))
+    assert runner.resumed_shapes(run, 1, 2) == (None, None)  # scored on 8 devices, resumed on one: per-group sizes
+    assert runner.resumed_shapes(run, jax.local_device_count(), 4) == (None, None)
+    for bad in ({**record, "pad": {**record["pad"], "agents": "32"}}, {**record, "capacity": None}, "shapes"):
+        run.completed = {"0": {**run.completed["0"], "shapes": bad}}
+        assert runner.resumed_shapes(run, jax.local_device_count(), 2) == (None, None)
 
 
 def test_resume_scores_again_the_shard_of_an_edited_scene_file(tmp_path, capsys):

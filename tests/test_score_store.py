@@ -241,10 +241,10 @@ def test_a_failed_shard_write_is_raised_and_earlier_shards_stay_committed(runs, 
 
     real = RunDir.write_shard
 
-    def failing(self, shard, columns, errors):
+    def failing(self, shard, columns, errors, shapes):
         if shard == 1:
             raise OSError(28, "No space left on device")
-        real(self, shard, columns, errors)
+        real(self, shard, columns, errors, shapes)
 
     monkeypatch.setattr(RunDir, "write_shard", failing)
     source = SceneStoreSource(runs["store"][0].parent / "store")

@@ -15,6 +15,8 @@ A shard named in the manifest is recomputed too when its file is missing, unread
 another number of rows than recorded, or when its input files changed since it was scored: the manifest records,
 per shard, a digest of its input files' sizes and modification times (``input_record`` of ``RunDir(inputs=...)``,
 taken before the run read any), and a resume compares it with the files' own (``RunDir.redo``: which shards, why).
+A shard's record also keeps the program shapes the run had reached when it was written (``shapes``: the scorer's
+capacities and PadSpec), where a resume starts (``runner.resumed_shapes``).
 
 Multi-process runs (``jaxdrive.distributed``): process p scores the shards i with i % N == p and records each one it
 commits in its own ``progress/process-<p>.json`` (same record format); the manifest is written once, by process 0,
@@ -146,14 +148,18 @@ class RunDir:
                     "completed": dict(sorted(self.completed.items(), key=lambda kv: int(kv[0])))}
         atomic.write_text(self.path / MANIFEST, json.dumps(manifest, indent=1), fsync=True)
 
-    def write_shard(self, shard: int, columns: dict[str, np.ndarray], errors: list[dict]) -> None:
-        """Write one shard's rows atomically (no file when it has none) and record it as complete."""
+    def write_shard(self, shard: int, columns: dict[str, np.ndarray], errors: list[dict],
+                    shapes: dict | None = None) -> None:
+        """Write one shard's rows atomically (no file when it has none) and record it as complete, with ``shapes``
+        (JSON-able: the program shapes the run had reached, which a resume starts from; ``runner.shapes_record``)."""
         rows = int(len(next(iter(columns.values())))) if columns else 0
         name = shard_name(shard) if rows else None
         if name:
             with atomic.replacing(self.path / name) as tmp:
                 pq.write_table(pa.table(columns), tmp)
         self.completed[str(shard)] = {"file": name, "rows": rows, "errors": [dict(e) for e in errors]}
+        if shapes is not None:
+            self.completed[str(shard)]["shapes"] = shapes
         if self.inputs is not None:
             self.completed[str(shard)]["inputs"] = input_record(self.inputs[str(shard)])
         if self.process_count == 1:
@@ -163,6 +169,11 @@ class RunDir:
             self.completed[str(shard)]["process"] = self.process_index  # which process wrote it
             self.mine[str(shard)] = self.completed[str(shard)]
             self._write_progress()
+
+    def recorded_shapes(self) -> list:
+        """The ``shapes`` recorded with the completed shards (this invocation's and earlier ones'; shards written
+        without any, by an older jaxdrive, have none), as written: the caller checks them."""
+        return [v["shapes"] for v in self.completed.values() if isinstance(v, dict) and "shapes" in v]
 
     def owns(self, shard: int) -> bool:
         """Whether this process scores ``shard`` (shards are dealt round-robin over the processes)."""

@@ -18,7 +18,10 @@ largest scenes fix the ``PadSpec``). The program is the culled scorer alone (``s
 fallback=False)``: compiling the unculled kernels too would double the compile time, and they run ~30x slower). A
 later batch that needs more is re-scored at capacities grown to cover it (``grown_capacity``: one recompile; the
 grown capacities serve the rest of the run; counted in ``RunStats.overflow_batches``), so results never depend on
-capacities and the scorer compiles once per run for scenes of one distribution.
+capacities and the scorer compiles once per run for scenes of one distribution. Each completed shard records the
+capacities and PadSpec the run had reached (``shapes_record``); a resume starts from them (``resumed_shapes``) rather
+than from its remaining batches alone, so it scores at the interrupted run's shapes (grown only where its batches need
+more) and the compiled program comes from the XLA cache.
 """
 
 from __future__ import annotations
@@ -175,6 +178,7 @@ class RunStats:
     compiles: int = 0  # scoring programs built: traced, loaded or reused from memory (1 for a run at one shape)
     overflow_batches: int = 0  # batches that overflowed the capacities (re-scored at grown capacities)
     capacity: PackSpec | None = None
+    pad: PadSpec | None = None  # the PadSpec of the batches scored last (the largest: a run's PadSpec only grows)
 
     def add(self, cols: dict[str, np.ndarray]) -> None:
         n = len(cols["epdms"])
@@ -338,6 +342,7 @@ class _Batch:
     counts: list
     errors: list
     sources: list = dataclasses.field(default_factory=list)  # where each scene comes from (``SceneSource.name``)
+    pad: PadSpec | None = None  # the PadSpec its arrays are padded to (set when they are queued)
 
 
 def grown_capacity(capacity: PackSpec, need: PackSpec) -> PackSpec:
@@ -350,6 +355,45 @@ def grown_capacity(capacity: PackSpec, need: PackSpec) -> PackSpec:
         return have if want <= have else max(getattr(room, name), math.ceil(have * OVERFLOW_GROWTH))
 
     return PackSpec(**{f.name: field(f.name) for f in dataclasses.fields(PackSpec)})
+
+
+def shapes_record(stats: RunStats, mesh: Mesh, options: ScoreOptions) -> dict | None:
+    """What a completed shard's record keeps of the run's program shapes (``RunDir.write_shard``): the capacities
+    and PadSpec reached so far, with the device count and batch size they hold for; None before any batch was
+    scored."""
+    if stats.capacity is None or stats.pad is None:
+        return None
+    return {"devices": mesh.devices.size, "batch_size": options.batch_size,
+            "capacity": dataclasses.asdict(stats.capacity), "pad": dataclasses.asdict(stats.pad)}
+
+
+def resumed_shapes(run: RunDir, devices: int, batch_size: int) -> tuple[PackSpec | None, PadSpec | None]:
+    """The capacities and PadSpec a resumed run starts from: the field-wise largest of those its completed shards
+    recorded (``shapes_record``) for ``devices`` devices and batches of ``batch_size`` scenes, or (None, None). A
+    resume whose remaining scenes fit them scores at the first run's shapes, so the program compiled for them is
+    found in the XLA cache instead of compiled again. A record that is not one of ours (an edited manifest, another
+    device count) is passed over: these are only where the run starts, the prescan and the on-device overflow check
+    still grow them as its batches need."""
+    capacities, pads = [], []
+    for record in run.recorded_shapes():
+        if not isinstance(record, dict) or record.get("devices") != devices or record.get("batch_size") != batch_size:
+            continue
+        capacity, pad = _spec(PackSpec, record.get("capacity")), _spec(PadSpec, record.get("pad"))
+        if capacity is not None and pad is not None:
+            capacities.append(capacity)
+            pads.append(pad)
+    if not capacities:
+        return None, None
+    return capacities[0].union(*capacities[1:]), pads[0].union(*pads[1:])
+
+
+def _spec(cls, values):
+    """``cls`` (PackSpec or PadSpec) of a recorded dict of its fields, each a positive integer, or None."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    if not isinstance(values, dict) or set(values) != names or \
+            not all(type(v) is int and v >= 1 for v in values.values()):
+        return None
+    return cls(**values)
 
 
 def prescan_count(batch_size: int) -> int:
@@ -383,6 +427,10 @@ class _Producer(threading.Thread):
         self.capacity: PackSpec | None = None  # fixed by _prescan before the first batch is queued
         # a store's padded copy at this run's PadSpec: batches are slices of it (no scene decoded or padded)
         self.padded = source.padded(self.pad)
+        # a resumed run starts from the shapes its completed shards were scored at (``resumed_shapes``)
+        self.resumed_capacity, resumed_pad = resumed_shapes(run, mesh.devices.size, options.batch_size)
+        if self.padded is None and resumed_pad is not None:
+            self.pad = self.pad.union(resumed_pad)
         self.failure: BaseException | None = None
         self.stop = threading.Event()
         self.ahead = 2 * options.workers  # batches read ahead by the readers (``read_ahead`` once one was read)
@@ -487,12 +535,16 @@ class _Producer(threading.Thread):
         if largest:
             self.ahead = read_ahead(largest, self.options.workers)
         most = PackSpec(**{f.name: 1 for f in dataclasses.fields(PackSpec)}).union(*scanned)
-        self.capacity = capacity_for(most, CAPACITY_HEADROOM if every_batch else SAMPLED_HEADROOM)
+        if self.resumed_capacity is not None:  # the first run's capacities, grown only where these batches need more
+            self.capacity = grown_capacity(self.resumed_capacity, most)
+        else:
+            self.capacity = capacity_for(most, CAPACITY_HEADROOM if every_batch else SAMPLED_HEADROOM)
         return kept
 
     def _emit(self, batch: "_Batch", arrays) -> None:
         if arrays is not None:
             batch.arrays = jax.device_put(arrays, NamedSharding(self.mesh, PartitionSpec("data")))
+            batch.pad = self.pad
         self.out.put(("batch", batch))
 
     def _plan(self) -> list[tuple]:
@@ -572,9 +624,9 @@ class _ShardWriter(threading.Thread):
             except BaseException as e:  # surfaced in the scoring thread
                 self.failure = e
 
-    def submit(self, shard: int, columns: dict, errors: list) -> None:
+    def submit(self, shard: int, columns: dict, errors: list, shapes: dict | None) -> None:
         self._check()
-        self.queue.put((shard, columns, errors))
+        self.queue.put((shard, columns, errors, shapes))
 
     def close(self) -> None:
         """Waits until every submitted shard is committed (or the writer failed); re-raises its failure."""
@@ -850,7 +902,7 @@ def _score_run(source: SceneSource, run: RunDir, options: ScoreOptions, *, progr
         bar.update(len(batch.ids) + len(batch.errors))
         bar.set_postfix(prop_per_s=f"{stats.proposals_per_s:,.0f}" if stats.score_s else "compiling")
         if batch.last_in_shard:
-            writer.submit(batch.shard, _concat(shard_parts), shard_errors)
+            writer.submit(batch.shard, _concat(shard_parts), shard_errors, shapes_record(stats, mesh, options))
             shard_parts, shard_errors = [], []
 
     clean = False
@@ -873,6 +925,7 @@ def _score_run(source: SceneSource, run: RunDir, options: ScoreOptions, *, progr
                     stats.capacity = producer.capacity
                     step = build_step(mesh, options, producer.capacity, stats)
                 t0 = time.perf_counter()
+                stats.pad = batch.pad
                 result = step(*batch.arrays)  # async dispatch: overlaps with finishing the previous batch
                 if stats.compile_s == 0.0:
                     jax.block_until_ready(result)
