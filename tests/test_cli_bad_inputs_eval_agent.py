@@ -191,8 +191,8 @@ def test_vqa_drivelmm_repeated_idx_is_an_error(tmp_path, capsys):
 
 @pytest.mark.parametrize("content,message", [
     ("\n", "no trajectories (expected one JSON object per line)"),
-    ('{"id": "t0", "messages": []}\n{"id": "t1", "messages": []}\n{"id": "t0", "messages": []}\n',
-     "t.jsonl:3: field 'id': 't0' is already the id of line 1 (each once)"),
+    ("".join(json.dumps({"id": i, "messages": [], "termination": "finish"}) + "\n"
+             for i in ("t0", "t1", "t0")), "t.jsonl:3: field 'id': 't0' is already the id of line 1 (each once)"),
 ])
 @pytest.mark.parametrize("command", ["agent convert", "memory consolidate"])
 def test_trajectories_empty_or_repeated_are_refused(tmp_path, capsys, command, content, message):
@@ -238,3 +238,118 @@ def test_planning_json_coordinates_must_be_numbers_finite_in_float32(tmp_path, c
     out, err = capsys.readouterr()
     assert "Traceback" not in err and "prediction a: expected 6 [x, y] points of finite numbers" in err, err
     assert "samples: 1 (1 of the GT's left out" in out, out
+
+
+def test_agent_run_negative_seed_names_the_flag(tmp_path, capsys):
+    """--seed -1 printed numpy's "expected non-negative integer", naming no flag."""
+    assert main(["agent", "run", "--scenes", "1", "--seed", "-1", "--out", str(tmp_path / "t.jsonl")]) == 2
+    assert "--seed: expected >= 0, got -1" in _err(capsys)
+
+
+def test_agent_convert_does_not_overwrite_its_trajectories(tmp_path, capsys, monkeypatch):
+    """--out naming the --trajectories file (here through another spelling of the path) replaced the trajectories
+    with the records converted from them, exit 0."""
+    traj = tmp_path / "t.jsonl"
+    traj.write_text(json.dumps({"id": "t0", "messages": []}) + "\n")
+    before = traj.read_text()
+    monkeypatch.chdir(tmp_path)
+    assert main(["agent", "convert", "--trajectories", str(traj), "--phase", "1", "--out", "./t.jsonl"]) == 2
+    assert "--out t.jsonl: is the --trajectories file" in _err(capsys)
+    assert traj.read_text() == before
+
+
+@pytest.mark.parametrize("command", ["memory build", "memory query", "memory consolidate", "agent convert"])
+def test_a_directory_as_an_input_file_is_named_a_directory(tmp_path, capsys, command):
+    """A directory given as --entries, --stm or --trajectories was reported as 'no such file' (it exists: the wrong
+    kind of path)."""
+    d = tmp_path / "d"
+    d.mkdir()
+    argv, flag = {
+        "memory build": (["memory", "build", "--entries", str(d), "--out", str(tmp_path / "m2")], "--entries "),
+        "memory query": (["memory", "query", "--store", _store(tmp_path), "--question", "q", "--stm", str(d)],
+                         "--stm "),
+        "memory consolidate": (["memory", "consolidate", "--store", _store(tmp_path), "--trajectories", str(d)], ""),
+        "agent convert": (["agent", "convert", "--trajectories", str(d), "--phase", "1", "--out",
+                           str(tmp_path / "r.jsonl")], ""),
+    }[command]
+    assert main(argv) == 2
+    err = _err(capsys)
+    assert f"{flag}{d}: is a directory; expected" in err and "no such file" not in err, err
+
+
+def test_consolidating_the_same_trajectories_again_keeps_the_store(tmp_path, capsys, monkeypatch):
+    """Re-running `memory consolidate` on trajectories already consolidated (after an interruption, by mistake)
+    committed a new generation equal to the current one, and so deleted the backup generation from before the
+    first run."""
+    from jaxdrive.agent import embed
+
+    monkeypatch.setattr(embed, "minilm", lambda: lambda texts: np.eye(len(texts), 384, dtype=np.float32))
+    store = _store(tmp_path)
+    traj = {"id": "t0", "scene_id": "s", "question": "What now? A) Brake B) Go", "gold": "A", "correct": True,
+            "termination": "finish", "reasoning": "The car ahead is stopped, so braking is right.",
+            "steps": [{"action": {"tool": "get_ego_states", "arguments": {}}, "ok": True, "update": "u"}]}
+    (tmp_path / "t.jsonl").write_text(json.dumps(traj) + "\n")
+    argv = ["memory", "consolidate", "--store", store, "--trajectories", str(tmp_path / "t.jsonl")]
+    assert main(argv) == 0
+    generations = sorted(p.name for p in (tmp_path / "m").glob("gen-*"))
+    assert generations == ["gen-000001", "gen-000002"]
+    capsys.readouterr()
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert summary["skipped_already_consolidated"] == 1 and summary["generation"] == "gen-000002"
+    assert sorted(p.name for p in (tmp_path / "m").glob("gen-*")) == generations
+
+
+@pytest.mark.parametrize("correct,message", [(False, "none of its 1 trajectories is verified"),
+                                             (True, "its 1 verified trajectories have no turns in their messages")])
+def test_agent_convert_to_no_records_is_refused(tmp_path, capsys, correct, message):
+    """Trajectories none of which is verified (a wrong answer), or verified ones without messages, gave an empty
+    records file and exit 0, an SFT set with nothing to learn from."""
+    traj = {"id": "t0", "scene_id": "s", "question": "What now? A) Brake B) Go", "gold": "A", "correct": correct,
+            "termination": "finish", "reasoning": "Braking is right.", "messages": [],
+            "steps": [{"action": {"tool": "get_ego_states", "arguments": {}}, "ok": True, "update": "u"}]}
+    (tmp_path / "t.jsonl").write_text(json.dumps(traj) + "\n")
+    out = tmp_path / "r.jsonl"
+    assert main(["agent", "convert", "--trajectories", str(tmp_path / "t.jsonl"), "--phase", "2", "--out",
+                 str(out)]) == 2
+    err = _err(capsys)
+    assert f"--trajectories {tmp_path / 't.jsonl'}: {message}" in err and err.endswith("; no records\n"), err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("command", ["memory query", "memory consolidate", "agent run"])
+def test_a_store_of_another_embedding_width_is_named(tmp_path, capsys, monkeypatch, command):
+    """A store built (through the Python API) by an embedder other than all-MiniLM-L6-v2 gave "query/entries:
+    expected [Q, D] and [N, D] with the same D", naming no store, after the model loaded (`agent run`: after an
+    episode)."""
+    from jaxdrive.agent import embed
+    from jaxdrive.agent.store import MemoryEntry, MemoryStore, save
+
+    monkeypatch.setattr(embed, "minilm", lambda: pytest.fail("the embedder was loaded"))
+    store = tmp_path / "m"
+    save(MemoryStore([MemoryEntry("r1", "a stopped car ahead"), MemoryEntry("r2", "a crosswalk")],
+                     np.eye(2, 8, dtype=np.float32), embedder="my-8d"), store)
+    (tmp_path / "t.jsonl").write_text(json.dumps({"id": "t0", "messages": []}) + "\n")
+    argv = {"memory query": ["memory", "query", "--store", str(store), "--question", "q"],
+            "memory consolidate": ["memory", "consolidate", "--store", str(store), "--trajectories",
+                                   str(tmp_path / "t.jsonl")],
+            "agent run": ["agent", "run", "--scenes", "1", "--memory", str(store), "--out", str(tmp_path / "o.jsonl")],
+            }[command]
+    assert main(argv) == 2
+    assert f"memory store {store}: its embeddings are 8-dimensional (embedder 'my-8d')" in _err(capsys)
+
+
+def test_consolidate_refuses_a_file_of_records(tmp_path, capsys, monkeypatch):
+    """`agent convert`'s records (or any JSONL of objects with an id) given as --trajectories were taken as
+    trajectories that all failed verification: "verified": 0, exit 0, their ids recorded as consolidated in a newly
+    committed generation."""
+    from jaxdrive.agent import embed
+    from jaxdrive.agent.store import load
+
+    monkeypatch.setattr(embed, "minilm", lambda: lambda texts: np.eye(len(texts), 384, dtype=np.float32))
+    store = _store(tmp_path)
+    record = {"id": "syn_default_0_leading#p1s0", "phase": 1, "segments": []}
+    (tmp_path / "records.jsonl").write_text(json.dumps(record) + "\n")
+    assert main(["memory", "consolidate", "--store", store, "--trajectories", str(tmp_path / "records.jsonl")]) == 2
+    assert "records.jsonl:1: missing field 'termination'" in _err(capsys)
+    assert load(store).consolidated == [] and sorted(p.name for p in (tmp_path / "m").glob("gen-*")) == ["gen-000001"]

@@ -114,6 +114,23 @@ def test_the_valid_set_makes_every_baseline(source, tmp_path, capsys):
             "test_tps_oracle.parquet"} <= names
 
 
+def test_baselines_leave_no_file_of_an_earlier_run(source, tmp_path, capsys):
+    """Re-run on a set without a train split (regenerated with --train 0), `judge baselines` wrote no logreg files
+    and left the earlier set's test_*_logreg*.parquet beside its own: `jaxdrive eval tps --predictions
+    DIR/test_tps_*.parquet` (docs/drivejudge-data.md) reported them without a word."""
+    out = tmp_path / "out"
+    assert main(["judge", "baselines", "--data", str(source), "--out", str(out)]) == 0
+    assert (out / "test_tps_logreg.parquet").exists()
+    (out / "train_dqc_epdms.parquet").write_text("another split's")
+    root = _broken_copy(source, tmp_path, lambda root: _write(root / "records.jsonl", [
+        r for r in _rows(root / "records.jsonl") if r["split"] == "test"]))
+    _write(root / "pairs.jsonl", [p for p in _rows(root / "pairs.jsonl") if p["split"] == "test"])
+    assert main(["judge", "baselines", "--data", str(root), "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [f"test_dqc_{m}.parquet" for m in ("epdms", "oracle")] +
+        [f"test_tps_{m}.parquet" for m in ("epdms", "oracle", "ade", "fde")] + ["train_dqc_epdms.parquet"])
+
+
 # what records.jsonl / pairs.jsonl say, refused by every reader: before, a traceback ("int" line, index out of range),
 # pyarrow's words naming no file (bool label), or a result from a wrong value (string index, NaN, "yes" gate, a
 # second record of the same id, a pair naming no record) without a word
@@ -126,6 +143,9 @@ BAD_LINES = [
      "records.jsonl:3: subscores: epdms: expected a finite number or null, got nan"),
     ("huge_int_subscore", _nested("subscores", "epdms", 10**400),  # beyond float64: numpy's TypeError before
      "records.jsonl:3: subscores: epdms: expected a finite number or null, got 1000"),
+    ("percent_subscore", _nested("subscores", "nc", 95.0),  # the oracle's gated score was 1e8, exit 0
+     "records.jsonl:3: subscores: nc: expected a score in [0, 1], got 95.0"),
+    ("negative_subscore", _nested("subscores", "ep", -0.5), "records.jsonl:3: subscores: ep: expected a score in"),
     ("string_gate", _nested("gates", "NC", "yes"), "records.jsonl:3: gates: NC: expected 0 or 1"),
     ("duplicate_id", _duplicate_id, "records.jsonl:4: field 'id': 'syn_default_2_p0' is already the id of line 3"),
     ("pair_names_no_record", _test_pair(a_record="nope"),
@@ -155,15 +175,21 @@ BASELINE_FIELDS = [
      "record 'syn_default_2_p0': field 'subscores': no value for ['nc']"),
     ("image_missing", _test_record(image="images/nope.png"),
      "record 'syn_default_2_p0': field 'image': file 'images/nope.png' not found"),
+    # PIL's UnidentifiedImageError / "image file is truncated" tracebacks, naming no record
+    ("image_not_an_image", _text("images/syn_default_2_p0.png", "not a PNG"),
+     "record 'syn_default_2_p0': field 'image': ", "syn_default_2_p0.png: not a readable image (cannot identify"),
+    ("image_cut_short", lambda root: (root / "images/syn_default_2_p0.png").write_bytes(
+        (root / "images/syn_default_2_p0.png").read_bytes()[:50]),  # in its IDAT chunk
+     "record 'syn_default_2_p0': field 'image': ", "syn_default_2_p0.png: not a readable image ("),
 ]
 
 
-@pytest.mark.parametrize("edit,needle", [c[1:] for c in BASELINE_FIELDS], ids=[c[0] for c in BASELINE_FIELDS])
+@pytest.mark.parametrize("edit,needle", [(c[1], c[2:]) for c in BASELINE_FIELDS], ids=[c[0] for c in BASELINE_FIELDS])
 def test_baselines_name_the_record_missing_what_they_read(source, tmp_path, capsys, edit, needle):
     root = _broken_copy(source, tmp_path, edit)
     _usage_error(["judge", "baselines", "--data", str(root), "--out", str(tmp_path / "out")], capsys,
-                 f"{root / 'records.jsonl'} {needle}")
-    assert not (tmp_path / "out").exists()
+                 f"{root / 'records.jsonl'} {needle[0]}", *needle[1:])
+    assert not any((tmp_path / "out").glob("*.parquet"))
 
 
 # the scene a record names, checked before the model loads: before, read from outside the set ('..', absolute) or
@@ -264,3 +290,60 @@ def test_training_data_kinds_check_their_inputs_before_loading_anything(source, 
     with pytest.raises(ValueError) as e:
         getattr(recipes, kind)(cfg)
     assert needle in str(e.value), str(e.value)
+
+
+class _FakeJudge:
+    """Stands in for ``DriveJudge.from_pretrained``: every gate p = 0.9 (no model to load)."""
+
+    def __init__(self, *args, batch_size=8, **kwargs):
+        self.batch_size = batch_size
+
+    def score(self, scenes, proposals):
+        import types
+
+        import numpy as np
+
+        n = len(proposals)
+        return types.SimpleNamespace(score=np.full(n, 0.5), score_hard=np.full(n, 0.5), epdms=np.full(n, 0.5),
+                                     probs=np.full((n, len(RULE_LABELS)), 0.9), rationale=["r"] * n)
+
+
+def test_judge_run_leaves_no_output_of_an_earlier_run(source, tmp_path, monkeypatch, capsys):
+    """A run that writes no tps.parquet (--limit 1: no pair has both records) or is interrupted left an earlier
+    run's tps.parquet / gates.json beside its own dqc.parquet without a word: `jaxdrive eval tps` then read the
+    previous model's scores."""
+    from jaxdrive.judge import policy
+
+    monkeypatch.setattr(policy.DriveJudge, "from_pretrained", _FakeJudge)
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("dqc.parquet", "tps.parquet", "gates.json"):
+        (out / name).write_text("an earlier run's")
+    run = ["judge", "run", "--model", str(source.parent / "model"), "--data", str(source), "--out", str(out),
+           "--no-progress"]
+    assert main([*run, "--limit", "1"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["dqc.parquet", "gates.json"]
+    assert json.loads((out / "gates.json").read_text())["perfect_match"] in (0.0, 100.0)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr("jaxdrive.judge.run.judge_records", interrupted)
+    assert main(run) == 130
+    assert list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["gate_examples", "direct_examples"])
+@pytest.mark.parametrize("where", ["missing", "a_file"])
+def test_training_data_path_without_records_is_named(tmp_path, kind, where):
+    """`jaxdrive train sft --config configs/judge_sft_tiny.py data.path=WRONG`: a FileNotFoundError /
+    NotADirectoryError traceback for WRONG/records.jsonl."""
+    import ml_collections
+
+    from jaxdrive.judge import recipes
+
+    path = tmp_path / "nope"
+    if where == "a_file":
+        path.write_text("x")
+    cfg = ml_collections.ConfigDict({"path": str(path), "split": "train", "model_path": "unused", "max_len": 64})
+    with pytest.raises(ValueError, match=f"^{path / 'records.jsonl'}: no such file"):
+        getattr(recipes, kind)(cfg)

@@ -192,13 +192,15 @@ def test_batch_scorer_equals_the_unculled_kernels():
     (["judge", "run", "--model", "m", "--data", "d", "--batch-size", "0"], "--batch-size: expected >= 1, got 0"),
     (["judge", "run", "--model", "m", "--data", "d", "--limit", "-3"], "--limit: expected >= 0"),
     (["judge", "data", "--out", "d", "--batch-size", "0"], "--batch-size: expected >= 1, got 0"),
+    (["judge", "data", "--out", "d", "--seed", "-1"], "--seed: expected >= 0, got -1"),
 ])
 def test_bad_counts_are_usage_errors(argv, needle, tmp_path, monkeypatch, capsys):
     """--batch-size 0 printed Python's 'range() arg 3 must not be zero'; --limit -3 silently judged all but the last
-    three records (records[:-3])."""
+    three records (records[:-3]); --seed -1 numpy's 'expected non-negative integer' after making d/scenes."""
     monkeypatch.chdir(tmp_path)
     assert main(argv) == 2
     assert needle in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
 
 
 def test_baselines_of_an_empty_split_is_a_usage_error(tmp_path, capsys):
@@ -236,3 +238,23 @@ def test_baselines_of_pairs_without_records(data_dir, tmp_path):
     ids = lambda m: pq.read_table(tmp_path / "out" / f"test_tps_{m}.parquet")["id"].to_pylist()  # noqa: E731
     assert ids("ade") == ids("fde") == [p.id for p in test]
     assert ids("epdms") == ids("oracle") == [p.id for p in test[1:]]
+
+
+def test_an_interrupted_rerun_leaves_no_set_to_read(tmp_path, monkeypatch, capsys):
+    """`judge data` into a directory holding a set, interrupted (Ctrl-C) midway, left the old records.jsonl and
+    meta.json over the scenes and images the new run had already rewritten (another --image-size, seed, ...): every
+    reader took the mixed set without a word. The records are now removed first and written last."""
+    root = tmp_path / "data"
+    (root / "images").mkdir(parents=True)
+    (root / "records.jsonl").write_text('{"id": "x", "scene": "s", "proposal": 0, "proposal_name": "n", '
+                                        '"label": 1, "split": "test"}\n')  # an earlier set
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(synthetic, "generate_scene", interrupted)
+    assert main(["judge", "data", "--out", str(root), "--train", "1", "--test", "0", "--image-size", "16",
+                 "--no-progress"]) == 130
+    assert not (root / "records.jsonl").exists()
+    capsys.readouterr()
+    assert main(["judge", "baselines", "--data", str(root)]) == 2
+    assert f"--data {root}: no records.jsonl" in capsys.readouterr().err

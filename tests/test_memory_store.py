@@ -356,3 +356,29 @@ def test_agent_run_with_memory_then_consolidate(tmp_path, capsys):
     assert main(["memory", "consolidate", "--store", str(store), "--trajectories", str(tj)]) == 0
     again = load(store)
     assert again.entries == after.entries
+
+
+def test_memory_query_checks_its_flags_before_loading_the_embedder(tmp_path, capsys, monkeypatch):
+    """``memory query``: ``--lam nan`` said "lam: ..." after the embedder loaded, ``--lam -5`` was taken (a negative
+    utility weight ranks the least useful entries first), ``--devices`` beyond the devices said "devices: ..." after
+    loading, and an empty ``--question`` retrieved for nothing."""
+    from jaxdrive.cli import main
+
+    emb = np.eye(2, 384, dtype=np.float32)
+    save(MemoryStore(RULES[:2], emb), tmp_path / "m")
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("the embedder was loaded before the flags were checked")
+    monkeypatch.setattr("jaxdrive.agent.embed.minilm", loaded)
+    m = str(tmp_path / "m")
+    cases = [(["--lam", "nan"], "--lam: expected a finite utility weight >= 0, got nan"),
+             (["--lam", "inf"], "--lam: expected a finite utility weight >= 0, got inf"),
+             (["--lam", "-5"], "--lam: expected a finite utility weight >= 0, got -5.0"),
+             (["--devices", "100000"], "--devices: expected 1.."),
+             (["--devices", "0"], "--devices: expected 1.."),
+             (["--question", ""], "--question: expected a non-empty question"),
+             (["--question", "  \n"], "--question: expected a non-empty question")]
+    for extra, says in cases:
+        assert main(["memory", "query", "--store", m, "--question", "q", "-k", "1", *extra]) == 2, extra
+        err = capsys.readouterr().err
+        assert says in err, (extra, err)

@@ -226,3 +226,22 @@ def test_a_bad_chat_template_json_is_named(tmp_path, text, words):
     with pytest.raises(ValueError) as e:
         ChatEncoder.from_pretrained(str(tmp_path))
     assert str(e.value).startswith(f"{file}: ") and words in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("damage", ["no_tokenizer_json", "tokenizer_json_cut_short"])
+def test_a_missing_or_damaged_tokenizer_is_named(tmp_path, damage):
+    """A directory without tokenizer.json (weights copied without it) was transformers' five-line "Couldn't
+    instantiate the backend tokenizer ..." naming no directory; one cut short json's words alone (`judge run`,
+    `judge baselines --direct-model`, the judge training kinds)."""
+    from jaxdrive.models.chat import ChatEncoder
+    from jaxdrive.models.tokenizer_testing import build_test_tokenizer
+
+    build_test_tokenizer(str(tmp_path))
+    file = tmp_path / "tokenizer.json"
+    if damage == "no_tokenizer_json":
+        file.unlink()
+    else:
+        file.write_text(file.read_text()[:500])
+    with pytest.raises(ValueError) as e:
+        ChatEncoder.from_pretrained(str(tmp_path))
+    assert str(e.value).startswith(f"{tmp_path}: cannot load its tokenizer (") and "\n" not in str(e.value), e.value

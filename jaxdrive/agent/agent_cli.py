@@ -38,6 +38,8 @@ def _run(args) -> int:
 
     if args.scenes < 1:
         raise ValueError(f"--scenes: expected >= 1, got {args.scenes}")
+    if args.seed < 0:  # numpy's "expected non-negative integer" before, naming no flag
+        raise ValueError(f"--seed: expected >= 0, got {args.seed}")
     output_file("--out", args.out)
     retriever = _retriever(args.memory) if args.memory else None
     registry, policy = default_registry(), ScriptedPolicy()
@@ -59,10 +61,11 @@ def _retriever(path: Path):
     import numpy as np
 
     from jaxdrive.agent import memory
-    from jaxdrive.agent.embed import compose_query, minilm
+    from jaxdrive.agent.embed import check_store_width, compose_query, minilm
     from jaxdrive.agent.store import format_entries, load
 
     store = load(path)
+    check_store_width(store, path)
     embed = minilm()
     k = min(memory.TOP_K, len(store.entries))
 
@@ -76,12 +79,22 @@ def _retriever(path: Path):
 
 
 def _convert(args) -> int:
+    from jaxdrive.agent.consolidate import verify
     from jaxdrive.agent.loop import read_trajectories, write_jsonl
     from jaxdrive.agent.sft_data import check_sft_fields, convert
     from jaxdrive.output_paths import output_file
 
     output_file("--out", args.out)
-    records = convert(read_trajectories(args.trajectories, {"messages": list}, check=check_sft_fields), args.phase)
+    if args.out.resolve() == args.trajectories.resolve():  # the records replaced the trajectories they came from
+        raise ValueError(f"--out {args.out}: is the --trajectories file; write the records to another file")
+    trajs = read_trajectories(args.trajectories, {"messages": list}, check=check_sft_fields)
+    records = convert(trajs, args.phase)
+    if not records:  # before: an empty records file, exit 0
+        verified = sum(map(verify, trajs))
+        why = (f"none of its {len(trajs)} trajectories is verified (a correct answer reached by finishing, every tool "
+               "call valid: consolidate.verify)" if not verified else
+               f"its {verified} verified trajectories have no turns in their messages")
+        raise ValueError(f"--trajectories {args.trajectories}: {why}; no records")
     write_jsonl(args.out, records)
     print(json.dumps({"records": len(records), "phase": args.phase, "out": str(args.out)}))
     return 0

@@ -37,6 +37,17 @@ def minilm(device: str = "cpu", batch_size: int = 64) -> Embedder:
     return embed
 
 
+def check_store_width(store, root) -> None:
+    """The command line embeds with ``minilm`` (``DIM`` wide): a ``MemoryStore`` at ``root`` built by another
+    embedder cannot be queried or extended by it; a ValueError naming the store (before: "query/entries: expected
+    [Q, D] and [N, D] with the same D", after the model loaded and, for ``agent run``, an episode ran)."""
+    width = store.embeddings.shape[1]
+    if width != DIM:
+        raise ValueError(f"memory store {root}: its embeddings are {width}-dimensional (embedder "
+                         f"{store.embedder or 'unknown'!r}); all-MiniLM-L6-v2, which the command line uses, gives "
+                         f"{DIM}")
+
+
 def compose_query(question: str, stm: str = "") -> str:
     """The retrieval query text: the question joined with the serialised short-term memory (paper appendix A.2)."""
     return f"question: {question.strip()}\nscene: {stm.strip()}" if stm.strip() else f"question: {question.strip()}"

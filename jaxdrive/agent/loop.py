@@ -207,7 +207,8 @@ def read_trajectories(path, fields: dict | None = None, check=None) -> list[dict
 
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"{path}: no such file (trajectories JSONL)")
+        raise ValueError(f"{path}: {'is a directory; expected' if path.is_dir() else 'no such file'} (trajectories "
+                         "JSONL)")
     out, first = [], {}
     for where, obj in read_jsonl_file(path):
         require(obj, where, {"id": str, **(fields or {})})

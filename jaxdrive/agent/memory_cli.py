@@ -31,13 +31,18 @@ def add_memory_subcommands(sub) -> None:
     c.set_defaults(func=_run_consolidate)
 
 
+def _not_a_file(path: Path) -> str:
+    """Why an input file flag's ``path`` cannot be read as one."""
+    return "is a directory; expected a file" if path.is_dir() else "no such file"
+
+
 def _run_build(args) -> int:
     from jaxdrive.agent.embed import minilm
     from jaxdrive.agent.store import build, read_entries_jsonl, save
     from jaxdrive.output_paths import output_dir
 
     if not args.entries.is_file():
-        raise ValueError(f"--entries {args.entries}: no such file")
+        raise ValueError(f"--entries {args.entries}: {_not_a_file(args.entries)}")
     output_dir("--out", args.out)  # a store is a directory
     try:
         entries = read_entries_jsonl(args.entries)
@@ -50,18 +55,31 @@ def _run_build(args) -> int:
     return 0
 
 
+def _check_query_flags(args) -> None:
+    """``--question``, ``--lam`` and ``--devices`` of ``memory query``, before the store and the embedder load."""
+    import jax
+    import numpy as np
+
+    if not args.question.strip():
+        raise ValueError("--question: expected a non-empty question text")
+    if args.lam is not None and not 0 <= args.lam <= np.finfo(np.float32).max:  # NaN fails; retrieval uses float32
+        raise ValueError(f"--lam: expected a finite utility weight >= 0, got {args.lam}")
+    if args.devices is not None and not 1 <= args.devices <= len(jax.devices()):
+        raise ValueError(f"--devices: expected 1..{len(jax.devices())} (available devices), got {args.devices}")
+
+
 def _run_query(args) -> int:
     import numpy as np
 
     from jaxdrive.agent import memory
-    from jaxdrive.agent.embed import compose_query, minilm
+    from jaxdrive.agent.embed import check_store_width, compose_query, minilm
     from jaxdrive.agent.store import load
 
     if args.stm is not None and not args.stm.is_file():
-        raise ValueError(f"--stm {args.stm}: no such file")
-    if args.devices is not None and args.devices < 1:
-        raise ValueError(f"--devices: expected >= 1, got {args.devices}")
+        raise ValueError(f"--stm {args.stm}: {_not_a_file(args.stm)}")
+    _check_query_flags(args)
     store = load(args.store)
+    check_store_width(store, args.store)
     k = min(memory.TOP_K, len(store.entries)) if args.k is None else args.k
     if not 1 <= k <= len(store.entries):
         raise ValueError(f"-k: expected 1..{len(store.entries)} (entries in the store), got {k}")
@@ -84,15 +102,27 @@ def _run_consolidate(args) -> int:
     import dataclasses
 
     from jaxdrive.agent.consolidate import ConsolidationConfig, check_verified_fields, consolidate
-    from jaxdrive.agent.embed import minilm
+    from jaxdrive.agent.embed import check_store_width, minilm
     from jaxdrive.agent.loop import read_trajectories
-    from jaxdrive.agent.store import load, save
+    from jaxdrive.agent.store import current_generation, load, save
+    from jaxdrive.datasets.base import require
 
     cfg = ConsolidationConfig(eta=args.eta)
     store = load(args.store)
-    trajs = read_trajectories(args.trajectories, check=check_verified_fields)
+    check_store_width(store, args.store)
+
+    def check(traj: dict, where: str) -> None:
+        """The field types, then a ``termination``, which every loop trajectory has: another JSONL file (e.g.
+        `agent convert`'s records) was taken as trajectories failing verification, their ids recorded."""
+        check_verified_fields(traj, where)
+        require(traj, where, {"termination": str})
+
+    trajs = read_trajectories(args.trajectories, check=check)
     out, rep = consolidate(store, trajs, minilm(), cfg=cfg)
-    gen = save(out, args.store)
+    if rep.skipped_already_consolidated == rep.seen:  # a re-run: nothing new, so no new generation (it would replace
+        gen = args.store / current_generation(args.store)  # the backup, the generation before the first run, by a copy)
+    else:
+        gen = save(out, args.store)
     summary = {k: v for k, v in dataclasses.asdict(rep).items() if k not in ("reinforced", "added")}
     summary.update(reinforced=len(rep.reinforced), added=len(rep.added), entries=len(out.entries), generation=gen.name)
     print(json.dumps(summary))

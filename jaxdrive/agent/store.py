@@ -179,7 +179,7 @@ def _table(entries: Sequence[MemoryEntry]) -> pa.Table:
 _GENERATION = re.compile(r"gen-(\d{6})")
 
 
-def _current(root: Path) -> str | None:
+def current_generation(root: Path) -> str | None:
     """The committed generation's name (None when there is no ``CURRENT``); ``ValueError`` when ``CURRENT`` does not
     name a generation (a damaged or foreign file)."""
     try:
@@ -199,7 +199,7 @@ def save(store: MemoryStore, root: str | os.PathLike) -> Path:
     """Write ``store`` as the next generation under ``root`` and commit it atomically; returns the generation dir."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    cur = _current(root)
+    cur = current_generation(root)
     for p in root.iterdir():  # leftovers of killed writers
         if p.name.startswith(".tmp-"):
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
@@ -230,7 +230,7 @@ def save(store: MemoryStore, root: str | os.PathLike) -> Path:
 def load(root: str | os.PathLike, mmap: bool = False) -> MemoryStore:
     """The committed generation of the store at ``root`` (``mmap``: embeddings memory-mapped, read-only)."""
     root = Path(root)
-    cur = _current(root)
+    cur = current_generation(root)
     if cur is None:
         raise ValueError(f"memory store {root}: no committed generation (missing CURRENT; build one with "
                          "`jaxdrive memory build`)")

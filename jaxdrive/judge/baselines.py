@@ -9,6 +9,10 @@
 * both, with a model (``direct_model``): ``direct``, the VLM direct-score baseline (paper Table 3, VLM-DirectScore /
   -Ft): score = P(``Reasonable: yes``) of a VLM asked about the whole trajectory (``direct_scores``; fine-tuned with
   the ``judge_direct`` dataset, ``configs/judge_direct_sft_tiny.py``).
+
+A run first removes the split's files of every method (``METHODS``) from the output directory: what it holds is
+one run's (a method this run cannot write, e.g. ``logreg`` without a train split, left an earlier set's file that
+``jaxdrive eval tps --predictions DIR/test_tps_*.parquet`` read without a word).
 """
 from __future__ import annotations
 
@@ -17,10 +21,12 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdrive.judge.dataset import SUBSCORE_KEYS, Pair, Record, check_pair_records, item_name, read_pairs, \
-    read_records, read_scenes, record_images
+from jaxdrive.judge.dataset import SUBSCORE_KEYS, Pair, Record, check_pair_records, item_name, read_image, \
+    read_pairs, read_records, read_scenes, record_images
 from jaxdrive.judge.gates import RULE_LABELS, rule_gated_score
 from jaxdrive.rules.epdms import METRICS, SubScores
+
+METHODS = ("epdms", "oracle", "ade", "fde", "logreg", "logreg_gates", "direct")  # every <split>_<dqc|tps>_<method>
 
 
 def check_rule_fields(root: Path, records: list[Record], subscores: bool = True) -> None:
@@ -71,8 +77,6 @@ def direct_scores(model_dir: str | Path, root: Path, records: list[Record], *, d
     against the model's record of its training, which supplies ``describe`` when None, as for ``jaxdrive judge run``
     (``run.evaluation_settings``: a ValueError naming both when they differ); without the record, no description
     unless ``describe``."""
-    from PIL import Image
-
     from jaxdrive.judge import prompt as P
     from jaxdrive.judge.labels import rule_values
     from jaxdrive.judge.policy import direct_slot, encode, gate_probabilities, load_image_config
@@ -94,7 +98,7 @@ def direct_scores(model_dir: str | Path, root: Path, records: list[Record], *, d
                             describe=describe, answer=P.direct_answer_text(True), direct=True,
                             broken=P.broken_rules(v, thresholds) if describe else None)
                  for r, v in zip(part, values[i:i + batch_size].tolist() + [values[i]] * batch_size)]
-        images = [np.asarray(Image.open(root / r.image).convert("RGB")) for r in part]
+        images = [read_image(root / r.image, item_name(root, r)) for r in part]
         out.append(gate_probabilities(model, encode(encoder, convs, images, image_cfg), slot)[:, 0])
     return np.concatenate(out)[:len(records)].astype(np.float64) if out else np.zeros(0)
 
@@ -150,6 +154,9 @@ def write_baselines(root: str | Path, split: str = "test", out_dir: str | Path |
         check_rule_fields(root, train, subscores=False)
         record_images(root, train + records)
     out_dir.mkdir(parents=True, exist_ok=True)
+    for kind in ("dqc", "tps"):
+        for method in METHODS:
+            (out_dir / f"{split}_{kind}_{method}.parquet").unlink(missing_ok=True)
     direct = {}
     if records and direct_model:  # first: settings contradicting its training record stop before the classifiers fit
         direct["direct"] = direct_scores(direct_model, root, records, describe=describe)

@@ -16,6 +16,7 @@ import numpy as np
 from PIL import Image
 
 from jaxdrive.judge.baselines import subscores_of
+from jaxdrive.judge.dataset import item_name, read_image
 from jaxdrive.judge.gates import RULE_LABELS, rule_gated_score
 
 EMBED_SIZE = 16
@@ -25,7 +26,8 @@ def image_embeddings(root: Path, records) -> np.ndarray:
     """[N, 3 * EMBED_SIZE^2] box-downsampled BEV pixels of the records."""
     out = []
     for r in records:
-        img = Image.open(Path(root) / r.image).convert("RGB").resize((EMBED_SIZE, EMBED_SIZE), Image.Resampling.BOX)
+        rgb = Image.fromarray(read_image(Path(root) / r.image, item_name(root, r)))
+        img = rgb.resize((EMBED_SIZE, EMBED_SIZE), Image.Resampling.BOX)
         out.append(np.asarray(img, np.float32).reshape(-1) / 255.0)
     return np.stack(out)
 

@@ -26,6 +26,7 @@ def run_data(args) -> int:
 
     _positive("--train", args.train)
     _positive("--test", args.test)
+    _positive("--seed", args.seed)  # numpy's "expected non-negative integer" before, after the folders were made
     if args.per_scene < 1 or args.image_size < 8:
         raise ValueError(f"--per-scene >= 1 and --image-size >= 8 expected, got {args.per_scene}, {args.image_size}")
     if args.batch_size < 1:

@@ -85,6 +85,8 @@ def _check_record(r: Record, where: str) -> Record:
             raise ValueError(f"{where}: subscores: unknown key {k!r} (expected some of {SUBSCORE_KEYS})")
         if v is not None and not is_finite_number(v):
             raise ValueError(f"{where}: subscores: {k}: expected a finite number or null, got {v!r}")
+        if v is not None and not 0.0 <= v <= 1.0:  # e.g. percent: gated scores of 1e8 before, without a word
+            raise ValueError(f"{where}: subscores: {k}: expected a score in [0, 1], got {v!r}")
     if r.gates and set(r.gates) != set(RULE_LABELS):
         raise ValueError(f"{where}: gates: expected keys {RULE_LABELS}, got {sorted(r.gates)}")
     for k, v in r.gates.items():
@@ -124,8 +126,12 @@ def _read_jsonl(path: Path, cls, check) -> list:
 
 
 def read_records(root: str | Path, split: str | None = None) -> list[Record]:
-    """The records of ``root/records.jsonl`` (optionally one split), validated."""
-    rows = _read_jsonl(Path(root) / "records.jsonl", Record, _check_record)
+    """The records of ``root/records.jsonl`` (optionally one split), validated; a ValueError naming the file when
+    there is none (a FileNotFoundError traceback before, e.g. ``jaxdrive train`` with a wrong ``data.path``)."""
+    path = Path(root) / "records.jsonl"
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file (a DriveJudge set holds one: `jaxdrive judge data --out DIR`)")
+    rows = _read_jsonl(path, Record, _check_record)
     return [r for r in rows if split is None or r.split == split]
 
 
@@ -188,6 +194,19 @@ def record_images(root: str | Path, records: list[Record]) -> dict[str, Path]:
     return {r.id: file_ref(Path(root), r.image, item_name(root, r), "image") for r in records}
 
 
+def read_image(path: Path, where: str) -> np.ndarray:
+    """[H, W, 3] uint8 RGB pixels of the image file ``path`` (a record's ``image``, named ``where``: ``item_name``);
+    a ValueError naming the record, the field and the file when it is not a readable image (not an image, a PNG
+    cut short: PIL's OSError before, a traceback naming no record)."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as img:
+            return np.asarray(img.convert("RGB"))
+    except OSError as e:
+        raise ValueError(f"{where}: field 'image': {path}: not a readable image ({e})") from None
+
+
 def read_scenes(root: str | Path, items: list) -> dict:
     """{scene path: ``HostScene``} of the scene files that ``items`` (records or pairs of ``root``) name, each read
     once; checks every item's ``scene`` path (relative to ``root``, without '..': ``datasets.base.source_path``, the
@@ -240,7 +259,11 @@ def check_pair_records(root: str | Path, pairs: list[Pair], records: list[Record
 
 
 def write_jsonl(path: str | Path, items) -> Path:
-    with open(path, "w") as f:
+    """``items`` (records or pairs) as JSON lines, replacing ``path`` atomically (``atomic.replacing``: a writer
+    killed midway leaves the previous file, never a shorter one that may end on a line boundary)."""
+    from jaxdrive.atomic import replacing
+
+    with replacing(path) as tmp, open(tmp, "w") as f:
         for it in items:
             f.write(json.dumps(dataclasses.asdict(it), sort_keys=True) + "\n")
     return Path(path)

@@ -24,13 +24,12 @@ from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
-from PIL import Image
 
 from jaxdrive.judge import prompt as P
 from jaxdrive.judge.baselines import subscores_of
 from jaxdrive.judge.bev import IMAGE_SIZE
 from jaxdrive.judge.dataset import check_pair_records, dataset_image_size, dataset_thresholds, item_name, \
-    read_pairs, read_records, read_scenes, record_images
+    read_image, read_pairs, read_records, read_scenes, record_images
 from jaxdrive.judge.gates import RULE_LABELS, rule_gated_score
 from jaxdrive.judge.labels import rule_values
 from jaxdrive.judge.policy import ALL_YES, JUDGE_META, TrainedAs, answer_slots, check_slot_tokens, encode, \
@@ -62,10 +61,6 @@ def balance_records(records: list) -> list:
     off = [not all(r.gates[g] for g in RULE_LABELS) for r in records]
     k = max(1, round((len(records) - sum(off)) / sum(off))) if any(off) else 1
     return [x for r, o in zip(records, off) for x in [r] * (k if o else 1)]
-
-
-def _image(path: Path) -> np.ndarray:
-    return np.asarray(Image.open(path).convert("RGB"))
 
 
 def _pair_records(root: Path, pairs) -> list[tuple]:
@@ -117,7 +112,7 @@ def gate_examples(cfg, tokenizer=None) -> list[dict]:
                   P.answer_text(gates, r.justification if cfg.get("reason", False) else ""))
         conv = P.messages(scenes[r.scene], r.proposal, describe=cfg.get("describe", False), answer=answer,
                           broken=broken)
-        enc = encode(encoder, [conv], [_image(images[r.id])], image_cfg, pad_to_multiple_of=1)
+        enc = encode(encoder, [conv], [read_image(images[r.id], item_name(root, r))], image_cfg, pad_to_multiple_of=1)
         n = int(enc.attention_mask[0].sum())
         start = int(enc.answer_start[0])
         ex = {"prompt": enc.input_ids[0, :start], "answer": enc.input_ids[0, start:n],
@@ -152,7 +147,7 @@ def direct_examples(cfg, tokenizer=None) -> list[dict]:
     for r, broken in zip(records, _broken(cfg, root, records)):
         conv = P.messages(scenes[r.scene], r.proposal, describe=cfg.get("describe", False),
                           answer=P.direct_answer_text(True), broken=broken, direct=True)
-        enc = encode(encoder, [conv], [_image(images[r.id])], image_cfg, pad_to_multiple_of=1)
+        enc = encode(encoder, [conv], [read_image(images[r.id], item_name(root, r))], image_cfg, pad_to_multiple_of=1)
         n, start = int(enc.attention_mask[0].sum()), int(enc.answer_start[0])
         answer = enc.input_ids[0, start:n]
         check_slot_tokens(answer[None, min(slot.offsets[0], len(answer) - 1)], slot.yes_id)
@@ -182,8 +177,8 @@ def pair_examples(cfg, tokenizer=None) -> list[dict]:
     for p, recs in zip(pairs, pair_records):
         convs = [P.messages(scenes[r.scene], r.proposal, describe=cfg.get("describe", False),
                             answer=P.answer_text(ALL_YES), broken=b) for r, b in zip(recs, _broken(cfg, root, recs))]
-        enc = encode(encoder, convs, [_image(images[r.id]) for r in recs], image_cfg, pad_to_multiple_of=1,
-                     max_length=cfg.max_len)
+        enc = encode(encoder, convs, [read_image(images[r.id], item_name(root, r)) for r in recs], image_cfg,
+                     pad_to_multiple_of=1, max_length=cfg.max_len)
         sub = subscores_of(recs)
         out.append({"input_ids": enc.input_ids, "attention_mask": enc.attention_mask,
                     "positions": slot_positions(enc, slots), "pixel_values": enc.pixel_values,

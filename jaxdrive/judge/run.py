@@ -3,7 +3,9 @@ prediction files (and optionally the HTML audit report).
 
 Outputs in ``--out``: ``dqc.parquet`` (id, score = expected gated score, label, score_hard, epdms, p_<RULE>...,
 rationale) and, when the split has pairs whose trajectories are records, ``tps.parquet`` (id, score_a, score_b,
-preferred).
+preferred), and, when the records have gate labels, ``gates.json``. A run first removes these files of an earlier run
+there, so what ``--out`` holds is always one run's (never a previous model's ``tps.parquet`` beside this one's
+``dqc.parquet``), and writes each atomically.
 """
 from __future__ import annotations
 
@@ -72,9 +74,18 @@ def evaluation_settings(model: Path, root: Path, describe: bool | None) -> tuple
                                    "describe": "--describe", "thresholds": f"--data {root} (meta.json thresholds)"})
 
 
+OUTPUTS = ("dqc.parquet", "tps.parquet", "gates.json")  # what a run writes in --out (tps, gates: when it can)
+
+
+def _write_parquet(table, path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    with atomic.replacing(path) as tmp:
+        pq.write_table(table, tmp)
+
+
 def run(args) -> int:
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     from jaxdrive.judge.policy import DriveJudge
 
@@ -102,13 +113,15 @@ def run(args) -> int:
     judge = DriveJudge.from_pretrained(args.model, bev=BevConfig(size=size), describe=describe,
                                        batch_size=args.batch_size, pad=pad_spec(32), thresholds=thresholds)
     out.mkdir(parents=True, exist_ok=True)
+    for name in OUTPUTS:  # an earlier run's, which this one may not rewrite (no pairs, no gates, interrupted)
+        (out / name).unlink(missing_ok=True)
     cols = judge_records(judge, scenes, records, args.batch_size, not args.no_progress)
-    pq.write_table(pa.table(cols), out / "dqc.parquet")
+    _write_parquet(pa.table(cols), out / "dqc.parquet")
     written = [out / "dqc.parquet"]
     by_id = dict(zip(cols["id"], cols["score"]))
     pairs = [p for p in all_pairs if p.a_record in by_id and p.b_record in by_id]
     if pairs:
-        pq.write_table(pa.table({"id": [p.id for p in pairs], "score_a": [by_id[p.a_record] for p in pairs],
+        _write_parquet(pa.table({"id": [p.id for p in pairs], "score_a": [by_id[p.a_record] for p in pairs],
                                  "score_b": [by_id[p.b_record] for p in pairs],
                                  "preferred": [p.preferred for p in pairs]}), out / "tps.parquet")
         written.append(out / "tps.parquet")

@@ -116,8 +116,11 @@ def _mean_or_none(values: list) -> float | None:
 
 def build_dataset(out: str | Path, num_train: int, num_test: int, *, seed: int = 0, per_scene: int = 4,
                   image_size: int = IMAGE_SIZE, batch_size: int = 8, progress: bool = True) -> dict:
-    """Writes the synthetic set to ``out`` (``num_train`` / ``num_test`` scenes); returns the meta dict."""
+    """Writes the synthetic set to ``out`` (``num_train`` / ``num_test`` scenes); returns the meta dict.
+    ``records.jsonl``, which every reader of the set starts from, is removed first and written last (atomically): a
+    run interrupted in a directory that held a set leaves no set to read, never the old records over new images."""
     out = Path(out)
+    (out / "records.jsonl").unlink(missing_ok=True)
     for sub in ("scenes", "images"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -179,7 +182,6 @@ def build_dataset(out: str | Path, num_train: int, num_test: int, *, seed: int =
                 save_png(img, out / rec.image)
         bar.update(len(chunk))
     bar.close()
-    write_jsonl(out / "records.jsonl", records)
     write_jsonl(out / "pairs.jsonl", pairs)
     meta = {"generator": "jaxdrive.judge.synthetic", "seed": seed, "num_train_scenes": num_train,
             "num_test_scenes": num_test, "per_scene": per_scene, "image_size": image_size,
@@ -189,4 +191,5 @@ def build_dataset(out: str | Path, num_train: int, num_test: int, *, seed: int =
                                     for s in ("train", "test")},
             "pairs": {s: sum(p.split == s for p in pairs) for s in ("train", "test")}}
     atomic.write_text(out / "meta.json", json.dumps(meta, indent=2) + "\n")
+    write_jsonl(out / "records.jsonl", records)
     return meta

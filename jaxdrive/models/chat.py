@@ -64,7 +64,10 @@ class ChatEncoder:
         from ``chat_template.json`` / ``chat_template.jinja`` in ``path``."""
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        except (OSError, ValueError) as e:  # no tokenizer files, one cut short: transformers' words, several lines
+            raise ValueError(f"{path}: cannot load its tokenizer ({' '.join(str(e).split())})") from None
         if not tokenizer.chat_template:
             json_path, jinja_path = os.path.join(path, "chat_template.json"), os.path.join(path, "chat_template.jinja")
             if os.path.exists(json_path):
