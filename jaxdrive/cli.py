@@ -243,11 +243,13 @@ def _add_scenes(sub) -> None:
 def _run_generate(args) -> int:
     from jaxdrive.data.scene_json import write_scene
     from jaxdrive.data.synthetic import iter_scenes
+    from jaxdrive.output_paths import output_dir
 
     if args.count < 1:
         raise ValueError(f"--count: expected a positive number of scenes, got {args.count}")
     if args.proposals < 1:
         raise ValueError(f"--num-proposals: expected a positive number of proposals per scene, got {args.proposals}")
+    output_dir("--out", args.out)
     if args.store:
         from jaxdrive.data.store import write_store
 

@@ -216,7 +216,7 @@ def render_scene(scene: HostScene, path: str | Path, color_by: str | None = None
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    fig.savefig(path, format=None if path.suffix else "png")  # no suffix: a PNG at ``path`` itself, not path.png
     plt.close(fig)
     return path
 
@@ -237,12 +237,30 @@ def preview_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Ar
     return p
 
 
+def _check_out(path: Path) -> None:
+    """``--out`` of ``scenes preview``, checked before the scene is read or scored: not a directory, not below a
+    file, and a suffix matplotlib writes (none: PNG)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    from jaxdrive.output_paths import output_dir
+
+    if path.is_dir():
+        raise ValueError(f"--out {path}: is a directory; expected the path of the PNG to write")
+    if not path.exists():
+        output_dir("--out", path)  # names a file on the way ("... is a file, so no directory can be made below it")
+    kinds = FigureCanvasBase.get_supported_filetypes()
+    if path.suffix and path.suffix[1:].lower() not in kinds:
+        raise ValueError(f"--out {path}: cannot write a {path.suffix!r} image; expected .png (or one of "
+                         f"{', '.join('.' + k for k in sorted(kinds))})")
+
+
 def preview_main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
     """Entry point of ``jaxdrive scenes preview``; accepts parsed args or an argv list. Returns the exit code."""
     if not isinstance(args, argparse.Namespace):
         args = preview_parser().parse_args(args)
     if not args.extent > 0:
         raise ValueError(f"--extent: expected a positive half-width in metres, got {args.extent}")
+    _check_out(Path(args.out))
     if args.scene:
         from jaxdrive.data.scene_json import read_scene
 

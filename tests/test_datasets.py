@@ -329,6 +329,19 @@ def test_out_holding_other_files_is_refused_and_kept(tmp_path):
     assert (out / DATASET_META).is_file()
 
 
+
+def test_out_below_a_file_is_a_usage_error(tmp_path, capsys):
+    """``--out FILE/sub`` (a file where a folder of the path should be) was a NotADirectoryError traceback (exit 1)
+    from making the temporary build folder, after the whole source had been read."""
+    src = tmp_path / "src"
+    make_openread_cot(src)
+    (tmp_path / "f").write_text("x")
+    out = tmp_path / "f" / "sub"
+    assert main(["data", "build", "openread_cot", str(src), "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {out}" in err and "is a file" in err and "Traceback" not in err, err
+
+
 # ---------------------------------------------------------------------------------------------- grain
 
 @pytest.fixture(scope="module")
@@ -424,6 +437,28 @@ BREAKS = {
                   ["t1.json", "question, answer"]),
     "lingoqa": (_break_lingoqa, ["action/train.parquet", "'question'"]),
 }
+
+
+@pytest.mark.parametrize("kind,name,key", [("openread_cot", "train.jsonl", "id"), ("drivelmm_o1", "train.json", "idx"),
+                                           ("drivelmm_o1", "test.jsonl", "idx")])
+def test_an_item_given_twice_in_a_split_is_refused(kind, name, key, tmp_path, capsys):
+    """A record repeated in a split's file (e.g. a file concatenated twice) was stored twice: trained on twice, and
+    a DriveLMM-o1 item answered twice (``eval vqa`` refuses an idx given twice)."""
+    src = tmp_path / "src"
+    MAKERS[kind](src)
+    path = src / name
+    if name.endswith(".json"):
+        items = json.loads(path.read_text())
+        path.write_text(json.dumps(items + items[:1]))
+    else:
+        rows = [json.loads(l) for l in path.read_text().splitlines()]
+        _jsonl(path, rows + rows[:1])
+    first = (json.loads(path.read_text())[0] if name.endswith(".json")
+             else json.loads(path.read_text().splitlines()[0]))[key]
+    assert main(["data", "build", kind, str(src), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and f"field '{key}': {first!r} is already" in err and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("kind", sorted(BUILDERS))
@@ -596,10 +631,13 @@ def test_source_file_of_the_wrong_shape_or_encoding_is_named(kind, name, data, n
     ("trajectory", [[float("nan"), 1.0]] + [[1.0, 1.0]] * 5, "expected finite numbers"),
     ("trajectory", [[1e39, 1.0]] + [[1.0, 1.0]] * 5, "expected finite numbers"),
     ("references", [{"text": "A car."}, 3], "expected a list of strings"),
+    ("trajectory", [[True, 1.0]] + [[1.0, 1.0]] * 5, "expected finite numbers"),
+    ("trajectory", [["1.5", 1.0]] + [[1.0, 1.0]] * 5, "expected finite numbers"),
 ])
 def test_openread_cot_non_finite_trajectory_or_non_text_reference_is_refused(field, value, needle, tmp_path, capsys):
     """A NaN waypoint (JSON's NaN extension) or one beyond float32 was stored as the planning ground truth, and
-    references that are not strings were stored as their Python repr ("{'text': 'A car.'}", "3")."""
+    references that are not strings were stored as their Python repr ("{'text': 'A car.'}", "3"); a ``true`` or a
+    ``"1.5"`` waypoint was stored as 1.0 or 1.5."""
     src = tmp_path / "src"
     make_openread_cot(src)
     rows = [json.loads(l) for l in (src / "train.jsonl").read_text().splitlines()]

@@ -73,6 +73,19 @@ def test_prediction_files(tmp_path):
         load_predictions(tmp_path / "bad.npz")
 
 
+def test_unreadable_or_non_finite_prediction_files_are_named(tmp_path):
+    """An empty .npz (an interrupted write) was an EOFError traceback, one array saved as .npy under an .npz name a
+    TypeError traceback; a NaN pose said "expected 8 finite poses, shape (8, 3), got shape (8, 3)"."""
+    (tmp_path / "empty.npz").write_bytes(b"")
+    with open(tmp_path / "one.npz", "wb") as f:
+        np.save(f, np.zeros((8, 3)))
+    np.savez(tmp_path / "nan.npz", tok=np.where(np.arange(24).reshape(8, 3) == 7, np.nan, 1.0))
+    for name, says in (("empty.npz", "cannot read"), ("one.npz", r"one array of shape \(8, 3\)"),
+                       ("nan.npz", r"token 'tok': expected finite values, got nan at pose 2, field 1")):
+        with pytest.raises(ValueError, match=rf"^--predictions {tmp_path / name}: .*{says}"):
+            load_predictions(tmp_path / name)
+
+
 def test_tokens_are_scored_once_and_what_is_left_out_is_said(tmp_path, capsys, monkeypatch):
     """One token in two scene files was scored twice (two rows, counted twice in the summary's means); scenes without
     a prediction were dropped without a word; a parquet token given twice kept its last row silently; ``--gates``,
@@ -115,3 +128,14 @@ def test_tokens_are_scored_once_and_what_is_left_out_is_said(tmp_path, capsys, m
                    tmp_path / "dup.parquet")
     with pytest.raises(ValueError, match=f"token '{ids[0]}' has 2 rows"):
         load_predictions(tmp_path / "dup.parquet")
+
+
+def test_prediction_files_of_strings_are_named(tmp_path):
+    """A .npz holding string arrays said "could not convert string to float: 'a'", naming neither the flag nor the
+    file; numeric strings were taken as numbers."""
+    np.savez(tmp_path / "str.npz", tok=np.full((8, 3), "a"))
+    np.savez(tmp_path / "num.npz", tok=np.full((8, 3), "1.5"))
+    for name in ("str.npz", "num.npz"):
+        with pytest.raises(ValueError, match=rf"^--predictions {tmp_path / name}: token 'tok': expected numeric "
+                                             r"\(x, y, heading\) poses, got an array of <U\d+"):
+            load_predictions(tmp_path / name)

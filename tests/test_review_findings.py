@@ -253,6 +253,20 @@ def test_proposal_file_arrays_are_checked_naming_the_key(tmp_path, kind, needle)
         load_proposal_npz(tmp_path / "p.npz")
 
 
+def test_a_single_npy_given_as_proposals_is_a_usage_error(tmp_path, capsys):
+    """``--proposals P.npy`` (one array, not an .npz of one array per scene id) was a TypeError traceback (exit 1):
+    "'numpy.ndarray' object does not support the context manager protocol"; an empty file an EOFError traceback."""
+    scenes = tmp_path / "scenes"
+    assert main(["scenes", "generate", "--count", "1", "--num-proposals", "2", "--out", str(scenes)]) == 0
+    np.save(tmp_path / "p.npy", np.zeros((2, 41, 11)))
+    (tmp_path / "empty.npz").write_bytes(b"")  # an EOFError traceback too
+    for name, says in (("empty.npz", "cannot read an .npz"), ("p.npy", "np.savez")):
+        assert main(["score", "--scenes", str(scenes), "--proposals", str(tmp_path / name), "--out",
+                     str(tmp_path / "o"), "--no-progress"]) == EXIT_USAGE
+        err = capsys.readouterr().err
+        assert f"--proposals {tmp_path / name}: " in err and says in err and "Traceback" not in err, err
+
+
 def test_proposal_file_source_names_bad_files_and_missing_ids(tmp_path):
     """`score --scenes DIR --proposals P.npz` reads the directory as `--scenes DIR` does (same recursive listing, same
     per-file errors) and takes each scene's proposals from its array; a malformed file and a scene id without an array

@@ -225,6 +225,19 @@ def test_scenes_generate_rejects_a_count_below_one_by_flag(tmp_path, capsys, fla
     assert not (tmp_path / "gen").exists()
 
 
+@pytest.mark.parametrize("store", [[], ["--store"]])
+def test_scenes_generate_to_a_file_is_a_usage_error_naming_out(tmp_path, capsys, store):
+    """``--out`` naming an existing file, or a folder below one, was a FileExistsError / NotADirectoryError traceback
+    (exit 1) from mkdir, as JSON files and as a store."""
+    (tmp_path / "f.json").write_text("{}")
+    for out in (tmp_path / "f.json", tmp_path / "f.json" / "sub"):
+        assert main(["scenes", "generate", "--count", "1", "--num-proposals", "1", *store,
+                     "--out", str(out)]) == EXIT_USAGE
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and f"--out {out}" in err, err
+    assert (tmp_path / "f.json").read_text() == "{}"
+
+
 def test_summary_names_an_input_bound_run(tmp_path, monkeypatch):
     """A source slower than the scorer: the loop's wait for input is measured over the throughput's span and the
     summary says the run is input-bound and what feeds it faster; a run that did not wait is not called so."""

@@ -191,6 +191,37 @@ def test_convert_cli_and_synthetic_store_round_trip(tmp_path, capsys):
     np.testing.assert_array_equal(got.proposal_states[..., :2], want.proposal_states[..., :2] - want.origin)
 
 
+def test_a_store_is_not_written_onto_a_file_nor_over_a_folder_of_scene_files(tmp_path, capsys):
+    """``scenes convert SRC --out X``: a file X was a FileExistsError traceback (exit 1); X = SRC itself, or a folder
+    above it, got the store among the scene files, after which every command listing the folder's scenes skipped them
+    (a store's folder holds no scenes): ``convert``, ``add-pdm-closed`` and ``vocab --scenes`` found none."""
+    src = tmp_path / "json"
+    src.mkdir()
+    for f in FILES[:2]:
+        shutil.copy(f, src)
+    (tmp_path / "f").write_text("x")
+    for out in (tmp_path / "f", tmp_path / "f" / "sub", src, tmp_path):
+        assert main(["scenes", "convert", str(src), "--out", str(out), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and f"--out {out}" in err, err
+    assert main(["scenes", "generate", "--count", "1", "--store", "--out", str(src)]) == 2
+    assert "holds scene JSON files" in capsys.readouterr().err
+    assert not is_store(src) and not is_store(tmp_path)
+    assert sorted(p.name for p in src.iterdir()) == sorted(Path(f).name for f in FILES[:2])
+
+
+def test_a_store_whose_metadata_is_not_json_is_named(tmp_path, capsys):
+    """A damaged ``jaxdrive_store.json`` (a partial copy) was reported as json's words alone ("Expecting ','
+    delimiter: line 1 column 12"), naming no file."""
+    write_store([read_scene(f) for f in FILES[:1]], tmp_path / "store")
+    (tmp_path / "store" / "jaxdrive_store.json").write_text('{"format": ')
+    for argv in (["scenes", "refresh", str(tmp_path / "store")],
+                 ["score", "--scenes", str(tmp_path / "store"), "--out", str(tmp_path / "run"), "--no-progress"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert str(tmp_path / "store" / "jaxdrive_store.json") in err and "Traceback" not in err, err
+
+
 def test_a_damaged_store_names_its_unreadable_scenes_instead_of_a_traceback(tmp_path, capsys):
     """A store whose record file was truncated (a partial copy): each scene it cannot read is named in errors.jsonl
     (exit 3, "no scenes scored" when none is left), not a traceback."""
@@ -471,3 +502,20 @@ def test_a_store_knows_its_proposal_counts_without_decoding_a_scene(tmp_path, mo
     real = SceneStoreSource.iter_range
     monkeypatch.setattr(SceneStoreSource, "iter_range", lambda self, a, b: decoded.append((a, b)) or real(self, a, b))
     assert source.scene_ids() == ids and source.proposal_counts(ids) == counts and decoded == [(0, 3)]
+
+
+def test_scenes_refresh_and_convert_name_their_positional_argument(tmp_path, capsys):
+    """``scenes refresh STORE`` said "--scenes X: not a jaxdrive scene store" although no ``--scenes`` was typed;
+    ``scenes convert JSON_DIR`` with a missing folder or a file said "no *.json scene files found"."""
+    (tmp_path / "f").write_text("x")
+    (tmp_path / "empty").mkdir()
+    for path in (tmp_path / "nowhere", tmp_path / "empty"):
+        assert main(["scenes", "refresh", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert f"STORE {path}: not a jaxdrive scene store" in err and "--scenes" not in err, err
+    for path, says in ((tmp_path / "nowhere", "does not exist"), (tmp_path / "f", "is a file, not a directory")):
+        assert main(["scenes", "convert", str(path), "--out", str(tmp_path / "s"), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert f"JSON_DIR {path}: {says}" in err and "no *.json" not in err, err
+    assert main(["scenes", "convert", str(tmp_path / "empty"), "--out", str(tmp_path / "s"), "--no-progress"]) == 2
+    assert f"JSON_DIR {tmp_path / 'empty'}: no *.json scene files found" in capsys.readouterr().err

@@ -256,3 +256,14 @@ def test_reference_profile_is_the_dense_benchmark_mix():
     spec = pad_spec()
     assert all(len(s.agents) <= spec.agents and len(s.lanes) <= spec.lanes and len(s.areas) <= spec.areas
                for s in scenes)
+
+
+def test_a_negative_seed_is_named(tmp_path, capsys):
+    """``--seed -1`` (scenes generate / preview, score, vocab, vocab build) said only numpy's "expected
+    non-negative integer", naming no seed."""
+    from jaxdrive.cli import main
+
+    with pytest.raises(ValueError, match=r"^seed: expected a non-negative integer, got -1$"):
+        generate_scene(-1)
+    assert main(["scenes", "generate", "--count", "1", "--seed", "-1", "--out", str(tmp_path / "g")]) == 2
+    assert "seed: expected a non-negative integer, got -1" in capsys.readouterr().err

@@ -50,3 +50,21 @@ def test_bad_inputs_fail_clearly(tmp_path):
         render_scene(scene, tmp_path / "x.png", color_by="no_such_field")
     with pytest.raises(ValueError, match=r"values: expected shape \(16,\)"):
         render_scene(scene, tmp_path / "x.png", color_by="score", values=[1.0, 2.0])
+
+
+def test_preview_out_is_checked_before_drawing_and_the_file_written_is_the_one_named(tmp_path, capsys):
+    """``--out`` naming a directory wrote ``DIR.png`` beside it and said "wrote DIR"; a name without a suffix was
+    written as ``NAME.png`` (reported as NAME); a folder below a file was a FileExistsError traceback; a suffix
+    matplotlib cannot write failed (after any scoring) without naming the flag."""
+    from jaxdrive.cli import main
+
+    (tmp_path / "f").write_text("x")
+    for out, says in ((tmp_path, "is a directory"), (tmp_path / "f" / "p.png", "is a file"),
+                      (tmp_path / "p.txt", "'.txt'")):
+        assert main(["scenes", "preview", "--num-proposals", "2", "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert f"--out {out}" in err and says in err and "Traceback" not in err, err
+    assert not (tmp_path.parent / f"{tmp_path.name}.png").exists() and not (tmp_path / "p.txt").exists()
+    assert main(["scenes", "preview", "--num-proposals", "2", "--out", str(tmp_path / "plain")]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {tmp_path / 'plain'}"
+    assert _png_ok(tmp_path / "plain") and not (tmp_path / "plain.png").exists()

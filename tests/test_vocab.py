@@ -4,6 +4,7 @@ vocabulary."""
 
 import dataclasses
 import json
+import os
 import pickle
 
 import jax
@@ -281,6 +282,60 @@ def test_vocabulary_in_another_frame_or_units_is_named(tmp_path, capsys, mangle,
     assert "--vocabulary" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
+def test_vocab_scenes_that_are_no_folder_of_scene_files_name_the_flag(tmp_path, capsys, monkeypatch):
+    """``--scenes`` naming a missing folder or a file said "PATH: not a directory" (no flag); a scene store (what
+    ``scenes from-navsim --store`` writes) said "no *.json scene files found"; a NaN in the vocabulary was located as
+    "(np.int64(2), np.int64(5), np.int64(1))"; Ctrl-C said "interrupted" without how to continue."""
+    np.save(tmp_path / "v.npy", _vocab(2))
+    assert main(["scenes", "generate", "--count", "1", "--num-proposals", "1", "--store",
+                 "--out", str(tmp_path / "store")]) == 0
+    capsys.readouterr()
+    for scenes, says in ((tmp_path / "nowhere", "not a directory"), (tmp_path / "v.npy", "not a directory"),
+                         (tmp_path / "store", "is a scene store")):
+        assert main(["vocab", "--vocabulary", str(tmp_path / "v.npy"), "--scenes", str(scenes),
+                     "--out", str(tmp_path / "o"), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert f"--scenes {scenes}" in err and says in err, err
+    bad = _vocab(3)
+    bad[2, 5, 1] = np.nan
+    np.save(tmp_path / "nan.npy", bad)
+    assert main(["vocab", "--vocabulary", str(tmp_path / "nan.npy"), "--out", str(tmp_path / "o"), "--count", "1",
+                 "--no-progress"]) == 2
+    assert "got NaN/inf at (trajectory, pose, field) (2, 5, 1)" in capsys.readouterr().err
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr("jaxdrive.vocab.job.run_vocab", interrupted)
+    assert main(["vocab", "--vocabulary", str(tmp_path / "v.npy"), "--out", str(tmp_path / "o"), "--count", "1",
+                 "--reference", "first-proposal", "--no-progress"]) == 130
+    assert f"--resume --out {tmp_path / 'o'}" in capsys.readouterr().err
+
+
+def test_vocab_build_checks_its_flags_first_and_writes_the_file_named_whole(tmp_path, capsys, monkeypatch):
+    """``vocab build``: ``--out DIR`` wrote ``DIR.npy`` and said "wrote DIR"; ``--out NAME`` (no suffix) wrote
+    ``NAME.npy`` and said NAME, so ``vocab --vocabulary NAME`` failed; a folder below a file was a FileExistsError
+    traceback after the clustering; ``--from-scenes 0`` said "cannot reshape array of size 0"; an interrupted write
+    left a truncated .npy at ``--out``."""
+    (tmp_path / "f").write_text("x")
+    for scenes, out, says in (("4", tmp_path, f"--out {tmp_path}: is a directory"),
+                              ("4", tmp_path / "f" / "v.npy", f"--out {tmp_path / 'f' / 'v.npy'}: "),
+                              ("0", tmp_path / "v.npy", "--from-scenes: expected")):
+        assert main(["vocab", "build", "--size", "2", "--from-scenes", scenes, "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert says in err and "Traceback" not in err, err
+    assert not (tmp_path.parent / f"{tmp_path.name}.npy").exists() and not (tmp_path / "v.npy").exists()
+    assert main(["vocab", "build", "--size", "2", "--from-scenes", "4", "--out", str(tmp_path / "plain")]) == 0
+    assert capsys.readouterr().out.startswith(f"wrote {tmp_path / 'plain'}: ")
+    assert np.load(tmp_path / "plain").shape == (2, 40, 3) and not (tmp_path / "plain.npy").exists()
+
+    def interrupted(file, arr, **kwargs):
+        (open(file, "wb") if isinstance(file, (str, os.PathLike)) else file).write(b"\x93NUMPY")
+        raise KeyboardInterrupt
+    monkeypatch.setattr(np, "save", interrupted)
+    assert main(["vocab", "build", "--size", "2", "--from-scenes", "4", "--out", str(tmp_path / "cut.npy")]) == 130
+    assert list(tmp_path.glob("cut*")) == []
+
+
 def test_kmeans_and_demo_vocabulary():
     pts = np.concatenate([np.zeros((5, 2)), np.full((5, 2), 10.0)])
     centres, labels = kmeans(pts, 2, seed=0)
@@ -289,3 +344,29 @@ def test_kmeans_and_demo_vocabulary():
     assert vocab.shape == (6, 40, 3) and vocab.dtype == np.float32 and np.all(np.isfinite(vocab))
     assert np.all(np.abs(vocab[:, 0, :2]) < 5.0)  # 0.1 s after the ego pose
     assert np.all(np.abs(vocab[..., 2]) <= np.pi)
+
+
+def test_vocab_synthetic_flags_with_scenes_are_refused(tmp_path, capsys):
+    """``vocab --scenes DIR --count N`` (or ``--seed S``) ignored the synthetic-only flags silently; ``jaxdrive
+    score`` refuses the same combination."""
+    np.save(tmp_path / "v.npy", _vocab(2))
+    (tmp_path / "scenes").mkdir()
+    for extra, named in ((["--count", "3"], "--count"), (["--seed", "1"], "--seed"),
+                         (["--count", "3", "--seed", "1"], "--count, --seed")):
+        assert main(["vocab", "--vocabulary", str(tmp_path / "v.npy"), "--scenes", str(tmp_path / "scenes"),
+                     "--out", str(tmp_path / "o"), "--no-progress", *extra]) == 2
+        err = capsys.readouterr().err
+        assert f"{named}: only for the built-in synthetic scenes; --scenes {tmp_path / 'scenes'}" in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_vocab_build_checks_size_before_generating_trajectories(tmp_path, capsys, monkeypatch):
+    """``vocab build --size K`` out of 1..--from-scenes was refused only after the synthetic human trajectories were
+    generated (the slow part)."""
+    def generated(*args, **kwargs):
+        raise AssertionError("trajectories generated before --size was checked")
+    monkeypatch.setattr("jaxdrive.vocab.build.human_trajectories", generated)
+    for size in ("0", "5"):
+        assert main(["vocab", "build", "--size", size, "--from-scenes", "4", "--out", str(tmp_path / "v.npy")]) == 2
+        err = capsys.readouterr().err
+        assert f"--size: expected 1..4 clusters (at most one per trajectory), got {size}" in err, err

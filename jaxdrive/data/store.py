@@ -151,14 +151,22 @@ def scene_from_example(ex: dict) -> HostScene:
 
 def write_store(scenes: Iterable[HostScene], out: str | os.PathLike, *, progress: bool = False,
                 padded: bool = True, label: Callable[[int], str] | None = None) -> dict:
-    """Validate and write ``scenes`` as a store at ``out`` (created; must not hold one). Returns its metadata.
+    """Validate and write ``scenes`` as a store at ``out`` (created; must not hold a store, nor scene JSON files, which
+    a store's folder would hide: ``scene_json.NOT_SCENE_FOLDER_MARKS``). Returns its metadata.
     ``padded``: also write the padded copy (``STORE/padded``, see the module docstring). A scene id given twice is
     refused (a store is read by scene id: ``SceneStoreSource.unique_ids``), naming both inputs by ``label(i)``
     (default: their positions). When it fails (a bad scene, an unreadable input, Ctrl-C) it removes what it wrote
     (``out`` itself if it created it): no half-written store is left."""
-    out = Path(out)
+    from jaxdrive.data.scene_json import scene_files
+    from jaxdrive.output_paths import output_dir
+
+    out = output_dir("--out", out)
     if is_store(out):
         raise ValueError(f"--out {out}: already holds a scene store; choose another directory")
+    held = scene_files(out) if out.is_dir() else []
+    if held:  # the folder of a store is skipped when scenes are listed (scene_json.NOT_SCENE_FOLDER_MARKS)
+        raise ValueError(f"--out {out}: holds scene JSON files (e.g. {held[0]}), which a store written there would "
+                         f"hide from every command that lists a folder's scenes; choose another directory")
     before = set(out.iterdir()) if out.is_dir() else None
     try:
         return _write_store(scenes, out, progress, padded, label)
@@ -291,13 +299,14 @@ def write_padded(path: str | os.PathLike) -> bool:
     return True
 
 
-def refresh_store(path: str | os.PathLike) -> str:
+def refresh_store(path: str | os.PathLike, flag: str = "--scenes") -> str:
     """Bring a store's padded copy and per-scene needs up to date with this jaxdrive, in place: rewrite the copy when
     it is missing or stale (``write_padded``), else only ``needs.npy`` when its fingerprint is another jaxdrive's (the
-    broad phase changed since it was written). Each file is replaced atomically. Returns what was done, in words."""
+    broad phase changed since it was written). Each file is replaced atomically. Returns what was done, in words.
+    ``flag``: how errors name ``path`` (the argument as the user gave it, e.g. ``STORE``)."""
     from jaxdrive.broadphase.device import needs_fingerprint
 
-    store = SceneStore(path)
+    store = SceneStore(path, flag)
     copy = PaddedStore.open(store)
     if copy is None:
         if not write_padded(store.path):
@@ -392,15 +401,19 @@ class PaddedStore:
 
 
 class SceneStore:
-    """Random access to a store's scenes (``len``, ``store[i]`` -> ego-centred ``HostScene``)."""
+    """Random access to a store's scenes (``len``, ``store[i]`` -> ego-centred ``HostScene``). ``flag``: how errors
+    name ``path`` (the flag or argument the user gave it as)."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, flag: str = "--scenes"):
         import tensorflow_datasets as tfds
 
         self.path = Path(path)
         if not is_store(self.path):
-            raise ValueError(f"--scenes {self.path}: not a jaxdrive scene store (no {STORE_META})")
-        self.meta = json.loads((self.path / STORE_META).read_text())
+            raise ValueError(f"{flag} {self.path}: not a jaxdrive scene store (no {STORE_META})")
+        try:
+            self.meta = json.loads((self.path / STORE_META).read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:  # e.g. a partial copy
+            raise ValueError(f"{flag} {self.path}: cannot read {self.path / STORE_META} ({e})") from None
         self.source = tfds.builder_from_directory(str(self.path)).as_data_source(split="train")
 
     def __len__(self) -> int:
@@ -442,7 +455,7 @@ def add_convert_parser(scenes_sub) -> None:
     p = scenes_sub.add_parser("convert", help="write a directory of epdms-scene/1 JSON files as a binary scene store "
                               "(TFDS array_record; `jaxdrive score --scenes STORE` reads it)",
                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("json_dir", type=Path, help="directory of *.json scene files")
+    p.add_argument("json_dir", type=Path, metavar="JSON_DIR", help="directory of *.json scene files")
     p.add_argument("--out", type=Path, required=True, help="store directory to create")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_run_convert)
@@ -453,21 +466,25 @@ def add_refresh_parser(scenes_sub) -> None:
     p = scenes_sub.add_parser("refresh", help="rewrite a scene store's padded copy and per-scene broad-phase needs "
                               "when they are missing or were written by another jaxdrive (runs over it then size "
                               "their capacities without a prescan)")
-    p.add_argument("store", type=Path, help="scene store directory")
+    p.add_argument("store", type=Path, metavar="STORE", help="scene store directory")
     p.set_defaults(func=_run_refresh)
 
 
 def _run_refresh(args) -> int:
-    print(refresh_store(args.store))
+    print(refresh_store(args.store, "STORE"))
     return 0
 
 
 def _run_convert(args) -> int:
     from jaxdrive.data.scene_json import read_scene, scene_files
 
-    files = scene_files(args.json_dir) if Path(args.json_dir).is_dir() else []
+    src = Path(args.json_dir)
+    if not src.is_dir():
+        raise ValueError(f"JSON_DIR {src}: " + ("is a file, not a directory" if src.exists() else "does not exist")
+                         + "; expected a directory of *.json scene files")
+    files = scene_files(src)
     if not files:
-        raise ValueError(f"scenes convert {args.json_dir}: no *.json scene files found")
+        raise ValueError(f"JSON_DIR {src}: no *.json scene files found")
     meta = write_store((read_scene(f) for f in files), Path(args.out), progress=not args.no_progress,
                        label=lambda i: str(files[i]))  # a bad file stops the conversion, leaving no store behind
     print(f"wrote {meta['scenes']} scenes to {args.out}")

@@ -143,11 +143,13 @@ def generate_scene(seed: int, *, num_proposals: int = 16, profile: str | Profile
 
     Returns a ``HostScene`` with ``num_proposals`` proposals (``follow_nominal`` first), previous plans and a human
     trajectory, checked by ``validate_host_scene`` unless ``validate=False`` (the test suite proves generated scenes
-    valid; skipping the check roughly doubles throughput). Raises ``ValueError`` for an unknown profile or
-    ``num_proposals < 1``.
+    valid; skipping the check roughly doubles throughput). Raises ``ValueError`` for an unknown profile,
+    ``num_proposals < 1`` or ``seed < 0``.
     """
     if num_proposals < 1:
         raise ValueError(f"num_proposals: expected >= 1, got {num_proposals}")
+    if seed < 0:  # numpy's SeedSequence said only "expected non-negative integer"
+        raise ValueError(f"seed: expected a non-negative integer, got {seed}")
     prof = _profile(profile)
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), GENERATOR_VERSION]))
     road = build_junction(rng, prof) if rng.random() < prof.p_intersection else build_linear(rng, prof)

@@ -32,6 +32,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from jaxdrive import atomic
+from jaxdrive.output_paths import output_dir
 
 DATASET_META = "jaxdrive_dataset.json"
 #: What an interrupted build of an earlier version left in ``out``: TFDS metadata and shards (also under their
@@ -194,6 +195,7 @@ def _check_out(out: Path) -> None:
     if (out / DATASET_META).exists():
         raise ValueError(f"--out {out}: already holds a dataset; choose another directory")
     if not out.exists():
+        output_dir("--out", out)  # a file on the way (--out FILE/sub) is named
         return
     if not out.is_dir():
         raise ValueError(f"--out {out}: not a directory; choose a new or empty directory")

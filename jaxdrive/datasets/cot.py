@@ -17,8 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxdrive.datasets.base import (Builder, SourceError, blobs, bytes_feature, file_ref, read_jsonl_file,
-                                    require, text, texts)
+from jaxdrive.datasets.base import (Builder, SourceError, blobs, bytes_feature, file_ref, first_use,
+                                    read_jsonl_file, require, text, texts)
+from jaxdrive.json_values import is_finite_number
 
 TASKS = ("knowledge", "planning", "counterfactual")
 _CORE = ("id", "task", "question", "think", "answer", "target", "images", "trajectory", "references")
@@ -84,14 +85,20 @@ class OpenReadCot(CotBuilder):
             raise SourceError(f"{src}: no <split>.jsonl files (e.g. train.jsonl)")
         out = {}
         for path in files:
-            rows = []
+            rows, first = [], {}
             for where, obj in read_jsonl_file(path):
                 require(obj, where, {k: str for k in ("id", "task", "question", "think", "answer")})
+                first_use(first, obj["id"], where)  # a record given twice would be trained on twice
                 if obj["task"] not in TASKS:
                     raise SourceError(f"{where}: field 'task': expected one of {TASKS}, got {obj['task']!r}")
                 if obj["task"] == "planning" and obj.get("trajectory") is None:
                     raise SourceError(f"{where}: missing field 'trajectory' (required for a planning record)")
                 require(obj, where, {k: list for k in ("images", "references") if k in obj})
+                traj = obj.get("trajectory")
+                if traj is not None and not (isinstance(traj, list) and all(
+                        isinstance(p, list) and all(is_finite_number(v) for v in p) for p in traj)):
+                    raise SourceError(f"{where}: field 'trajectory': expected finite numbers ([N, 2] JSON numbers, "
+                                      f"not strings, booleans, NaN or Infinity), got {traj!r:.80}")
                 extra = {k: v for k, v in obj.items()  # a given "target" is rebuilt from think and answer
                          if k not in ("id", "task", "question", "think", "answer", "target")}
                 try:

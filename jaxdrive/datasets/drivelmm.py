@@ -56,9 +56,13 @@ class DriveLMMo1(Builder):
         for path in files:
             if path.stem in out:
                 raise SourceError(f"{src}: split {path.stem!r} given twice ({path.stem}.json and .jsonl)")
-            rows = []
+            rows, first = [], {}
             for where, obj in _items(path):
                 require(obj, where, FIELDS)
+                if obj["idx"] in first:  # an item given twice would be answered and scored twice
+                    raise SourceError(f"{where}: field 'idx': {obj['idx']!r} is already the idx of "
+                                      f"{first[obj['idx']]} (each once)")
+                first[obj["idx"]] = where
                 if not obj["image"] or not all(isinstance(p, str) for p in obj["image"]):
                     raise SourceError(f"{where}: field 'image': expected a non-empty list of image paths")
                 if "lidar" in obj:

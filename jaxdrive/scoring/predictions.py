@@ -42,7 +42,11 @@ def load_predictions(path: str | Path) -> dict[str, np.ndarray]:
     path = Path(path)
     try:
         if path.suffix == ".npz":
-            with np.load(path, allow_pickle=False) as z:
+            z = np.load(path, allow_pickle=False)
+            if isinstance(z, np.ndarray):  # np.save'd under an .npz name: no tokens
+                raise ValueError(f"one array of shape {z.shape}, not an .npz of one (8, 3) array per token "
+                                 "(np.savez(P, **{token: poses}))")
+            with z:
                 raw = {k: z[k] for k in z.files}
         elif path.suffix == ".parquet":
             import pyarrow.parquet as pq
@@ -60,14 +64,24 @@ def load_predictions(path: str | Path) -> dict[str, np.ndarray]:
             raise ValueError("expected a .npz or .parquet file")
     except (OSError, ValueError, zipfile.BadZipFile) as e:
         raise ValueError(f"--predictions {path}: {e}") from None
+    except EOFError:
+        raise ValueError(f"--predictions {path}: cannot read it (an empty or truncated file)") from None
     out = {}
     for token, poses in raw.items():
-        poses = np.asarray(poses, np.float64)
+        poses = np.asarray(poses)
+        if poses.dtype.kind not in "iuf":  # strings (even numeric ones), objects, bools, complex
+            raise ValueError(f"--predictions {path}: token {token!r}: expected numeric (x, y, heading) poses, got an "
+                             f"array of {poses.dtype}")
+        poses = poses.astype(np.float64)
         if poses.shape == (24,):
             poses = poses.reshape(8, 3)
-        if poses.shape != (8, 3) or not np.all(np.isfinite(poses)):
+        if poses.shape != (8, 3):
             raise ValueError(f"--predictions {path}: token {token!r}: expected 8 finite (x, y, heading) poses, shape "
                              f"(8, 3), got shape {poses.shape}")
+        if not np.all(np.isfinite(poses)):
+            pose, field = (int(i) for i in np.argwhere(~np.isfinite(poses))[0])
+            raise ValueError(f"--predictions {path}: token {token!r}: expected finite values, got "
+                             f"{poses[pose, field]} at pose {pose}, field {field} (x, y, heading)")
         out[token] = poses
     if not out:
         raise ValueError(f"--predictions {path}: holds no predictions")

@@ -60,6 +60,8 @@ def kmeans(points: np.ndarray, k: int, *, seed: int = 0, iterations: int = 50) -
 
 def build_vocabulary(size: int, count: int, seed: int = 0) -> np.ndarray:
     """A (size, 40, 3) float32 vocabulary clustered from ``count`` synthetic human trajectories."""
+    if not 1 <= size <= count:  # before the trajectories are generated (the slow part); as ``kmeans`` checks it
+        raise ValueError(f"--size: expected 1..{count} clusters (at most one per trajectory), got {size}")
     trajs = human_trajectories(count, seed)
     centres, labels = kmeans(trajs[..., :2].reshape(count, -1), size, seed=seed)
     vocab = np.empty((size, NUM_STEPS - 1, 3))

@@ -17,8 +17,8 @@ def add_vocab_parser(sub) -> None:
                    "ego rear-axle frame (checked: no step over 100 m/s, |heading| <= 2π)")
     p.add_argument("--scenes", type=Path, help="directory of epdms-scene/1 files (e.g. from `scenes from-navsim`); "
                    "default: synthetic scenes (--count, --seed; needs --reference pdm-closed or first-proposal)")
-    p.add_argument("--count", type=int, default=64, help="number of synthetic scenes")
-    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic scenes")
+    p.add_argument("--count", type=int, help="number of synthetic scenes (64 when not given; not with --scenes)")
+    p.add_argument("--seed", type=int, help="seed of the synthetic scenes (0 when not given; not with --scenes)")
     p.add_argument("--out", type=Path, help="output directory")
     p.add_argument("--resume", action="store_true", help="continue the run recorded in --out")
     p.add_argument("--export", choices=["gtrs"], help="also write the GTRS pickle gtrs_{K}.pkl "
@@ -47,13 +47,33 @@ def add_vocab_parser(sub) -> None:
 
 
 def run_build_cli(args) -> int:
+    from jaxdrive import atomic
+    from jaxdrive.output_paths import output_dir
     from jaxdrive.vocab.build import build_vocabulary
 
+    if args.out.is_dir():
+        raise ValueError(f"--out {args.out}: is a directory; expected the path of the .npy to write")
+    if not args.out.exists():
+        output_dir("--out", args.out)  # names a file on the way, before the clustering
+    if args.from_scenes < 1:
+        raise ValueError(f"--from-scenes: expected a positive number of scenes, got {args.from_scenes}")
     vocab = build_vocabulary(args.size, args.from_scenes, args.seed)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    np.save(args.out, vocab)
+    with atomic.replacing(args.out) as tmp, open(tmp, "wb") as f:  # at --out itself (np.save(path) adds ".npy")
+        np.save(f, vocab)
     print(f"wrote {args.out}: vocabulary {vocab.shape} from {args.from_scenes} synthetic human trajectories")
     return 0
+
+
+def _synthetic_defaults(args) -> None:
+    """Fills --count / --seed for the synthetic scenes; with --scenes they are a usage error (they would be ignored),
+    as for ``jaxdrive score``."""
+    given = [flag for flag, value in (("--count", args.count), ("--seed", args.seed)) if value is not None]
+    if args.scenes and given:
+        raise ValueError(f"{', '.join(given)}: only for the built-in synthetic scenes; --scenes {args.scenes} "
+                         f"scores the files' scenes")
+    args.count = 64 if args.count is None else args.count
+    args.seed = 0 if args.seed is None else args.seed
 
 
 def run_vocab_cli(args) -> int:
@@ -64,6 +84,7 @@ def run_vocab_cli(args) -> int:
     from jaxdrive.vocab.job import SceneFileSource, VocabOptions, run_vocab
 
     distributed.require_single_process("jaxdrive vocab")
+    _synthetic_defaults(args)
     if args.vocabulary is None or args.out is None:
         raise ValueError("--vocabulary and --out are required (or use `jaxdrive vocab build`)")
     try:
@@ -83,6 +104,12 @@ def run_vocab_cli(args) -> int:
     except RunDirError as e:
         print(f"jaxdrive vocab: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        from jaxdrive.cli import EXIT_INTERRUPTED
+
+        print(f"\ninterrupted: completed shards are kept in {args.out}; continue with the same arguments plus "
+              f"--resume --out {args.out}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(f"scored {stats.scenes} scenes x {vocab.shape[0]} trajectories = {stats.rows:,} rows in {stats.seconds:.1f} s "
           f"({stats.skipped_shards} shards resumed, {len(stats.errors)} scenes skipped) -> {args.out}")
     for e in stats.errors:

@@ -65,7 +65,8 @@ def check_vocabulary(vocab: np.ndarray, name: str = "--vocabulary") -> np.ndarra
     if not np.issubdtype(v.dtype, np.floating):
         raise ValueError(f"{name}: expected floats, got dtype {v.dtype}")
     if not np.all(np.isfinite(v)):
-        raise ValueError(f"{name}: expected finite values, got NaN/inf at {tuple(np.argwhere(~np.isfinite(v))[0])}")
+        where = tuple(int(i) for i in np.argwhere(~np.isfinite(v))[0])
+        raise ValueError(f"{name}: expected finite values, got NaN/inf at (trajectory, pose, field) {where}")
     v = v.astype(np.float64)
     _check_frame_and_units(v, name)
     return v

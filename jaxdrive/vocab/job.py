@@ -67,10 +67,17 @@ class SceneFileSource(SceneSource):
     """Every ``*.json`` scene of a directory (name order), with or without proposals (converted metric caches)."""
 
     def __init__(self, directory: str | Path):
-        from jaxdrive.data.scene_json import scene_files
+        from jaxdrive.data.scene_json import SceneFileError, scene_files
+        from jaxdrive.data.store import is_store
 
         self.directory = Path(directory)
-        self.files = scene_files(self.directory)
+        if is_store(self.directory):
+            raise ValueError(f"--scenes {self.directory}: is a scene store; `jaxdrive vocab` reads a folder of "
+                             f"epdms-scene/1 JSON files (`jaxdrive scenes from-navsim` without --store writes one)")
+        try:
+            self.files = scene_files(self.directory)
+        except SceneFileError as e:  # "PATH: not a directory"
+            raise ValueError(f"--scenes {e}") from None
         if not self.files:
             raise ValueError(f"--scenes {self.directory}: no *.json scene files found")
 
