@@ -193,6 +193,12 @@ def test_batch_scorer_equals_the_unculled_kernels():
     (["judge", "run", "--model", "m", "--data", "d", "--limit", "-3"], "--limit: expected >= 0"),
     (["judge", "data", "--out", "d", "--batch-size", "0"], "--batch-size: expected >= 1, got 0"),
     (["judge", "data", "--out", "d", "--seed", "-1"], "--seed: expected >= 0, got -1"),
+    # --seed 100's train scenes were --seed 0's test scenes (generator seeds 1,000,000 + i): a judge trained on one
+    # set and evaluated on the other saw its test scenes
+    (["judge", "data", "--out", "d", "--seed", "100"], "--seed 100 with --train 200: the train scenes' generator "
+                                                       "seeds (seed x 10,000 + i) would reach 1,000,000"),
+    (["judge", "data", "--out", "d", "--seed", "99", "--train", "10001"], "use --seed <= 98"),
+    (["judge", "data", "--out", "d", "--image-size", "100000"], "--image-size in 8..4096 expected"),
 ])
 def test_bad_counts_are_usage_errors(argv, needle, tmp_path, monkeypatch, capsys):
     """--batch-size 0 printed Python's 'range() arg 3 must not be zero'; --limit -3 silently judged all but the last

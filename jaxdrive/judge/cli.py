@@ -21,14 +21,18 @@ def _positive(name: str, value: int) -> None:
         raise ValueError(f"{name}: expected >= 0, got {value}")
 
 
+MAX_IMAGE_SIZE = 4096  # BEV pixels per side (--image-size 100000 was killed for memory, 30 GB per image)
+
+
 def run_data(args) -> int:
-    from jaxdrive.judge.synthetic import build_dataset
+    from jaxdrive.judge.synthetic import build_dataset, check_seeds
 
     _positive("--train", args.train)
     _positive("--test", args.test)
-    _positive("--seed", args.seed)  # numpy's "expected non-negative integer" before, after the folders were made
-    if args.per_scene < 1 or args.image_size < 8:
-        raise ValueError(f"--per-scene >= 1 and --image-size >= 8 expected, got {args.per_scene}, {args.image_size}")
+    check_seeds(args.seed, args.train)  # before the folders are made
+    if args.per_scene < 1 or not 8 <= args.image_size <= MAX_IMAGE_SIZE:
+        raise ValueError(f"--per-scene >= 1 and --image-size in 8..{MAX_IMAGE_SIZE} expected, got {args.per_scene}, "
+                         f"{args.image_size}")
     if args.batch_size < 1:
         raise ValueError(f"--batch-size: expected >= 1, got {args.batch_size}")
     output_dir("--out", args.out)

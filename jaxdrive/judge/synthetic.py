@@ -41,7 +41,8 @@ from jaxdrive.scene import HostScene, batch_scenes
 from jaxdrive.scorer import BatchScorer
 
 NUM_PROPOSALS = 32  # enough that most special manoeuvres of a scene are generated
-TEST_SEED_OFFSET = 1_000_000
+TEST_SEED_OFFSET = 1_000_000  # test scene i of a set of seed s: generator seed TEST_SEED_OFFSET + s x SEEDS_PER_SET + i
+SEEDS_PER_SET = 10_000  # train scene i: generator seed s x SEEDS_PER_SET + i (below TEST_SEED_OFFSET: ``check_seeds``)
 PROFILE = dataclasses.replace(PROFILES["default"], p_blocker=0.75, p_lead=0.4, p_pedestrian=0.5, p_intersection=0.35)
 PRIORITY = ("nudge", "brake_hard", "proceed_through_junction", "drift", "follow_nominal")
 
@@ -114,11 +115,26 @@ def _mean_or_none(values: list) -> float | None:
     return float(np.mean(values)) if values else None
 
 
+def check_seeds(seed: int, num_train: int) -> None:
+    """A ValueError unless every train scene's generator seed stays below ``TEST_SEED_OFFSET``, where every set's
+    test scenes start: otherwise the train scenes of this set would be the test scenes of another (``--seed 100``'s
+    train split was ``--seed 0``'s test split), and a judge trained on one set would be evaluated on scenes it saw."""
+    if seed < 0:
+        raise ValueError(f"--seed: expected >= 0, got {seed}")
+    if seed * SEEDS_PER_SET + num_train > TEST_SEED_OFFSET:
+        raise ValueError(f"--seed {seed} with --train {num_train}: the train scenes' generator seeds (seed x "
+                         f"{SEEDS_PER_SET:,} + i) would reach {TEST_SEED_OFFSET:,}, where the test scenes of every set "
+                         f"start, so they would be another set's test scenes; use --seed <= "
+                         f"{max(0, (TEST_SEED_OFFSET - num_train) // SEEDS_PER_SET)}"
+                         + ("" if num_train <= TEST_SEED_OFFSET else f" and --train <= {TEST_SEED_OFFSET:,}"))
+
+
 def build_dataset(out: str | Path, num_train: int, num_test: int, *, seed: int = 0, per_scene: int = 4,
                   image_size: int = IMAGE_SIZE, batch_size: int = 8, progress: bool = True) -> dict:
     """Writes the synthetic set to ``out`` (``num_train`` / ``num_test`` scenes); returns the meta dict.
     ``records.jsonl``, which every reader of the set starts from, is removed first and written last (atomically): a
     run interrupted in a directory that held a set leaves no set to read, never the old records over new images."""
+    check_seeds(seed, num_train)
     out = Path(out)
     (out / "records.jsonl").unlink(missing_ok=True)
     for sub in ("scenes", "images"):
@@ -126,8 +142,8 @@ def build_dataset(out: str | Path, num_train: int, num_test: int, *, seed: int =
     rng = np.random.default_rng(seed)
     bev_cfg = BevConfig(size=image_size)
     spec = pad_spec(NUM_PROPOSALS)
-    jobs = [("train", seed * 10_000 + i) for i in range(num_train)]
-    jobs += [("test", TEST_SEED_OFFSET + seed * 10_000 + i) for i in range(num_test)]
+    jobs = [("train", seed * SEEDS_PER_SET + i) for i in range(num_train)]
+    jobs += [("test", TEST_SEED_OFFSET + seed * SEEDS_PER_SET + i) for i in range(num_test)]
     records, pairs = [], []
     scorer = BatchScorer()
     bar = tqdm(total=len(jobs), desc="judge data", disable=not progress)
