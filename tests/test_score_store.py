@@ -222,6 +222,20 @@ def test_a_store_whose_metadata_is_not_json_is_named(tmp_path, capsys):
         assert str(tmp_path / "store" / "jaxdrive_store.json") in err and "Traceback" not in err, err
 
 
+def test_a_store_missing_its_record_file_is_named(tmp_path, capsys):
+    """A store copied without its array_record file (a partial copy): `scenes refresh` and `score` gave array_record's
+    "RuntimeError: open() failed: No such file or directory" traceback from the first read."""
+    write_store([read_scene(f) for f in FILES[:1]], tmp_path / "store")
+    (record,) = (tmp_path / "store").glob("*.array_record-*")
+    record.unlink()
+    for argv in (["scenes", "refresh", str(tmp_path / "store")],
+                 ["score", "--scenes", str(tmp_path / "store"), "--out", str(tmp_path / "run"), "--no-progress"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"{tmp_path / 'store'}: 1 of its 1 record files are missing ({record.name})" in err, err
+        assert "Traceback" not in err, err
+
+
 def test_a_damaged_store_names_its_unreadable_scenes_instead_of_a_traceback(tmp_path, capsys):
     """A store whose record file was truncated (a partial copy): each scene it cannot read is named in errors.jsonl
     (exit 3, "no scenes scored" when none is left), not a traceback."""

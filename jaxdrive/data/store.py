@@ -414,7 +414,14 @@ class SceneStore:
             self.meta = json.loads((self.path / STORE_META).read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:  # e.g. a partial copy
             raise ValueError(f"{flag} {self.path}: cannot read {self.path / STORE_META} ({e})") from None
-        self.source = tfds.builder_from_directory(str(self.path)).as_data_source(split="train")
+        builder = tfds.builder_from_directory(str(self.path))
+        shards = [str(p) for p in builder.info.splits["train"].filepaths]
+        missing = [p for p in shards if not os.path.isfile(p)]
+        if missing:  # a partial copy: a RuntimeError of array_record's from deep inside the first read before
+            raise ValueError(f"{flag} {self.path}: {len(missing)} of its {len(shards)} record files are missing "
+                             f"({Path(missing[0]).name}{', ...' if len(missing) > 1 else ''}); copy the whole store "
+                             f"again or convert its scenes anew")
+        self.source = builder.as_data_source(split="train")
 
     def __len__(self) -> int:
         return len(self.source)
