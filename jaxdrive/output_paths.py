@@ -6,15 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def output_file(flag: str, path: str | Path | None) -> Path | None:
+def output_file(flag: str, path: str | Path | None, *, make_parents: bool = False) -> Path | None:
     """``path`` (None: the flag was not given) for a file to write: not an existing directory, in a folder that
-    exists."""
+    exists (``make_parents``: one the command makes, so not below a file)."""
     if path is None:
         return None
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{flag} {path}: is a directory; expected the path of a file to write")
-    if not path.parent.is_dir():
+    if make_parents:
+        _below_no_file(flag, path)
+    elif not path.parent.is_dir():
         raise ValueError(f"{flag} {path}: folder {path.parent} does not exist")
     return path
 
@@ -24,7 +26,13 @@ def output_dir(flag: str, path: str | Path) -> Path:
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{flag} {path}: is a file; expected an output directory")
-    existing = next((p for p in path.absolute().parents if p.exists()), None)
-    if not path.exists() and existing is not None and not existing.is_dir():
-        raise ValueError(f"{flag} {path}: {existing} is a file, so no directory can be made below it")
+    if not path.exists():
+        _below_no_file(flag, path)
     return path
+
+
+def _below_no_file(flag: str, path: Path) -> None:
+    """A ValueError when the nearest existing folder above ``path`` is a file (no folder can be made for it)."""
+    existing = next((p for p in path.absolute().parents if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise ValueError(f"{flag} {path}: {existing} is a file, so no directory can be made below it")

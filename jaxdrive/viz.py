@@ -242,12 +242,9 @@ def _check_out(path: Path) -> None:
     file, and a suffix matplotlib writes (none: PNG)."""
     from matplotlib.backend_bases import FigureCanvasBase
 
-    from jaxdrive.output_paths import output_dir
+    from jaxdrive.output_paths import output_file
 
-    if path.is_dir():
-        raise ValueError(f"--out {path}: is a directory; expected the path of the PNG to write")
-    if not path.exists():
-        output_dir("--out", path)  # names a file on the way ("... is a file, so no directory can be made below it")
+    output_file("--out", path, make_parents=True)
     kinds = FigureCanvasBase.get_supported_filetypes()
     if path.suffix and path.suffix[1:].lower() not in kinds:
         raise ValueError(f"--out {path}: cannot write a {path.suffix!r} image; expected .png (or one of "

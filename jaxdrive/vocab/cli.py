@@ -48,13 +48,10 @@ def add_vocab_parser(sub) -> None:
 
 def run_build_cli(args) -> int:
     from jaxdrive import atomic
-    from jaxdrive.output_paths import output_dir
+    from jaxdrive.output_paths import output_file
     from jaxdrive.vocab.build import build_vocabulary
 
-    if args.out.is_dir():
-        raise ValueError(f"--out {args.out}: is a directory; expected the path of the .npy to write")
-    if not args.out.exists():
-        output_dir("--out", args.out)  # names a file on the way, before the clustering
+    output_file("--out", args.out, make_parents=True)  # before the clustering
     if args.from_scenes < 1:
         raise ValueError(f"--from-scenes: expected a positive number of scenes, got {args.from_scenes}")
     vocab = build_vocabulary(args.size, args.from_scenes, args.seed)
