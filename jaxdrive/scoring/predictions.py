@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import zipfile
 from pathlib import Path
 
 import jax
 import numpy as np
 
+from jaxdrive.npz_arrays import read_npz_arrays
 from jaxdrive.rules.epdms import score
 from jaxdrive.scene import HostScene, PadSpec, batch_scenes
 from jaxdrive.sim import simulate_trajectories
@@ -37,35 +37,33 @@ COLUMNS = {"nc": "no_at_fault_collisions", "dac": "drivable_area_compliance", "d
            "pdm_score": "pdm_score", "epdms": "score"}
 
 
+def _read_parquet(path: Path) -> dict[str, np.ndarray]:
+    """token -> poses of a parquet file of columns ``token`` and ``poses`` (one row per token)."""
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path).to_pydict()
+        if "token" not in table or "poses" not in table:
+            raise ValueError(f"expected columns 'token' and 'poses', got {sorted(table)}")
+        rows = collections.Counter(str(t) for t in table["token"])
+        repeated = sorted(t for t, n in rows.items() if n > 1)
+        if repeated:  # a dict would keep the last row of each silently
+            raise ValueError(f"token {repeated[0]!r} has {rows[repeated[0]]} rows, expected one per token "
+                             f"({len(repeated)} tokens repeated)")
+        return {str(t): np.asarray(p, dtype=np.float64) for t, p in zip(table["token"], table["poses"])}
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--predictions {path}: {e}") from None
+
+
 def load_predictions(path: str | Path) -> dict[str, np.ndarray]:
     """token -> float64 (8, 3) poses from ``.npz`` or ``.parquet``; ValueError naming ``--predictions`` and the key."""
     path = Path(path)
-    try:
-        if path.suffix == ".npz":
-            z = np.load(path, allow_pickle=False)
-            if isinstance(z, np.ndarray):  # np.save'd under an .npz name: no tokens
-                raise ValueError(f"one array of shape {z.shape}, not an .npz of one (8, 3) array per token "
-                                 "(np.savez(P, **{token: poses}))")
-            with z:
-                raw = {k: z[k] for k in z.files}
-        elif path.suffix == ".parquet":
-            import pyarrow.parquet as pq
-
-            table = pq.read_table(path).to_pydict()
-            if "token" not in table or "poses" not in table:
-                raise ValueError(f"expected columns 'token' and 'poses', got {sorted(table)}")
-            rows = collections.Counter(str(t) for t in table["token"])
-            repeated = sorted(t for t, n in rows.items() if n > 1)
-            if repeated:  # a dict would keep the last row of each silently
-                raise ValueError(f"token {repeated[0]!r} has {rows[repeated[0]]} rows, expected one per token "
-                                 f"({len(repeated)} tokens repeated)")
-            raw = {str(t): np.asarray(p, dtype=np.float64) for t, p in zip(table["token"], table["poses"])}
-        else:
-            raise ValueError("expected a .npz or .parquet file")
-    except (OSError, ValueError, zipfile.BadZipFile) as e:
-        raise ValueError(f"--predictions {path}: {e}") from None
-    except EOFError:
-        raise ValueError(f"--predictions {path}: cannot read it (an empty or truncated file)") from None
+    if path.suffix == ".npz":
+        raw = read_npz_arrays(path, "--predictions", "one (8, 3) array per token (np.savez(P, **{token: poses}))")
+    elif path.suffix == ".parquet":
+        raw = _read_parquet(path)
+    else:
+        raise ValueError(f"--predictions {path}: expected a .npz or .parquet file")
     out = {}
     for token, poses in raw.items():
         poses = np.asarray(poses)

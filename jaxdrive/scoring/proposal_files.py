@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import math
-import zipfile
 from pathlib import Path
 
 import numpy as np
 
+from jaxdrive.npz_arrays import read_npz_arrays
 from jaxdrive.scene import NUM_STEPS, STATE_DIM, HostScene, StateIndex
 from jaxdrive.scene.host import HEADING_SLACK
 from jaxdrive.scoring.sources import SceneDirSource, SourceError
@@ -33,19 +33,8 @@ def load_proposal_npz(path: str | Path) -> dict[str, np.ndarray]:
     """Read and check ``P.npz``: scene id -> float64 [K, 41, 11] (K >= 1, finite, headings in (-pi, pi] as in scene
     files). ValueError names the key."""
     path = Path(path)
-    unreadable = lambda e: ValueError(f"--proposals {path}: cannot read an .npz of arrays ({e or 'empty file'})")
-    try:
-        z = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:  # EOFError: an empty file
-        raise unreadable(e) from None
-    if isinstance(z, np.ndarray):  # a .npy: one array, no scene ids
-        raise ValueError(f"--proposals {path}: one array of shape {list(z.shape)}, not an .npz of one "
-                         f"[K, {NUM_STEPS}, {STATE_DIM}] array per scene id (np.savez(P, **{{scene_id: states}}))")
-    try:
-        with z:
-            arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError, zipfile.BadZipFile) as e:  # e.g. an object array
-        raise unreadable(e) from None
+    arrays = read_npz_arrays(path, "--proposals", f"one [K, {NUM_STEPS}, {STATE_DIM}] array per scene id "
+                                                  "(np.savez(P, **{scene_id: states}))")
     if not arrays:
         raise ValueError(f"--proposals {path}: holds no arrays (expected one [K, {NUM_STEPS}, {STATE_DIM}] per scene id)")
     out = {}
