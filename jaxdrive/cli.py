@@ -112,7 +112,7 @@ def _run_score(args) -> int:
 
     if args.resume and not args.out:
         raise ValueError("--resume: name the run to continue with --out DIR")
-    _synthetic_defaults(args)
+    synthetic_defaults(args, {"--count": 1024, "--seed": 0, "--num-proposals": 16})
     if args.proposals and not args.scenes:
         raise ValueError("--proposals: needs --scenes DIR (the scenes the arrays belong to)")
     if args.proposals and is_store(args.scenes):
@@ -184,17 +184,17 @@ def _run_score(args) -> int:
     return EXIT_PARTIAL if stats.errors else EXIT_OK
 
 
-def _synthetic_defaults(args) -> None:
-    """Fills --count / --seed / --num-proposals for the synthetic scenes; with --scenes they are a usage error (they
-    would be ignored: the scenes and their proposals come from the files)."""
-    given = [flag for flag, value in (("--count", args.count), ("--seed", args.seed),
-                                      ("--num-proposals", args.num_proposals)) if value is not None]
+def synthetic_defaults(args, defaults: dict[str, int]) -> None:
+    """Fills the synthetic scenes' flags (``defaults``: flag -> its value when not given, e.g. ``{"--count": 1024}``);
+    with ``--scenes`` any of them given is a usage error (it would be ignored: the scenes come from the files)."""
+    attr = {flag: flag.lstrip("-").replace("-", "_") for flag in defaults}
+    given = [flag for flag in defaults if getattr(args, attr[flag]) is not None]
     if args.scenes and given:
         raise ValueError(f"{', '.join(given)}: only for the built-in synthetic scenes; --scenes {args.scenes} "
-                         f"scores the files' scenes and proposals")
-    args.count = 1024 if args.count is None else args.count
-    args.seed = 0 if args.seed is None else args.seed
-    args.num_proposals = 16 if args.num_proposals is None else args.num_proposals
+                         f"scores the files' scenes")
+    for flag, value in defaults.items():
+        if getattr(args, attr[flag]) is None:
+            setattr(args, attr[flag], value)
 
 
 def _note_unused_entries(out: Path, tables: dict[str, dict | None]) -> None:

@@ -62,26 +62,16 @@ def run_build_cli(args) -> int:
     return 0
 
 
-def _synthetic_defaults(args) -> None:
-    """Fills --count / --seed for the synthetic scenes; with --scenes they are a usage error (they would be ignored),
-    as for ``jaxdrive score``."""
-    given = [flag for flag, value in (("--count", args.count), ("--seed", args.seed)) if value is not None]
-    if args.scenes and given:
-        raise ValueError(f"{', '.join(given)}: only for the built-in synthetic scenes; --scenes {args.scenes} "
-                         f"scores the files' scenes")
-    args.count = 64 if args.count is None else args.count
-    args.seed = 0 if args.seed is None else args.seed
-
-
 def run_vocab_cli(args) -> int:
     from jaxdrive import distributed
+    from jaxdrive.cli import synthetic_defaults
     from jaxdrive.scoring.outputs import RunDirError
     from jaxdrive.scoring.sources import SyntheticSource
     from jaxdrive.vocab.core import check_vocabulary
     from jaxdrive.vocab.job import SceneFileSource, VocabOptions, run_vocab
 
     distributed.require_single_process("jaxdrive vocab")
-    _synthetic_defaults(args)
+    synthetic_defaults(args, {"--count": 64, "--seed": 0})
     if args.vocabulary is None or args.out is None:
         raise ValueError("--vocabulary and --out are required (or use `jaxdrive vocab build`)")
     try:
