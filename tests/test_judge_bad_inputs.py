@@ -332,6 +332,27 @@ def test_judge_run_leaves_no_output_of_an_earlier_run(source, tmp_path, monkeypa
     assert list(out.iterdir()) == []
 
 
+def test_judge_run_and_baselines_remove_the_eval_metrics_of_what_they_replace(source, tmp_path, monkeypatch,
+                                                                              capsys):
+    """`jaxdrive eval dqc|tps` writes P.dqc.json / P.dqc.png / P.tps.json beside P.parquet. `judge run` and `judge
+    baselines` replaced P but kept those: after judging with another model (or an interrupted run), judge/dqc.dqc.json
+    still held the previous model's AUC beside the new dqc.parquet."""
+    from jaxdrive.judge import policy
+
+    monkeypatch.setattr(policy.DriveJudge, "from_pretrained", _FakeJudge)
+    stale = ["dqc.dqc.json", "dqc.dqc.png", "tps.tps.json", "test_dqc_epdms.dqc.json", "test_dqc_epdms.dqc.png",
+             "test_tps_ade.tps.json"]
+    for d in ("judge", "base"):
+        (tmp_path / d).mkdir()
+        for name in stale:
+            (tmp_path / d / name).write_text("metrics of an earlier run's predictions")
+    assert main(["judge", "run", "--model", str(source.parent / "model"), "--data", str(source), "--out",
+                 str(tmp_path / "judge"), "--no-progress"]) == 0
+    assert main(["judge", "baselines", "--data", str(source), "--out", str(tmp_path / "base")]) == 0
+    left = {d: sorted(p.name for p in (tmp_path / d).iterdir() if p.name in stale) for d in ("judge", "base")}
+    assert left == {"judge": stale[3:], "base": stale[:3]}  # each removes only the metrics of its own outputs
+
+
 @pytest.mark.parametrize("kind", ["gate_examples", "direct_examples"])
 @pytest.mark.parametrize("where", ["missing", "a_file"])
 def test_training_data_path_without_records_is_named(tmp_path, kind, where):

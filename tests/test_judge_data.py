@@ -3,6 +3,7 @@ sub-scores, test scenes are unseen, images and pairs are consistent; end to end 
 ``jaxdrive judge baselines`` and ``jaxdrive eval dqc|tps``."""
 import json
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -264,3 +265,26 @@ def test_an_interrupted_rerun_leaves_no_set_to_read(tmp_path, monkeypatch, capsy
     capsys.readouterr()
     assert main(["judge", "baselines", "--data", str(root)]) == 2
     assert f"--data {root}: no records.jsonl" in capsys.readouterr().err
+
+
+def test_a_rerun_replaces_the_earlier_set(tmp_path, capsys):
+    """`judge data` into the folder of an earlier set kept its scenes, images and the predictions of `judge
+    baselines` / `judge run` (baselines/, judge/): `jaxdrive eval dqc --predictions DIR/judge/dqc.parquet
+    DIR/baselines/test_dqc_epdms.parquet` (docs/drivejudge.md) then scored the old set's records without a word.
+    A folder that holds no set of this generator keeps what it has."""
+    root = tmp_path / "data"
+    stale = ["scenes/old.json", "images/old.png", "baselines/test_dqc_epdms.parquet", "judge/dqc.parquet",
+             "pairs.jsonl"]
+    for name in stale:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("the earlier set's")
+    other = tmp_path / "other"
+    shutil.copytree(root, other)
+    (root / "meta.json").write_text(json.dumps({"generator": "jaxdrive.judge.synthetic", "seed": 0}))
+    assert main(["judge", "data", "--out", str(root), "--train", "0", "--test", "0", "--no-progress"]) == 0
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()) == [
+        "meta.json", "pairs.jsonl", "records.jsonl"]
+    assert f"replacing the set in {root}" in capsys.readouterr().err
+    assert (root / "pairs.jsonl").read_text() == ""
+    synthetic.build_dataset(other, 0, 0, progress=False)
+    assert all((other / name).read_text() == "the earlier set's" for name in stale[:-1])

@@ -149,6 +149,13 @@ def plot_dqc(rows: list[tuple[str, object, object]], out: Path) -> Path:
     return out
 
 
+def metric_files(predictions: Path) -> tuple[Path, Path, Path]:
+    """What ``eval dqc`` / ``eval tps`` write beside a predictions file P.parquet: P.dqc.json, P.dqc.png (the
+    default plot of the first file), P.tps.json. A writer replacing P removes them with it (``judge run``,
+    ``judge baselines``): they are metrics of the previous predictions."""
+    return tuple(Path(predictions).with_suffix(s) for s in (".dqc.json", ".dqc.png", ".tps.json"))
+
+
 def _name(path: Path, names: list[str] | None, i: int) -> str:
     return names[i] if names else Path(path).stem
 
@@ -177,10 +184,10 @@ def run_dqc(args) -> int:
         rows.append((_name(path, args.names, i), metrics))
         curves.append((_name(path, args.names, i), y.astype(int), s.astype(float)))
     for path, (_, metrics) in zip(args.predictions, rows):  # only once every file is valid
-        atomic.write_text(Path(path).with_suffix(".dqc.json"), json.dumps(_json_ready(metrics), indent=2) + "\n")
+        atomic.write_text(metric_files(path)[0], json.dumps(_json_ready(metrics), indent=2) + "\n")
     print(dqc_table(rows))
     if not args.no_plot:
-        png = plot_dqc(curves, Path(args.plot) if args.plot else Path(args.predictions[0]).with_suffix(".dqc.png"))
+        png = plot_dqc(curves, Path(args.plot) if args.plot else metric_files(args.predictions[0])[1])
         print(f"plot: {png}")
     return 0
 
@@ -196,7 +203,7 @@ def run_tps(args) -> int:
             raise ValueError(f"--predictions {path}: {e}") from None
         rows.append((_name(path, args.names, i), acc))
     for path, (_, acc) in zip(args.predictions, rows):  # only once every file is valid
-        atomic.write_text(Path(path).with_suffix(".tps.json"), json.dumps({"accuracy": round(acc, 6)}, indent=2) + "\n")
+        atomic.write_text(metric_files(path)[2], json.dumps({"accuracy": round(acc, 6)}, indent=2) + "\n")
     print(tps_table(rows))
     return 0
 

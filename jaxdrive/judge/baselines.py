@@ -10,9 +10,10 @@
   -Ft): score = P(``Reasonable: yes``) of a VLM asked about the whole trajectory (``direct_scores``; fine-tuned with
   the ``judge_direct`` dataset, ``configs/judge_direct_sft_tiny.py``).
 
-A run first removes the split's files of every method (``METHODS``) from the output directory: what it holds is
-one run's (a method this run cannot write, e.g. ``logreg`` without a train split, left an earlier set's file that
-``jaxdrive eval tps --predictions DIR/test_tps_*.parquet`` read without a word).
+A run first removes the split's files of every method (``METHODS``) from the output directory, and what ``jaxdrive
+eval`` wrote beside them (``eval.cli.metric_files``): what it holds is one run's (a method this run cannot write,
+e.g. ``logreg`` without a train split, left an earlier set's file that ``jaxdrive eval tps --predictions
+DIR/test_tps_*.parquet`` read without a word).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdrive.eval.cli import metric_files
 from jaxdrive.judge.dataset import SUBSCORE_KEYS, Pair, Record, check_pair_records, item_name, read_image, \
     read_pairs, read_records, read_scenes, record_images
 from jaxdrive.judge.gates import RULE_LABELS, rule_gated_score
@@ -156,7 +158,9 @@ def write_baselines(root: str | Path, split: str = "test", out_dir: str | Path |
     out_dir.mkdir(parents=True, exist_ok=True)
     for kind in ("dqc", "tps"):
         for method in METHODS:
-            (out_dir / f"{split}_{kind}_{method}.parquet").unlink(missing_ok=True)
+            path = out_dir / f"{split}_{kind}_{method}.parquet"
+            for old in (path, *metric_files(path)):  # with `jaxdrive eval`'s metrics of it
+                old.unlink(missing_ok=True)
     direct = {}
     if records and direct_model:  # first: settings contradicting its training record stop before the classifiers fit
         direct["direct"] = direct_scores(direct_model, root, records, describe=describe)

@@ -9,6 +9,7 @@ Add a command by writing ``add_<name>(jsub)`` and listing it in ``JUDGE_COMMANDS
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from jaxdrive.judge.bev import IMAGE_SIZE
@@ -25,7 +26,7 @@ MAX_IMAGE_SIZE = 4096  # BEV pixels per side (--image-size 100000 was killed for
 
 
 def run_data(args) -> int:
-    from jaxdrive.judge.synthetic import build_dataset, check_seeds
+    from jaxdrive.judge.synthetic import build_dataset, check_seeds, holds_set
 
     _positive("--train", args.train)
     _positive("--test", args.test)
@@ -36,6 +37,9 @@ def run_data(args) -> int:
     if args.batch_size < 1:
         raise ValueError(f"--batch-size: expected >= 1, got {args.batch_size}")
     output_dir("--out", args.out)
+    if holds_set(args.out):
+        print(f"judge data: replacing the set in {args.out} (its scenes, images and the predictions in baselines/ "
+              "and judge/)", file=sys.stderr)
     meta = build_dataset(args.out, args.train, args.test, seed=args.seed, per_scene=args.per_scene,
                          image_size=args.image_size, batch_size=args.batch_size, progress=not args.no_progress)
     print(json.dumps({k: meta[k] for k in ("records", "reasonable_fraction", "pairs")}))

@@ -142,7 +142,7 @@ def read_pairs(root: str | Path, split: str | None = None) -> list[Pair]:
     return [p for p in rows if split is None or p.split == split]
 
 
-def _meta(root: str | Path) -> dict:
+def read_meta(root: str | Path) -> dict:
     """``root/meta.json`` as a dict ({} without one); fails naming the file when it is not a JSON object."""
     path = Path(root) / "meta.json"
     if not path.exists():
@@ -160,7 +160,7 @@ def dataset_thresholds(root: str | Path) -> np.ndarray:
     """[7] the gate-label thresholds of ``root/meta.json`` (``RULE_LABELS`` order), or appendix B.1's without one."""
     from jaxdrive.judge.labels import PAPER_THRESHOLDS
 
-    saved = _meta(root).get("thresholds")
+    saved = read_meta(root).get("thresholds")
     if not saved:
         return PAPER_THRESHOLDS
     if not isinstance(saved, dict) or set(saved) != set(RULE_LABELS) or not all(
@@ -173,7 +173,7 @@ def dataset_thresholds(root: str | Path) -> np.ndarray:
 def dataset_image_size(root: str | Path) -> int | None:
     """The side (pixels) of the BEV images of ``root`` (``meta.json`` ``image_size``, ``jaxdrive judge data
     --image-size``), or None when the set does not record it."""
-    size = _meta(root).get("image_size")
+    size = read_meta(root).get("image_size")
     if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
         raise ValueError(f"{Path(root) / 'meta.json'}: image_size: expected a positive integer (pixels), got {size!r}")
     return size

@@ -4,8 +4,9 @@ prediction files (and optionally the HTML audit report).
 Outputs in ``--out``: ``dqc.parquet`` (id, score = expected gated score, label, score_hard, epdms, p_<RULE>...,
 rationale) and, when the split has pairs whose trajectories are records, ``tps.parquet`` (id, score_a, score_b,
 preferred), and, when the records have gate labels, ``gates.json``. A run first removes these files of an earlier run
-there, so what ``--out`` holds is always one run's (never a previous model's ``tps.parquet`` beside this one's
-``dqc.parquet``), and writes each atomically.
+there and what ``jaxdrive eval`` wrote beside them (``eval.cli.metric_files``: ``dqc.dqc.json``, ...), so what
+``--out`` holds is always one run's (never a previous model's ``tps.parquet`` beside this one's ``dqc.parquet``, nor
+its metrics), and writes each atomically.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tqdm import tqdm
 
 from jaxdrive import atomic
 from jaxdrive.data.synthetic import pad_spec
+from jaxdrive.eval.cli import metric_files
 from jaxdrive.judge.bev import BevConfig
 from jaxdrive.judge.dataset import check_pair_records, dataset_image_size, dataset_thresholds, read_pairs, \
     read_records, read_scenes
@@ -114,7 +116,8 @@ def run(args) -> int:
                                        batch_size=args.batch_size, pad=pad_spec(32), thresholds=thresholds)
     out.mkdir(parents=True, exist_ok=True)
     for name in OUTPUTS:  # an earlier run's, which this one may not rewrite (no pairs, no gates, interrupted)
-        (out / name).unlink(missing_ok=True)
+        for path in (out / name, *metric_files(out / name)):  # and `jaxdrive eval`'s metrics of it
+            path.unlink(missing_ok=True)
     cols = judge_records(judge, scenes, records, args.batch_size, not args.no_progress)
     _write_parquet(pa.table(cols), out / "dqc.parquet")
     written = [out / "dqc.parquet"]

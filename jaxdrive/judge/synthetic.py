@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import jax
@@ -34,7 +35,7 @@ from jaxdrive.data.scene_json import write_scene
 from jaxdrive.data.synthetic import PROFILES, generate_scene, pad_spec
 from jaxdrive.judge import prompt as P
 from jaxdrive.judge.bev import IMAGE_SIZE, BevConfig, render_bev_batch, save_png
-from jaxdrive.judge.dataset import SUBSCORE_KEYS, Pair, Record, write_jsonl
+from jaxdrive.judge.dataset import SUBSCORE_KEYS, Pair, Record, read_meta, write_jsonl
 from jaxdrive.judge.gates import RULE_LABELS
 from jaxdrive.judge.labels import PAPER_THRESHOLDS, gate_labels, rule_values
 from jaxdrive.scene import HostScene, batch_scenes
@@ -129,14 +130,41 @@ def check_seeds(seed: int, num_train: int) -> None:
                          + ("" if num_train <= TEST_SEED_OFFSET else f" and --train <= {TEST_SEED_OFFSET:,}"))
 
 
+GENERATOR = "jaxdrive.judge.synthetic"  # meta.json "generator" of the sets build_dataset writes
+EARLIER_SET = ("scenes", "images", "baselines", "judge", "pairs.jsonl", "meta.json")  # removed in this order
+
+
+def holds_set(out: str | Path) -> bool:
+    """Whether ``out`` holds a set ``build_dataset`` wrote (its meta.json names ``GENERATOR``; an unreadable one
+    does not)."""
+    try:
+        return read_meta(out).get("generator") == GENERATOR
+    except ValueError:
+        return False
+
+
+def remove_earlier_set(out: Path) -> None:
+    """Removes ``out/records.jsonl`` and, when ``out`` holds a set of ``build_dataset`` (``holds_set``), the rest of
+    it (``EARLIER_SET``: its scenes and images, the predictions of ``judge baselines`` and ``judge run`` in
+    ``baselines/`` and ``judge/``, meta.json last). Before, a rerun kept them: the new set's folder held the old
+    scenes' images and the old predictions, which ``jaxdrive eval`` read without a word."""
+    (out / "records.jsonl").unlink(missing_ok=True)
+    if not holds_set(out):
+        return
+    for name in EARLIER_SET:
+        path = out / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+
+
 def build_dataset(out: str | Path, num_train: int, num_test: int, *, seed: int = 0, per_scene: int = 4,
                   image_size: int = IMAGE_SIZE, batch_size: int = 8, progress: bool = True) -> dict:
     """Writes the synthetic set to ``out`` (``num_train`` / ``num_test`` scenes); returns the meta dict.
     ``records.jsonl``, which every reader of the set starts from, is removed first and written last (atomically): a
-    run interrupted in a directory that held a set leaves no set to read, never the old records over new images."""
+    run interrupted in a directory that held a set leaves no set to read, never the old records over new images.
+    An earlier set there is removed first (``remove_earlier_set``), so the directory holds this run's files only."""
     check_seeds(seed, num_train)
     out = Path(out)
-    (out / "records.jsonl").unlink(missing_ok=True)
+    remove_earlier_set(out)
     for sub in ("scenes", "images"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -199,7 +227,7 @@ def build_dataset(out: str | Path, num_train: int, num_test: int, *, seed: int =
         bar.update(len(chunk))
     bar.close()
     write_jsonl(out / "pairs.jsonl", pairs)
-    meta = {"generator": "jaxdrive.judge.synthetic", "seed": seed, "num_train_scenes": num_train,
+    meta = {"generator": GENERATOR, "seed": seed, "num_train_scenes": num_train,
             "num_test_scenes": num_test, "per_scene": per_scene, "image_size": image_size,
             "thresholds": dict(zip(RULE_LABELS, map(float, PAPER_THRESHOLDS))),
             "records": {s: sum(r.split == s for r in records) for s in ("train", "test")},
