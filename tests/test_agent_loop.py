@@ -214,6 +214,25 @@ def test_sft_records_are_checked_by_name(tmp_path, line, msg):
         read_records(tmp_path / "r.jsonl")
 
 
+@pytest.mark.parametrize("config,block", [("agent_sft:1", "data"), ("agent_sft:2", "data"), ("agent_grpo:", "grpo"),
+                                          ("openread_sft:", "data"), ("openread_grpo:", "grpo")])
+def test_qwen_presets_pad_with_the_tokenizers_pad_token(tmp_path, config, block):
+    """Found walking docs/agent.md: `jaxdrive train sft --config configs/agent_sft.py:1` on a model smaller than
+    Qwen's vocabulary (the tiny OpenREAD policy) logged loss nan at every step: the preset's fixed pad id 151643 lay
+    beyond the vocabulary and the embedding lookup of the padding returned NaN (openread_sft / openread_grpo had the
+    same id). The presets pad with the tokenizer's pad token."""
+    import importlib
+
+    from jaxdrive.models.tokenizer_testing import TEST_VOCAB_SIZE, build_test_tokenizer
+    from jaxdrive.train.jobs import token_ids
+
+    module, _, phase = config.partition(":")
+    cfg = importlib.import_module(f"jaxdrive.configs.{module}").get_config(*([phase] if phase else []))
+    tok = build_test_tokenizer(str(tmp_path / "tok"))
+    pad = token_ids(cfg[block], tok).pad_id
+    assert pad == tok.pad_token_id < TEST_VOCAB_SIZE
+
+
 @pytest.mark.parametrize("used,want", [(5, []), (None, []), ("12", []), ({"1": 1}, []), ([1.0, True, 2, 9], ["m2"])])
 def test_malformed_memory_used_names_nothing(mcq, used, want):
     """A model's ``memory_used`` that is not a list of entry numbers (a bare number, null) ended the episode with a

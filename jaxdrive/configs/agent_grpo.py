@@ -35,7 +35,8 @@ def get_config() -> ml_collections.ConfigDict:
                        # tokenizer's eos; eos_id None: the first stop id
                        eos_id=ml_collections.FieldReference(None, field_type=int),
                        stop_ids=ml_collections.FieldReference(None, field_type=list),
-                       pad_id=151_643, seed=42))
+                       pad_id=ml_collections.FieldReference(None, field_type=int),  # None: the tokenizer's pad
+                       seed=42))
     c.optim = ml_collections.ConfigDict(dict(lr=1e-6, warmup_steps=200, end_lr_ratio=0.0, b1=0.9, b2=0.95, eps=1e-8,
                                              weight_decay=0.01, clip_norm=1.0))
     c.checkpoint = ml_collections.ConfigDict(dict(enabled=True, every=50, keep=3, best_metric="reward_mean",

@@ -32,7 +32,10 @@ def get_config(phase: str = "1") -> ml_collections.ConfigDict:
     c.model = ml_collections.ConfigDict(dict(kind="pretrained", seed=0, path="", dtype="bfloat16"))
     c.finetune = ml_collections.ConfigDict(dict(mode="lora", freeze_vision=True, lora_rank=16, lora_alpha=32.0,
                                                 lora_targets=r"language_model\..*_proj", seed=42))
-    c.data = ml_collections.ConfigDict(dict(kind="agent_sft_records", path="", max_len=12_288, pad_id=151_643))
+    # pad_id None: the tokenizer's pad token (Qwen's <|endoftext|>, 151643); a fixed id beyond a smaller model's
+    # vocabulary embeds as NaN and made every loss NaN
+    c.data = ml_collections.ConfigDict(dict(kind="agent_sft_records", path="", max_len=12_288,
+                                            pad_id=ml_collections.FieldReference(None, field_type=int)))
     c.optim = ml_collections.ConfigDict(dict(lr=LR[p], warmup_steps=int(0.05 * c.steps), end_lr_ratio=0.0, b1=0.9,
                                              b2=0.95, eps=1e-8, weight_decay=0.01, clip_norm=1.0))
     c.checkpoint = ml_collections.ConfigDict(dict(enabled=True, every=SAVE_EVERY[p], keep=2, best_metric="",

@@ -45,7 +45,7 @@ def get_config() -> ml_collections.ConfigDict:
         # None: the model's generation_config.json eos ids (<|im_end|>, <|endoftext|>), else the tokenizer's eos
         eos_id=ml_collections.FieldReference(None, field_type=int),  # None: the first stop id
         stop_ids=ml_collections.FieldReference(None, field_type=list),
-        pad_id=151643))
+        pad_id=ml_collections.FieldReference(None, field_type=int)))  # None: the tokenizer's pad token
     c.optim = ml_collections.ConfigDict(dict(lr=1e-4, warmup_steps=0, end_lr_ratio=1.0, b1=0.9, b2=0.999, eps=1e-8,
                                              weight_decay=0.0, clip_norm=1.0))
     # no held-out evaluation in this job: keep the latest checkpoints (set eval_data and best_metric to keep the best)

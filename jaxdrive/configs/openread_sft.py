@@ -25,7 +25,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.finetune = ml_collections.ConfigDict(dict(mode="lora", freeze_vision=True, lora_rank=16, lora_alpha=32.0,
                                                 lora_targets=r"language_model\..*_proj", seed=0))
     c.data = ml_collections.ConfigDict(dict(
-        kind="openread_mix", seed=0, max_len=2048, pad_id=151643,
+        kind="openread_mix", seed=0, max_len=2048,
+        pad_id=ml_collections.FieldReference(None, field_type=int),  # None: the tokenizer's pad token
         sources=dict(lingoqa=dict(kind="openread_lingoqa", root="", split="train", system_prompt="openread"),
                      omnidrive=dict(kind="openread_omnidrive", root="", split="train", system_prompt="openread"))))
     c.optim = ml_collections.ConfigDict(dict(lr=1e-4, warmup_steps=62, end_lr_ratio=0.0, b1=0.9, b2=0.999, eps=1e-8,
