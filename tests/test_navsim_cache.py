@@ -193,6 +193,26 @@ def test_from_navsim_cli_then_score_with_proposal_file(tmp_path, capsys):
     assert isinstance(df, pd.DataFrame)
 
 
+def test_from_navsim_into_a_folder_of_other_scenes_warns(tmp_path, capsys):
+    """A second conversion into the same --out keeps the first one's scenes, which later commands read too: the run
+    names them (a rerun of the same conversion, e.g. after Ctrl-C, does not)."""
+    cache_map = dict(find_caches(CACHE_DIR))
+    for t in ("scene_0003", "sanity_red_on_route"):
+        dest = tmp_path / t / "log" / "unknown" / t / "metric_cache.pkl"
+        dest.parent.mkdir(parents=True)
+        shutil.copy(cache_map[t], dest)
+    out = tmp_path / "scenes"
+
+    def convert(token: str) -> str:
+        assert main(["scenes", "from-navsim", str(tmp_path / token), "--out", str(out), "--no-progress"]) == 0
+        return capsys.readouterr().err
+
+    assert "warning" not in convert("scene_0003")
+    assert "warning" not in convert("scene_0003")
+    err = convert("sanity_red_on_route")
+    assert "also holds 1 scene file(s)" in err and "scene_0003.json" in err, err
+
+
 def test_bad_proposal_file_is_a_usage_error(tmp_path, capsys):
     scenes = tmp_path / "s"
     scenes.mkdir()

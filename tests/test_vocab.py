@@ -161,26 +161,30 @@ def test_gtrs_export_and_kill_resume_identical(tmp_path):
             np.testing.assert_array_equal(arr, want)
 
 
-def test_resume_scores_again_the_shard_of_an_edited_scene_file(tmp_path, capsys):
+@pytest.mark.parametrize("source", ["SceneDirSource", "SceneFileSource"])
+def test_resume_scores_again_the_shard_of_an_edited_scene_file(tmp_path, capsys, source):
     """As ``jaxdrive score``: a scene file edited after its shard was scored (another scene's content, same id) is
     scored again on --resume and named; the other shard is kept; the rows equal a fresh run's over the edited files.
-    The resume kept the old rows (the run's identity names the files, not their content)."""
+    The resume kept the old rows (the run's identity names the files, not their content); with ``SceneFileSource``,
+    the source of ``jaxdrive vocab --scenes`` (e.g. scenes converted again from NAVSIM caches), it still did."""
     from jaxdrive.data.scene_json import scene_to_dict, write_scene
     from jaxdrive.scoring.sources import SceneDirSource
+    from jaxdrive.vocab.job import SceneFileSource
 
+    make_source = {"SceneDirSource": SceneDirSource, "SceneFileSource": SceneFileSource}[source]
     _, scenes = _scenes(count=2, seed=11)
     folder = tmp_path / "scenes"
     folder.mkdir()
     for i, scene in enumerate(scenes):
         write_scene(scene, folder / f"s{i}.json")
     vocab, options = _vocab(8, seed=1), VocabOptions(reference="first-proposal", chunk=8, shard_size=1)
-    run_vocab(SceneDirSource(folder), vocab, tmp_path / "out", options, progress=False)
+    run_vocab(make_source(folder), vocab, tmp_path / "out", options, progress=False)
     (folder / "s0.json").write_text(json.dumps({**scene_to_dict(scenes[1]), "id": scenes[0].id}))
-    stats = run_vocab(SceneDirSource(folder), vocab, tmp_path / "out", options, resume=True, progress=False)
+    stats = run_vocab(make_source(folder), vocab, tmp_path / "out", options, resume=True, progress=False)
     assert stats.skipped_shards == 1 and stats.scenes == 1
     assert "scoring shard 0 again: its input files changed since it was scored (size or modification time): " \
            "s0.json" in capsys.readouterr().err
-    run_vocab(SceneDirSource(folder), vocab, tmp_path / "fresh", options, progress=False)
+    run_vocab(make_source(folder), vocab, tmp_path / "fresh", options, progress=False)
     pd.testing.assert_frame_equal(read_results(tmp_path / "out"), read_results(tmp_path / "fresh"))
 
 

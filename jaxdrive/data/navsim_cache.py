@@ -454,7 +454,7 @@ def run_from_navsim(args) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ValueError(f"--out {args.out}: cannot create the directory ({e.strerror})") from None
-    failed = []
+    failed, written = [], set()
 
     def converted():
         for token, path in tqdm(caches, unit="cache", disable=args.no_progress, desc="from-navsim"):
@@ -472,7 +472,21 @@ def run_from_navsim(args) -> int:
     else:
         for token, scene in converted():
             write_scene(scene, args.out / f"{token}.json")
+            written.add(token)
     for msg in failed:
         print(f"jaxdrive scenes from-navsim: skipped {msg}", file=sys.stderr)
     print(f"wrote {len(caches) - len(failed)} scenes to {args.out} ({len(failed)} caches skipped)")
+    others = [] if args.store else other_scene_files(args.out, written)
+    if others:
+        print(f"jaxdrive scenes from-navsim: warning: --out {args.out} also holds {len(others)} scene file(s) this "
+              f"run did not write (e.g. {others[0]}), which every command reading the folder reads too; convert into "
+              f"a new folder to keep them apart", file=sys.stderr)
     return 3 if failed else 0
+
+
+def other_scene_files(out: Path, written: set[str]) -> list[Path]:
+    """The scene files under ``out`` (``scene_json.scene_files``) other than the ``<token>.json`` of ``written``: an
+    earlier conversion's, or the old file of a cache refused this time."""
+    from jaxdrive.data.scene_json import scene_files
+
+    return [p for p in scene_files(out) if p.parent != out or p.stem not in written]

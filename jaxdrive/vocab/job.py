@@ -6,8 +6,8 @@ Output directory (``jaxdrive.scoring.outputs.RunDir``): ``manifest.json`` (run i
 (scenes that could not be read, have no usable reference, or repeat a scene id already scored: each id is scored
 once), and with ``--export gtrs`` the pickle ``gtrs_{K}.pkl``: dict token ->
 dict metric -> float16 array (K,), metric keys ``GTRS_KEYS`` (what Hydra-MDP / GTRS / DriveSuprim training reads as
-``navtrain_{K}.pkl``). A killed run resumed with ``--resume`` recomputes only the shards the manifest does not list,
-so its files equal an uninterrupted run's.
+``navtrain_{K}.pkl``). A killed run resumed with ``--resume`` recomputes only the shards the manifest does not list
+(and those whose scene files changed since), so its files equal an uninterrupted run's.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from jaxdrive import atomic
 from jaxdrive.scene import HostScene, PadSpec
 from jaxdrive.scoring.outputs import RunDir, iter_shard_columns
 from jaxdrive.scoring.runner import shard_inputs
-from jaxdrive.scoring.sources import SceneSource, SourceError
+from jaxdrive.scoring.sources import SceneDirSource, SceneSource, SourceError
 from jaxdrive.vocab.core import (EP_MODES, FIELDS, pad_for, rows_per_call, reference_states, score_vocabulary,
                                  vocabulary_states)
 
@@ -63,40 +63,20 @@ class VocabOptions:
                 "shard_size": self.shard_size, "reference": self.reference}
 
 
-class SceneFileSource(SceneSource):
-    """Every ``*.json`` scene of a directory (name order), with or without proposals (converted metric caches)."""
+class SceneFileSource(SceneDirSource):
+    """Every scene file of a directory (``SceneDirSource``: name order, subfolders, and the files' sizes and times, so
+    that a resume scores again a shard whose files changed), with or without proposals (converted metric caches)."""
 
     def __init__(self, directory: str | Path):
-        from jaxdrive.data.scene_json import SceneFileError, scene_files
         from jaxdrive.data.store import is_store
 
-        self.directory = Path(directory)
-        if is_store(self.directory):
-            raise ValueError(f"--scenes {self.directory}: is a scene store; `jaxdrive vocab` reads a folder of "
+        if is_store(directory):
+            raise ValueError(f"--scenes {directory}: is a scene store; `jaxdrive vocab` reads a folder of "
                              f"epdms-scene/1 JSON files (`jaxdrive scenes from-navsim` without --store writes one)")
-        try:
-            self.files = scene_files(self.directory)
-        except SceneFileError as e:  # "PATH: not a directory"
-            raise ValueError(f"--scenes {e}") from None
-        if not self.files:
-            raise ValueError(f"--scenes {self.directory}: no *.json scene files found")
-
-    def __len__(self) -> int:
-        return len(self.files)
-
-    def name(self, i: int) -> str:
-        return str(self.files[i])
+        super().__init__(directory)
 
     def load(self, i: int) -> HostScene | SourceError:
-        from jaxdrive.data.scene_json import SceneFileError, read_scene
-
-        try:
-            return read_scene(self.files[i])
-        except SceneFileError as e:
-            return SourceError(name=str(self.files[i]), message=str(e))
-
-    def describe(self) -> dict:
-        return {"kind": "scene_dir", "directory": str(self.directory.resolve()), "files": [f.name for f in self.files]}
+        return self.read(i)
 
 
 def vocabulary_digest(vocab: np.ndarray) -> str:
