@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from jaxdrive import xla_cache
+from jaxdrive import interrupts, xla_cache
 
 EXIT_OK = 0
 EXIT_FAILURE = 1  # an error during the run (a traceback is printed: it is a bug or an environment problem)
@@ -317,6 +317,18 @@ def _command_words(args) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Runs the command of ``argv`` (default: the command line) and returns its exit status. Run as the ``jaxdrive``
+    program (no ``argv``), an interrupt always reaches the command and ends the process at once
+    (``jaxdrive.interrupts``)."""
+    if argv is None:
+        interrupts.deliver_swallowed_interrupts()
+    code = _main(argv)
+    if argv is None and code == EXIT_INTERRUPTED:
+        interrupts.exit_now(code)
+    return code
+
+
+def _main(argv: list[str] | None) -> int:
     if argv is None and sys.argv[1:2] in (["score"], ["vocab"]):  # the command line, not a caller's argv: glibc
         from jaxdrive.malloc_tunables import reexec_with_malloc_tunables  # malloc set so that XLA:CPU reuses buffers
 

@@ -94,7 +94,7 @@ def initialize_from_env() -> bool:
     if _STATE.process_count > 1:
         threading.Thread(target=_watch, args=(float(peer_timeout),), name="jaxdrive-peer-watchdog",
                          daemon=True).start()
-        atexit.register(_announce_exit)
+        atexit.register(announce_exit)
     return _STATE.process_count > 1
 
 
@@ -145,9 +145,12 @@ def _fail(message: str) -> None:
     os._exit(EXIT_PEER)
 
 
-def _announce_exit() -> None:
+def announce_exit() -> None:
     """At exit (registered after JAX's own exit handler, so it runs first): tells the peers how this process ended;
-    after a failure, exits at once (JAX's shutdown would wait for every peer, possibly for minutes)."""
+    after a failure, exits at once (JAX's shutdown would wait for every peer, possibly for minutes). A no-op in a
+    single-process run."""
+    if _STATE.client is None:
+        return
     _STATE.exiting = True
     try:
         _STATE.client.key_value_set(f"jaxdrive/exit/{_STATE.process_id}", _STATE.status or "failed",
