@@ -24,17 +24,17 @@ EXIT_INTERRUPTED = 130
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
-    """Appends "(default: X)" only where the help text does not mention a default already and X is not None."""
+    """Appends "(default: X)" only where the help text does not mention a default already and X is a value (not
+    None, False or an empty string)."""
 
     def _get_help_string(self, action):
-        if action.default is None or action.default is False or "default" in (action.help or ""):
+        if action.default is None or action.default is False or action.default == "" or "default" in (action.help or ""):
             return action.help
         return super()._get_help_string(action)
 
 
 def _add_score(sub) -> None:
-    p = sub.add_parser("score", help="score trajectories with the EPDMS rule kernels (default: built-in synthetic scenes)",
-                       formatter_class=_Help)
+    p = sub.add_parser("score", help="score trajectories with the EPDMS rule kernels (default: built-in synthetic scenes)")
     src = p.add_argument_group("inputs")
     src.add_argument("--scenes", type=Path,
                      help="directory of epdms-scene/1 JSON files, searched recursively (default: synthetic scenes)")
@@ -293,7 +293,17 @@ def build_parser() -> argparse.ArgumentParser:
     from jaxdrive.datasets.cli import add_data_subcommands
 
     add_data_subcommands(sub)  # data build
+    _show_defaults(parser)
     return parser
+
+
+def _show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Every subcommand's --help states its options' defaults (``_Help``), wherever it is defined."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                child.formatter_class = _Help
+                _show_defaults(child)
 
 
 def _force_cpu_devices(n: int | None) -> None:

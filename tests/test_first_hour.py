@@ -163,6 +163,31 @@ def test_help_texts():
         assert line.count("default") <= 1, line
 
 
+def test_every_command_states_its_options_defaults():
+    """Each (sub-)command's --help gives the default of every option that has a value as its default (only
+    `jaxdrive score`'s and four others did: `vocab build --help` hid --size 256 and --from-scenes 1024), and never
+    "(default: None)" (`scenes convert --help` said it of --out)."""
+    import argparse
+
+    def parsers(parser, path):
+        yield path, parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from parsers(sub, f"{path} {name}")
+
+    missing = []
+    for path, parser in list(parsers(build_parser(), "jaxdrive"))[1:]:
+        text = parser.format_help()
+        assert "(default: None)" not in text and "(default: )" not in text, path
+        for action in parser._actions:
+            has_value = action.default not in (None, "", argparse.SUPPRESS) and action.default is not False
+            if has_value and "default" not in (action.help or "") \
+                    and "%(default)" not in parser._get_formatter()._get_help_string(action):
+                missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+    assert missing == []
+
+
 def test_every_command_option_says_what_it_is_for():
     """Every option and positional argument of every (sub-)command has a help text."""
     import argparse

@@ -457,11 +457,8 @@ class SceneStore:
 
 def add_convert_parser(scenes_sub) -> None:
     """``jaxdrive scenes convert JSON_DIR --out STORE``."""
-    import argparse
-
     p = scenes_sub.add_parser("convert", help="write a directory of epdms-scene/1 JSON files as a binary scene store "
-                              "(TFDS array_record; `jaxdrive score --scenes STORE` reads it)",
-                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                              "(TFDS array_record; `jaxdrive score --scenes STORE` reads it)")
     p.add_argument("json_dir", type=Path, metavar="JSON_DIR", help="directory of *.json scene files")
     p.add_argument("--out", type=Path, required=True, help="store directory to create")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -1,7 +1,6 @@
 """``jaxdrive data build KIND SRC_DIR --out DIR``: a local source directory -> a TFDS dataset (array_record)."""
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 
@@ -10,8 +9,7 @@ def add_data_subcommands(sub) -> None:
 
     data = sub.add_parser("data", help="build TFDS datasets (array_record, read with grain) from local directories")
     data_sub = data.add_subparsers(dest="data_command", required=True)
-    p = data_sub.add_parser("build", help="build one dataset from a local directory (layouts: docs/datasets.md)",
-                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = data_sub.add_parser("build", help="build one dataset from a local directory (layouts: docs/datasets.md)")
     p.add_argument("kind", choices=sorted(BUILDERS), help="source layout")
     p.add_argument("src", type=Path, help="source directory")
     p.add_argument("--out", type=Path, required=True, help="dataset directory to create")

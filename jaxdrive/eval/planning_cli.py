@@ -33,7 +33,7 @@ EXIT_USAGE, EXIT_PARTIAL = 2, 3
 def add_planning_parser(subparsers) -> argparse.ArgumentParser:
     """Registers ``jaxdrive eval planning``."""
     p = subparsers.add_parser("planning", help="open-loop planning metrics (L2, collision) in the UniAD, ST-P3 "
-                              "and VAD conventions", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                              "and VAD conventions")
     p.add_argument("--predictions", type=Path, required=True, help=".npz (pred, tokens) or .json {token: traj}")
     p.add_argument("--gt", type=Path, required=True, help=".npz (gt, gt_mask, occupancy or occupancy_<class>, tokens)")
     p.add_argument("--frame", choices=["lidar", "text"], default="lidar",

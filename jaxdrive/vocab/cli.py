@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -11,8 +10,7 @@ import numpy as np
 
 def add_vocab_parser(sub) -> None:
     p = sub.add_parser("vocab", help="score every scene against a (K, 40, 3) trajectory vocabulary (GTRS / Hydra-MDP "
-                       "targets); `vocab build` makes a demo vocabulary",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       "targets); `vocab build` makes a demo vocabulary")
     p.add_argument("--vocabulary", type=Path, help=".npy of shape (K, 40, 3): x, y [m], heading [rad] at 0.1..4.0 s, "
                    "ego rear-axle frame (checked: no step over 100 m/s, |heading| <= 2π)")
     p.add_argument("--scenes", type=Path, help="directory of epdms-scene/1 files (e.g. from `scenes from-navsim`); "
