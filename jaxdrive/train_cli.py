@@ -10,6 +10,7 @@ import argparse
 import ast
 import importlib.util
 import os
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -82,9 +83,17 @@ def _run(args: argparse.Namespace) -> int:
     except ImportError as e:
         raise ValueError(f"training needs the [train] extra: pip install 'jaxdrive[train]' ({e})") from None
 
-    cfg = apply_overrides(load_config(args.config), args.overrides)
-    _, records = (jobs.run_sft if args.job == "sft" else jobs.run_grpo)(cfg)
     from jaxdrive import distributed
+    from jaxdrive.train.trainer import NonFiniteLoss
+
+    cfg = apply_overrides(load_config(args.config), args.overrides)
+    try:
+        _, records = (jobs.run_sft if args.job == "sft" else jobs.run_grpo)(cfg)
+    except NonFiniteLoss as e:  # a failure of the run (exit 1) whose cause the message states: no traceback
+        distributed.log(f"jaxdrive train {args.job}: {e}", file=sys.stderr)
+        from jaxdrive.cli import EXIT_FAILURE
+
+        return EXIT_FAILURE
 
     if records:
         last = records[-1]

@@ -466,3 +466,151 @@ def test_a_trainer_keeping_the_best_checkpoint_needs_its_evaluation(tmp_path):
                                          r"evaluations: \['ev'\]\)"):
         tr.run(2, _linear_batch, eval_fns={"ev": (1, lambda t, step: {"acc": 0.0})})
     assert tr.step == 0 and tr.checkpointer.all_steps() == []
+
+
+def test_a_non_finite_loss_stops_the_run_before_saving_it(tmp_path):
+    """Found by a new user (``jaxdrive train sft ... data.pad_id=100``, a pad id past the tiny model's vocabulary,
+    embedded as NaN): the run trained on with loss NaN, saved NaN checkpoints and exited 0. Now the step raises
+    (trainer.NonFiniteLoss, a FloatingPointError) before it is logged or saved."""
+    tr = _linear_trainer(tmp_path)
+
+    def batch_fn(trainer, step, key):
+        batch, host = _linear_batch(trainer, step, key)
+        return (dict(batch, y=np.full(4, np.nan, np.float32)) if step == 3 else batch), host
+
+    with pytest.raises(FloatingPointError, match=r"^step 3: loss nan, grad_norm nan \(not finite\); training stopped "
+                                            r"before saving this step \(the last checkpoint, step 2, is kept\)"):
+        tr.run(5, batch_fn)
+    assert tr.step == 2 and tr.checkpointer.all_steps() == [1, 2]
+
+
+def test_a_pad_id_outside_the_vocabulary_is_a_config_error(tmp_path, monkeypatch):
+    """The cause of the NaN run above, caught before training: data.pad_id (SFT) / grpo.pad_id (GRPO) past the
+    model's vocabulary (48 ids for the tiny model) is an error naming the field."""
+    def no_training(*args, **kwargs):
+        raise AssertionError("the job trained with a pad id outside the vocabulary")
+
+    monkeypatch.setattr(Trainer, "run", no_training)
+    sft = sft_cfg(str(tmp_path / "sft"))
+    sft.data.pad_id = 48
+    with pytest.raises(ValueError, match=r"^data.pad_id: 48 is not a token id of the model \(its vocabulary has ids "
+                                         r"0..47\); set an id below 48 \(the tokenizer.s pad token id\)"):
+        jobs.run_sft(sft)
+    grpo = _tiny_grpo_cfg(str(tmp_path / "grpo"))
+    grpo.grpo.pad_id = 100
+    with pytest.raises(ValueError, match=r"^grpo.pad_id: 100 is not a token id"):
+        jobs.run_grpo(grpo)
+
+
+def test_eval_every_zero_turns_evaluation_off(tmp_path, monkeypatch):
+    """Found by a new user: eval_every=0 is documented as turning evaluation off (jobs.check_run_config), but the
+    step-0 and the last step's evaluations still ran. Keeping the best checkpoint by an evaluation metric with
+    evaluation off is a config error naming eval_every."""
+    evaluated = []
+    tr = _linear_trainer(tmp_path)
+    tr.run(3, _linear_batch, eval_fns={"ev": (0, lambda t, step: evaluated.append(step) or {"acc": 0.0})})
+    assert evaluated == [] and tr.step == 3
+    monkeypatch.setattr(jobs, "build_model", lambda *a, **k: pytest.fail("built before the config was checked"))
+    cfg = _tiny_grpo_cfg(str(tmp_path / "grpo"))
+    cfg.eval_data, cfg.eval_every, cfg.checkpoint.best_metric = load_config("grpo_tiny").eval_data, 0, "reward_mean"
+    with pytest.raises(ValueError, match=r"checkpoint.best_metric: 'reward_mean' .* but eval_every=0 turns "
+                                         r"evaluation off; set eval_every >= 1 or checkpoint.best_metric=''"):
+        jobs.run_grpo(cfg)
+
+
+def test_a_rerun_of_a_finished_run_says_it_is_complete(tmp_path, capsys):
+    """Found by a new user: rerunning a finished job into its workdir (progress=False) printed nothing, trained
+    nothing and exited 0."""
+    _linear_trainer(tmp_path).run(2, _linear_batch)
+    capsys.readouterr()
+    again = _linear_trainer(tmp_path)
+    again.restore()
+    assert again.run(2, _linear_batch) == []
+    err = capsys.readouterr().err.strip()
+    assert err == (f"nothing to train: the run in {tmp_path} is already complete at step 2 of 2; to train further "
+                   "from it set steps above 2, or start a new run in another workdir")
+
+
+def _tensorboard_view(tb_dir):
+    """{tag: [steps]} as TensorBoard shows ``tb_dir``: its event files in name order, a restart marker
+    (SessionLog.START at step s) dropping the events read so far at steps >= s."""
+    import struct
+
+    from tensorboardX.proto.event_pb2 import Event, SessionLog
+
+    events = []
+    for name in sorted(os.listdir(tb_dir)):
+        with open(os.path.join(tb_dir, name), "rb") as f:
+            raw = f.read()
+        at = 0
+        while at < len(raw):  # TFRecord: u64 length, u32 crc, data, u32 crc
+            (n,) = struct.unpack("<Q", raw[at:at + 8])
+            event = Event.FromString(raw[at + 12:at + 12 + n])
+            at += 16 + n
+            if event.session_log.status == SessionLog.START:
+                events = [(tag, step) for tag, step in events if step < event.step]
+            events += [(v.tag, event.step) for v in event.summary.value]
+    view = {}
+    for tag, step in events:
+        view.setdefault(tag, []).append(step)
+    return view
+
+
+def test_tensorboard_shows_the_run_metrics_jsonl_holds(tmp_path):
+    """Found by a new user: a rerun into the same workdir that started again at step 0 (no checkpoint) rewrote
+    metrics.jsonl but left the earlier run's event file in tb/ beside the new one, so TensorBoard mixed the runs.
+    Now tb/ shows what metrics.jsonl holds: from step 0 the old event files go; a resume from a checkpoint at step s
+    marks a restart at s + 1, so TensorBoard drops the earlier run's later steps."""
+    from jaxdrive.train.metrics import MetricsLogger
+
+    def run(ckpt_dir, steps, stop_after=None, restore_step=None):
+        tr = _linear_trainer(tmp_path / ckpt_dir, save_every=2)
+        tr.logger = MetricsLogger(str(tmp_path / "work"), stdout=False)
+        if restore_step is not None:
+            tr.restore(restore_step)
+        tr.run(steps, _linear_batch, stop_after=stop_after)
+        tr.logger.close()
+
+    def jsonl_steps():
+        return [r["step"] for r in read_jsonl(str(tmp_path / "work" / "metrics.jsonl"))]
+
+    run("a", 6, stop_after=3)  # logs 1-3, checkpoints 2 and 3
+    run("a", 6, restore_step=2)  # resumes at 2: step 3 again, then 4-6
+    assert jsonl_steps() == [1, 2, 3, 4, 5, 6]
+    assert _tensorboard_view(tmp_path / "work" / "tb")["train/loss"] == [1, 2, 3, 4, 5, 6]
+    run("b", 2)  # another run in the same workdir from step 0 (no checkpoint of its own)
+    assert jsonl_steps() == [1, 2]
+    assert _tensorboard_view(tmp_path / "work" / "tb")["train/loss"] == [1, 2]
+
+
+def test_an_interrupted_run_leaves_its_records_in_tensorboard(tmp_path):
+    """The jaxdrive program ends an interrupted command without the interpreter's shutdown (jaxdrive.interrupts),
+    which is where the TensorBoard writer's queue (flushed every 2 minutes) was written out: the run flushes it when
+    it stops, however it stops."""
+    from jaxdrive.train.metrics import MetricsLogger
+
+    tr = _linear_trainer(tmp_path / "ckpt")
+    tr.logger = MetricsLogger(str(tmp_path / "work"), stdout=False)
+
+    def batch_fn(trainer, step, key):
+        if step == 3:
+            raise KeyboardInterrupt
+        return _linear_batch(trainer, step, key)
+
+    with pytest.raises(KeyboardInterrupt):
+        tr.run(5, batch_fn)
+    assert _tensorboard_view(tmp_path / "work" / "tb")["train/loss"] == [1, 2]  # the logger is not closed
+
+
+def test_a_non_finite_loss_ends_jaxdrive_train_with_one_line(monkeypatch, capsys):
+    """A NaN run is a failure of the run (status 1) whose message says what to do: no traceback."""
+    from jaxdrive.cli import EXIT_FAILURE, main
+    from jaxdrive.train.trainer import NonFiniteLoss
+
+    def nan_run(cfg):
+        raise NonFiniteLoss("step 3: loss nan (not finite); training stopped before saving this step")
+
+    monkeypatch.setattr(jobs, "run_sft", nan_run)
+    assert main(["train", "sft", "--config", "configs/sft_tiny.py", "steps=3"]) == EXIT_FAILURE
+    err = capsys.readouterr().err
+    assert err == "jaxdrive train sft: step 3: loss nan (not finite); training stopped before saving this step\n"

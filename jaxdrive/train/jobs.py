@@ -77,6 +77,15 @@ def token_ids(block: ml_collections.ConfigDict, tokenizer=None,
     return out
 
 
+def check_pad_id(model, pad_id: int, field: str) -> None:
+    """Before training: the pad id (``field``, e.g. "data.pad_id") must be a token id of ``model``'s vocabulary. Pad
+    positions are embedded too (masked later), and an id past the table embeds as NaN: every loss would be NaN."""
+    vocab = model.cfg.text.vocab_size
+    if not 0 <= pad_id < vocab:
+        raise ValueError(f"{field}: {pad_id} is not a token id of the model (its vocabulary has ids 0..{vocab - 1}); "
+                         f"set an id below {vocab} (the tokenizer's pad token id)")
+
+
 def _stop_ids(block: ml_collections.ConfigDict, tokenizer, model_path: str | None) -> tuple[int, ...]:
     """The stop set of :func:`token_ids` (validated: a non-empty tuple of ids)."""
     from jaxdrive.models.config import stop_token_ids, token_id_tuple
@@ -162,7 +171,8 @@ def check_run_config(cfg: ml_collections.ConfigDict) -> None:
 def check_best_metric(cfg: ml_collections.ConfigDict, evaluation: str | None) -> None:
     """Before anything is built: ``checkpoint.best_metric`` (keep the best checkpoint by an evaluation metric) needs
     an evaluation that scores checkpoints. ``evaluation`` is the config field that sets the job's evaluation (None:
-    the job has none). Nothing to check when no checkpoint is written (no ``workdir`` or checkpoints disabled)."""
+    the job has none); ``eval_every`` <= 0 turns it off. Nothing to check when no checkpoint is written (no
+    ``workdir`` or checkpoints disabled)."""
     ckpt = cfg.get("checkpoint") or {}
     best = ckpt.get("best_metric")
     if not (best and cfg.get("workdir") and ckpt.get("enabled", True)):
@@ -173,6 +183,10 @@ def check_best_metric(cfg: ml_collections.ConfigDict, evaluation: str | None) ->
     if not cfg.get(evaluation):
         raise ValueError(f"checkpoint.best_metric: {best!r} keeps the best checkpoint by an evaluation metric, but "
                          f"{evaluation} is not set (no evaluation scores checkpoints); set {evaluation} or "
+                         "checkpoint.best_metric=''")
+    if cfg.get("eval_every", 1) <= 0:
+        raise ValueError(f"checkpoint.best_metric: {best!r} keeps the best checkpoint by an evaluation metric, but "
+                         f"eval_every={cfg.eval_every} turns evaluation off; set eval_every >= 1 or "
                          "checkpoint.best_metric=''")
 
 
@@ -208,6 +222,7 @@ def run_sft(cfg: ml_collections.ConfigDict, model=None):
     tokenizer = load_tokenizer(cfg.model)
     examples = build_examples(cfg.data, tokenizer)
     pad_id = token_ids(cfg.data, tokenizer).pad_id
+    check_pad_id(model, pad_id, "data.pad_id")
     arrays = data.stack_examples([
         sft.sft_example(e["prompt"], e["answer"], cfg.data.max_len, pad_id, targets=e.get("targets"),
                         answer_mask=e.get("answer_mask"),
@@ -288,6 +303,7 @@ def run_grpo(cfg: ml_collections.ConfigDict, model=None):
     tokenizer = load_tokenizer(cfg.model)
     examples = build_examples(cfg.data, tokenizer)
     g = token_ids(cfg.grpo, tokenizer, cfg.model.path if cfg.model.kind == "pretrained" else None)
+    check_pad_id(model, g.pad_id, "grpo.pad_id")
     kind = g.get("rollouts", "single_turn")
     extra = {} if kind == "single_turn" else {"tokenizer": tokenizer}
     rollouts = ROLLOUTS.get(kind)(examples, build_rewards(cfg.rewards), build_decoder(cfg.decoder, tokenizer), g, **extra)

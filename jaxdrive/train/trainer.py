@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
+import sys
 import time
 from typing import Any, Callable
 
@@ -32,7 +34,7 @@ import optax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxdrive import parallel
+from jaxdrive import distributed, parallel
 from jaxdrive.train.checkpoint import Checkpointer
 from jaxdrive.train.forward import shard_batch
 from jaxdrive.train.metrics import MetricsLogger
@@ -40,6 +42,10 @@ from jaxdrive.train.metrics import MetricsLogger
 LossFn = Callable[[nnx.Module, dict, jax.Array], tuple[jax.Array, jax.Array, dict]]
 BatchFn = Callable[["Trainer", int, jax.Array], tuple[dict, dict]]
 EvalFn = Callable[["Trainer", int], dict]
+
+
+class NonFiniteLoss(FloatingPointError):
+    """A step's loss or gradient norm is NaN or infinite: the run stopped before saving that step."""
 
 
 def default_summary(sums: dict) -> dict:
@@ -196,19 +202,27 @@ class Trainer:
           batch_fn: produces each step's batch (see module docstring).
           updates_per_batch: optimizer updates per batch (GRPO policy epochs over one rollout batch).
           eval_fns: {name: (every, fn(trainer, step) -> metrics)} run at the start, after steps divisible by ``every``
-            (none if ``every`` <= 0) and at the end; logged under "eval/<name>". The one named
+            and at the end; logged under "eval/<name>". An ``every`` <= 0 turns that evaluation off (none at the
+            start or the end either). The one named
             ``best_metric_source`` scores checkpoints: when the checkpointer keeps the best by a metric, every step
             it evaluates is saved too (so the best checkpoint is the best evaluated step, whatever ``save_every``),
             and its step-0 evaluation must return that metric.
           position_fn: data position of a step for the checkpoint meta.
           stop_after: stop (as if killed) after this step, after its checkpoint; for tests and preemption. A run
             that is already at or past it trains nothing (a step past it would be trained and never saved).
-        Returns: the logged records of the steps run.
+        Returns: the logged records of the steps run (none, after a one-line note on stderr, when the run is already
+        at ``total_steps``).
+
+        A step whose loss or gradient norm is not finite raises ``NonFiniteLoss`` before it is logged, evaluated or
+        saved (the earlier checkpoints stay; the trainer keeps the parameters of the failed update).
         """
         from tqdm.auto import tqdm
 
-        eval_fns = eval_fns or {}
+        eval_fns = {name: (every, fn) for name, (every, fn) in (eval_fns or {}).items() if every > 0}
         self._check_best_metric_source(eval_fns, best_metric_source)
+        if self.step >= total_steps:
+            self._note_complete(total_steps)
+            return []
         records = []
         if self.logger is not None:  # a resumed run logs the steps after its checkpoint again: no record twice
             self.logger.resume_at(self.step)
@@ -238,10 +252,12 @@ class Trainer:
                 if self.checkpointer is not None and (scored or (self.save_every and step % self.save_every == 0)
                                                       or step == total_steps or step == stop_after):
                     self.save({"data_position": position_fn(step) if position_fn else {}}, ckpt_metrics)
-        finally:  # also when a step raises (a crash, Ctrl-C): the checkpoint being written in the background is kept
-            bar.close()
+        finally:  # also when a step raises (a crash, Ctrl-C): the checkpoint being written in the background and
+            bar.close()  # the logged records are kept
             if self.checkpointer is not None:
                 self.checkpointer.wait()
+            if self.logger is not None:
+                self.logger.flush()
         return records
 
     def _check_best_metric_source(self, eval_fns: dict, best_metric_source: str | None) -> None:
@@ -254,6 +270,25 @@ class Trainer:
                              f"no evaluation scores checkpoints (best_metric_source={best_metric_source!r}, "
                              f"evaluations: {sorted(eval_fns)}); configure that evaluation or unset "
                              "checkpoint.best_metric")
+
+    def _note_complete(self, total_steps: int) -> None:
+        """The one line of a run that has nothing to train: it is already at (or past) ``total_steps``."""
+        where = f" in {self.checkpointer.manager.directory}" if self.checkpointer is not None else ""
+        distributed.log(f"nothing to train: the run{where} is already complete at step {self.step} of {total_steps}; "
+                        f"to train further from it set steps above {self.step}, or start a new run in another workdir",
+                        file=sys.stderr)
+
+    def _check_finite(self, step: int, metrics: dict[str, float]) -> None:
+        """``NonFiniteLoss`` naming ``step`` and the value when its loss or gradient norm (host floats, already
+        fetched for the log) is NaN or infinite."""
+        bad = {k: metrics[k] for k in ("loss", "grad_norm") if not math.isfinite(metrics[k])}
+        if not bad:
+            return
+        values = ", ".join(f"{k} {v}" for k, v in bad.items())
+        last = self.checkpointer.latest_step() if self.checkpointer is not None else None
+        kept = f"the last checkpoint, step {last}, is kept" if last is not None else "no checkpoint was written"
+        raise NonFiniteLoss(f"step {step}: {values} (not finite); training stopped before saving this step ({kept}). "
+                            "Check the data's token ids and targets, or lower the learning rate")
 
     def _check_best_metric(self, values: dict) -> None:
         """Before any training: the checkpointer's best metric must be one the best-metric evaluation returns."""
@@ -272,6 +307,7 @@ class Trainer:
         for epoch in range(updates_per_batch):
             metrics = self.update(micro, jax.random.fold_in(key, epoch + 1))
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+        self._check_finite(step, metrics)
         self.step = step
         dt = time.perf_counter() - t0
         metrics.update(host_metrics)
