@@ -288,3 +288,51 @@ def test_a_rerun_replaces_the_earlier_set(tmp_path, capsys):
     assert (root / "pairs.jsonl").read_text() == ""
     synthetic.build_dataset(other, 0, 0, progress=False)
     assert all((other / name).read_text() == "the earlier set's" for name in stale[:-1])
+
+
+def _bar_now(err: str) -> str:
+    """The progress bar as last drawn in ``err`` (tqdm redraws it after a carriage return)."""
+    return err.split("\r")[-1]
+
+
+@pytest.mark.parametrize("progress", [True, False])
+def test_judge_data_says_the_first_batch_compiles(tmp_path, monkeypatch, capsys, progress):
+    """`jaxdrive judge data` sat at 0% for ~70 s (compiling) without a word: a first-time user thought it hung. The
+    bar now says so until the first batch is done; with --no-progress nothing new is printed."""
+    seen = []
+
+    def first_batch(*args, **kwargs):  # where the first batch starts; stop there (no compile)
+        seen.append(capsys.readouterr().err)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(synthetic, "generate_scene", first_batch)
+    argv = ["judge", "data", "--out", str(tmp_path / "d"), "--train", "1", "--test", "0", "--image-size", "16"]
+    assert main(argv if progress else [*argv, "--no-progress"]) == 130
+    if progress:
+        assert "0/1 [" in _bar_now(seen[0]) and "compiling the scorer" in _bar_now(seen[0]), seen
+    else:
+        assert seen == [""]
+
+
+@pytest.mark.parametrize("progress", [True, False])
+def test_judge_run_says_the_first_batch_compiles(capsys, progress):
+    """`jaxdrive judge run` sat at 0/N for ~74 s (compiling) without a word. The bar now says so while the first
+    batch is judged and no more after it; with --no-progress nothing is printed."""
+    import types
+
+    from jaxdrive.judge.run import judge_records
+
+    seen = []
+
+    def score(scenes, proposals):
+        seen.append(_bar_now(capsys.readouterr().err))
+        n = len(proposals)
+        return types.SimpleNamespace(score=np.zeros(n), score_hard=np.zeros(n), epdms=np.zeros(n),
+                                     probs=np.full((n, len(RULE_LABELS)), 0.9), rationale=["r"] * n)
+    records = [types.SimpleNamespace(id=f"r{i}", scene="s", proposal=0, label=1) for i in range(3)]
+    judge_records(types.SimpleNamespace(score=score), {"s": None}, records, chunk=1, progress=progress)
+    if progress:
+        assert "0/3 [" in seen[0] and "compiling the scorer and the judge (first batch" in seen[0], seen
+        assert seen[1].startswith("judge: ") and "compiling" not in seen[1] + seen[2], seen  # cleared
+    else:
+        assert seen == ["", "", ""]
+    assert "compiling" not in _bar_now(capsys.readouterr().err)

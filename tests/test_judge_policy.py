@@ -229,6 +229,37 @@ def test_sft_learns_gates_end_to_end(tmp_path, capsys):
     assert judge["auc"] > epdms["auc"]
 
 
+def test_tiny_judge_command_line(tmp_path, capsys):
+    """`python -m jaxdrive.judge.tiny` without OUT was an IndexError traceback; `... OUT 48` silently ignored the
+    48 (a 64-wide model), and `... OUT 128 1` wrote a model whose M-RoPE sections fit only 64 (refused on load)."""
+    import subprocess
+    import sys
+
+    from jaxdrive.judge import tiny
+    from jaxdrive.models.weights import from_pretrained
+
+    run = subprocess.run([sys.executable, "-m", "jaxdrive.judge.tiny"], capture_output=True, text=True)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert "usage: python -m jaxdrive.judge.tiny" in run.stderr and "required: OUT" in run.stderr, run.stderr
+    run = subprocess.run([sys.executable, "-m", "jaxdrive.judge.tiny", "--help"], capture_output=True, text=True)
+    assert run.returncode == 0 and all(w in run.stdout for w in ("HIDDEN", "LAYERS", "--seed", "--tokenizer"))
+    for argv, needle in [([str(tmp_path / "x"), "64", "2", "3"], "unrecognized arguments: 3"),
+                         ([str(tmp_path / "x"), "40"], "hidden: expected a multiple of 16, >= 32"),
+                         ([str(tmp_path / "x"), "64", "0"], "layers: expected >= 1, got 0"),
+                         ([str(tmp_path / "x"), "--tokenizer", "bpe"], "invalid choice: 'bpe'")]:
+        with pytest.raises(SystemExit) as e:
+            tiny.main(argv)
+        assert e.value.code == 2 and needle in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+    for hidden, layers in [("48", None), ("128", "1")]:
+        out = tmp_path / f"h{hidden}"
+        tiny.main([str(out), hidden, *([layers] if layers else []), "--tokenizer", "bytes", "--seed", "3"])
+        assert capsys.readouterr().out == f"{out}\n"
+        text = json.loads((out / "config.json").read_text())["text_config"]
+        assert (text["hidden_size"], text["num_hidden_layers"]) == (int(hidden), int(layers or 2))
+        assert from_pretrained(str(out)).cfg.text.hidden_size == int(hidden)  # loads: M-RoPE fits head_dim
+
+
 def test_a_judge_built_in_python_sees_images_of_the_training_default_size():
     """DriveJudge rendered 96-pixel BEVs (BevConfig's default) for a judge trained on `judge data`'s 64-pixel
     images unless told otherwise: another scale and another number of image tokens than in training."""
@@ -268,19 +299,73 @@ def record(judge, **meta) -> None:
 
 
 @pytest.mark.parametrize("kind", ["judge_gates", "judge_pairs", "judge_direct"])
-def test_judge_exports_record_the_image_size_and_description(kind, tmp_path):
+def test_judge_exports_record_the_image_size_and_description(kind, judge_dir, tmp_path):
     """The registry's export files of the judge data kinds: the training data's BEV image side (its meta.json
     ``image_size``), ``describe`` and, with the description, the thresholds of its rule checks (meta.json's)."""
     from jaxdrive.train.registry import EXPORTS
 
     (tmp_path / "meta.json").write_text(json.dumps({"image_size": 32, "thresholds": RECORDED["thresholds"]}))
-    files = EXPORTS.get(kind)(ml_collections.ConfigDict(dict(path=str(tmp_path), describe=True)))
+    block = dict(path=str(tmp_path), model_path=str(judge_dir))  # a base model: no record of its own
+    files = EXPORTS.get(kind)(ml_collections.ConfigDict(dict(block, describe=True)))
     assert json.loads(files["jaxdrive_judge.json"]) == RECORDED
-    files = EXPORTS.get(kind)(ml_collections.ConfigDict(dict(path=str(tmp_path))))
+    files = EXPORTS.get(kind)(ml_collections.ConfigDict(dict(block, describe=None)))
     assert json.loads(files["jaxdrive_judge.json"]) == {"image_size": 32, "describe": False}
     (tmp_path / "meta.json").unlink()  # a hand-made set without meta.json: judge data's default size
-    files = EXPORTS.get(kind)(ml_collections.ConfigDict(dict(path=str(tmp_path))))
+    files = EXPORTS.get(kind)(ml_collections.ConfigDict(block))
     assert json.loads(files["jaxdrive_judge.json"]) == {"image_size": 64, "describe": False}
+
+
+@pytest.mark.slow
+def test_training_from_a_judge_follows_its_record(env, tmp_path, monkeypatch, capsys):
+    """`jaxdrive train grpo --config configs/judge_grpo_margin_tiny.py model.path=SFT` from an SFT judge trained with
+    data.describe=True trained and exported without the description (its jaxdrive_judge.json "describe": false;
+    `judge run` then judged without the text), without a word. The data blocks' ``describe`` now defaults to the
+    model's record (SFT and GRPO presets alike), a value or data set that contradicts it is a usage error naming
+    the field, the value and the record; a base model without a record keeps the old default (off)."""
+    import shutil
+
+    from jaxdrive.train.registry import EXPORTS
+    from jaxdrive.train_cli import apply_overrides, load_config
+
+    _, data, model = env
+    sft = tmp_path / "sft"
+    shutil.copytree(model, sft)
+    thresholds = {r: round(t, 6) for r, t in json.loads((data / "meta.json").read_text())["thresholds"].items()}
+    trained = {"image_size": 32, "describe": True, "thresholds": thresholds}
+    record(sft, **trained)
+    tok = DriveJudge.from_pretrained(model).encoder.tokenizer
+
+    def prompt_text(config, *overrides):
+        cfg = apply_overrides(load_config(config), [f"data.path={data}", *overrides])
+        ex = (recipes.pair_examples if cfg.data.kind == "judge_pairs" else recipes.gate_examples)(cfg.data)[0]
+        return tok.decode((ex["input_ids"][0] if "input_ids" in ex else ex["prompt"]).tolist()), cfg
+
+    for config in ("configs/judge_grpo_margin_tiny.py", "configs/judge_sft_tiny.py"):
+        text, cfg = prompt_text(config, f"model.path={sft}")
+        assert "Objects:" in text  # the description, as the model was trained
+        assert json.loads(EXPORTS.get(cfg.data.kind)(cfg.data)["jaxdrive_judge.json"]) == trained
+        text, cfg = prompt_text(config, f"model.path={model}")  # the tiny random judge: no record, no description
+        assert "Objects:" not in text
+        assert json.loads(EXPORTS.get(cfg.data.kind)(cfg.data)["jaxdrive_judge.json"]) == {"image_size": 32,
+                                                                                            "describe": False}
+    assert apply_overrides(load_config("configs/judge_grpo_margin_tiny.py"), ["data.describe=True"]).eval_data.describe
+    with pytest.raises(ValueError) as e:
+        prompt_text("configs/judge_grpo_margin_tiny.py", f"model.path={sft}", "data.describe=False")
+    assert str(e.value) == (f"data.describe=False: {sft} was trained with the text scene description "
+                            "(jaxdrive_judge.json)")
+    record(sft, **dict(trained, image_size=64))
+    with pytest.raises(ValueError) as e:
+        prompt_text("configs/judge_sft_tiny.py", f"model.path={sft}")
+    assert str(e.value) == (f"data.path {data} (meta.json image_size 32): {sft} was trained on 64-pixel BEV images "
+                            "(jaxdrive_judge.json)")
+    # through the command line: a one-line usage error, before any training step
+    monkeypatch.setattr("jaxdrive.train.trainer.Trainer", lambda *a, **k: pytest.fail("training started"))
+    record(sft, **trained)
+    capsys.readouterr()
+    assert main(["train", "grpo", "--config", "configs/judge_grpo_margin_tiny.py", f"model.path={sft}",
+                 f"data.path={data}", "data.describe=False", "progress=False"]) == EXIT_USAGE
+    assert capsys.readouterr().err == (f"jaxdrive train: data.describe=False: {sft} was trained with the text scene "
+                                       "description (jaxdrive_judge.json)\n")
 
 
 def test_from_pretrained_defaults_to_the_recorded_training_settings(judge_dir):

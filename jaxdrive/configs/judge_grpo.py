@@ -26,10 +26,13 @@ def get_config() -> ml_collections.ConfigDict:
     c.model = ml_collections.ConfigDict(dict(kind="pretrained", seed=0, path=path, dtype="bfloat16"))
     c.finetune = ml_collections.ConfigDict(dict(mode="full", freeze_vision=False, lora_rank=8, lora_alpha=16.0,
                                                 lora_targets=r"language_model\..*_proj", seed=0))
+    # The text scene description, training and evaluation alike; None = as model.path was trained (its
+    # jaxdrive_judge.json, which the SFT export writes), else off. A value that contradicts the record is refused.
+    describe = ml_collections.FieldReference(None, field_type=bool)
     c.data = ml_collections.ConfigDict(dict(kind="judge_pairs", path=data_path, split="train", model_path=path,
-                                            describe=False, limit=0, max_len=2048))
+                                            describe=describe, limit=0, max_len=2048))
     c.eval_data = ml_collections.ConfigDict(dict(kind="judge_pairs", path=data_path, split="test", model_path=path,
-                                                 describe=False, limit=0, max_len=2048))
+                                                 describe=describe, limit=0, max_len=2048))
     c.rewards = ml_collections.ConfigDict({"judge_preference": dict(weight=1.0)})  # registry.REWARDS
     c.grpo = ml_collections.ConfigDict(dict(
         rollout="gates", seed=0, group_size=8, prompts_per_step=32, advantage="verl",

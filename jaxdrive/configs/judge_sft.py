@@ -25,8 +25,10 @@ def get_config() -> ml_collections.ConfigDict:
     c.model = ml_collections.ConfigDict(dict(kind="pretrained", seed=0, path=path, dtype="bfloat16"))
     c.finetune = ml_collections.ConfigDict(dict(mode="full", freeze_vision=False, lora_rank=8, lora_alpha=16.0,
                                                 lora_targets=r"language_model\..*_proj", seed=0))
+    # describe: the text scene description; None = as model.path was trained (its jaxdrive_judge.json), else off
+    describe = ml_collections.FieldReference(None, field_type=bool)
     c.data = ml_collections.ConfigDict(dict(kind="judge_gates", path="", split="train", model_path=path,
-                                            describe=False, reason=False, target="answer", balance=False, limit=0,
+                                            describe=describe, reason=False, target="answer", balance=False, limit=0,
                                             max_len=2048, pad_id=0))
     c.optim = ml_collections.ConfigDict(dict(lr=1e-5, warmup_steps=100, end_lr_ratio=0.0, b1=0.9, b2=0.999, eps=1e-8,
                                              weight_decay=0.0, clip_norm=1.0))

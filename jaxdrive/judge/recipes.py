@@ -13,10 +13,10 @@
   image size and prompt form the judge was trained on (``export_files``), which its readers default to.
 
 Data config fields: ``path`` (dataset directory), ``split``, ``model_path`` (the pretrained model directory: chat
-template, merge size and image processor), ``describe`` (text scene description ablation), ``reason`` (prepend the
-record's justification as ``Reason:`` in SFT targets), ``target`` (SFT: ``answer`` or ``slots``, see
-``gate_examples``), ``limit`` (first N, 0 = all), ``balance`` (SFT: oversample the records with a rule gated off,
-``balance_records``).
+template, merge size and image processor), ``describe`` (text scene description ablation; None: as the model was
+trained, ``training_settings``), ``reason`` (prepend the record's justification as ``Reason:`` in SFT targets),
+``target`` (SFT: ``answer`` or ``slots``, see ``gate_examples``), ``limit`` (first N, 0 = all), ``balance`` (SFT:
+oversample the records with a rule gated off, ``balance_records``).
 """
 from __future__ import annotations
 
@@ -27,26 +27,47 @@ import numpy as np
 
 from jaxdrive.judge import prompt as P
 from jaxdrive.judge.baselines import subscores_of
-from jaxdrive.judge.bev import IMAGE_SIZE
 from jaxdrive.judge.dataset import check_pair_records, dataset_image_size, dataset_thresholds, item_name, \
     read_image, read_pairs, read_records, read_scenes, record_images
 from jaxdrive.judge.gates import RULE_LABELS, rule_gated_score
 from jaxdrive.judge.labels import rule_values
 from jaxdrive.judge.policy import ALL_YES, JUDGE_META, TrainedAs, answer_slots, check_slot_tokens, encode, \
-    load_image_config, slot_positions
+    load_image_config, slot_positions, trained_settings
 from jaxdrive.models.chat import ChatEncoder
 from jaxdrive.train.rewards import Reward
 
 from jaxdrive.rules.epdms import METRICS as _METRICS  # noqa: E402  (gate order)
 
 
-def encoder_for(cfg, tokenizer) -> ChatEncoder:
-    """The chat encoder of the data block's ``model_path`` (with the job's tokenizer when given)."""
+def _model_path(cfg) -> str:
+    """The data block's ``model_path``, which the judge recipes need."""
     if not cfg.get("model_path"):
         raise ValueError("data.model_path: the judge recipes need the pretrained model directory (chat template, "
                          "image processor); set data.model_path = model.path")
-    return ChatEncoder.from_pretrained(cfg.model_path) if tokenizer is None else ChatEncoder(
-        tokenizer, ChatEncoder.from_pretrained(cfg.model_path).merge_size)
+    return cfg.model_path
+
+
+def encoder_for(cfg, tokenizer) -> ChatEncoder:
+    """The chat encoder of the data block's ``model_path`` (with the job's tokenizer when given)."""
+    path = _model_path(cfg)
+    return ChatEncoder.from_pretrained(path) if tokenizer is None else ChatEncoder(
+        tokenizer, ChatEncoder.from_pretrained(path).merge_size)
+
+
+def training_settings(cfg) -> TrainedAs:
+    """How the data block ``cfg`` trains the model ``cfg.model_path`` (and what its export records): the side of the
+    set's BEV images (meta.json ``image_size``), ``describe`` and, with it, the set's rule-check thresholds, each
+    checked against the model's record of its own training (``policy.trained_settings``; a ValueError naming the
+    field, its value and the record): a judge goes on (GRPO from SFT) with the inputs it learnt on. ``describe`` None
+    (unset) is the record's, off for a model without one (a base model)."""
+    root = Path(cfg.path)
+    size = dataset_image_size(root)
+    size, describe, thresholds = trained_settings(
+        _model_path(cfg), image_size=size, describe=cfg.get("describe"), thresholds=dataset_thresholds(root),
+        given={"image_size": f"data.path {root} (meta.json image_size {size})",
+               "describe": f"data.describe={cfg.get('describe')}",
+               "thresholds": f"data.path {root} (meta.json thresholds)"})
+    return TrainedAs(size, describe, tuple(thresholds.tolist()) if describe else None)
 
 
 def _limit(items: list, cfg) -> list:
@@ -75,12 +96,12 @@ def _pair_records(root: Path, pairs) -> list[tuple]:
     return [(by_id[p.a_record], by_id[p.b_record]) for p in pairs]
 
 
-def _broken(cfg, root: Path, records) -> list:
+def _broken(settings: TrainedAs, records) -> list:
     """Per record, the rules its trajectory breaks (named in the text description), or None without ``describe``."""
-    if not cfg.get("describe", False):
+    if not settings.describe:
         return [None] * len(records)
-    values, thresholds = np.asarray(rule_values(subscores_of(records))), dataset_thresholds(root)
-    return [P.broken_rules(v, thresholds) for v in values]
+    values = np.asarray(rule_values(subscores_of(records)))
+    return [P.broken_rules(v, np.asarray(settings.thresholds, np.float32)) for v in values]
 
 
 def gate_examples(cfg, tokenizer=None) -> list[dict]:
@@ -102,16 +123,16 @@ def gate_examples(cfg, tokenizer=None) -> list[dict]:
         raise ValueError(f"data.target: expected 'answer' or 'slots', got {target!r}")
     if target == "slots" and cfg.get("reason", False):
         raise ValueError("data.reason: the 'slots' target trains the all-yes answer block only (no Reason: line)")
+    settings = training_settings(cfg)
     scenes, images = read_scenes(root, records), record_images(root, records)
     encoder, image_cfg = encoder_for(cfg, tokenizer), load_image_config(cfg.model_path)
     slots = answer_slots(encoder) if target == "slots" else None
     out = []
-    for r, broken in zip(records, _broken(cfg, root, records)):
+    for r, broken in zip(records, _broken(settings, records)):
         gates = [bool(r.gates[k]) for k in RULE_LABELS]
         answer = (P.answer_text(ALL_YES) if target == "slots" else
                   P.answer_text(gates, r.justification if cfg.get("reason", False) else ""))
-        conv = P.messages(scenes[r.scene], r.proposal, describe=cfg.get("describe", False), answer=answer,
-                          broken=broken)
+        conv = P.messages(scenes[r.scene], r.proposal, describe=settings.describe, answer=answer, broken=broken)
         enc = encode(encoder, [conv], [read_image(images[r.id], item_name(root, r))], image_cfg, pad_to_multiple_of=1)
         n = int(enc.attention_mask[0].sum())
         start = int(enc.answer_start[0])
@@ -140,12 +161,13 @@ def direct_examples(cfg, tokenizer=None) -> list[dict]:
     records = _limit(read_records(root, cfg.get("split", "train")), cfg)
     if not records:
         raise ValueError(f"data.path {root}: no records in split {cfg.get('split', 'train')!r}")
+    settings = training_settings(cfg)
     scenes, images = read_scenes(root, records), record_images(root, records)
     encoder, image_cfg = encoder_for(cfg, tokenizer), load_image_config(cfg.model_path)
     slot = direct_slot(encoder)
     out = []
-    for r, broken in zip(records, _broken(cfg, root, records)):
-        conv = P.messages(scenes[r.scene], r.proposal, describe=cfg.get("describe", False),
+    for r, broken in zip(records, _broken(settings, records)):
+        conv = P.messages(scenes[r.scene], r.proposal, describe=settings.describe,
                           answer=P.direct_answer_text(True), broken=broken, direct=True)
         enc = encode(encoder, [conv], [read_image(images[r.id], item_name(root, r))], image_cfg, pad_to_multiple_of=1)
         n, start = int(enc.attention_mask[0].sum()), int(enc.answer_start[0])
@@ -169,14 +191,15 @@ def pair_examples(cfg, tokenizer=None) -> list[dict]:
     if not pairs:
         raise ValueError(f"data.path {root}: no pairs in split {cfg.get('split', 'train')!r}")
     pair_records = _pair_records(root, pairs)
+    settings = training_settings(cfg)
     used = [r for recs in pair_records for r in recs]
     scenes, images = read_scenes(root, used), record_images(root, used)
     encoder, image_cfg = encoder_for(cfg, tokenizer), load_image_config(cfg.model_path)
     slots = answer_slots(encoder)
     out = []
     for p, recs in zip(pairs, pair_records):
-        convs = [P.messages(scenes[r.scene], r.proposal, describe=cfg.get("describe", False),
-                            answer=P.answer_text(ALL_YES), broken=b) for r, b in zip(recs, _broken(cfg, root, recs))]
+        convs = [P.messages(scenes[r.scene], r.proposal, describe=settings.describe, answer=P.answer_text(ALL_YES),
+                            broken=b) for r, b in zip(recs, _broken(settings, recs))]
         enc = encode(encoder, convs, [read_image(images[r.id], item_name(root, r)) for r in recs], image_cfg,
                      pad_to_multiple_of=1, max_length=cfg.max_len)
         sub = subscores_of(recs)
@@ -190,13 +213,10 @@ def pair_examples(cfg, tokenizer=None) -> list[dict]:
 
 def export_files(cfg) -> dict[str, str]:
     """Registry EXPORTS of the judge data kinds: {``JUDGE_META``: JSON} (``policy.TrainedAs``) for the data block
-    ``cfg`` of the job: the side of its BEV images (the set's meta.json ``image_size``, ``IMAGE_SIZE`` when it
-    records none), ``describe`` and, with it, the set's rule-check thresholds (``dataset_thresholds``)."""
-    root, describe = Path(cfg.path), bool(cfg.get("describe", False))
-    size = dataset_image_size(root)
-    trained = TrainedAs(IMAGE_SIZE if size is None else size, describe,
-                        tuple(dataset_thresholds(root).tolist()) if describe else None)
-    return {JUDGE_META: trained.to_json()}
+    ``cfg`` of the job, ``training_settings``: the side of its BEV images (the set's meta.json ``image_size``;
+    without it the model's record's, else ``IMAGE_SIZE``), ``describe`` and, with it, the set's rule-check
+    thresholds."""
+    return {JUDGE_META: training_settings(cfg).to_json()}
 
 
 def _subscores_from_array(a: jnp.ndarray):

@@ -23,6 +23,7 @@ from jaxdrive.judge.bev import BevConfig
 from jaxdrive.judge.dataset import check_pair_records, dataset_image_size, dataset_thresholds, read_pairs, \
     read_records, read_scenes
 from jaxdrive.judge.gates import RULE_LABELS
+from jaxdrive.judge.progress import noting_first_compile
 from jaxdrive.output_paths import output_dir, output_file
 
 
@@ -31,7 +32,8 @@ def judge_records(judge, scenes: dict, records, chunk: int = 8, progress: bool =
     one padded: one compile); returns columns {id, score, score_hard, epdms, label, p_<RULE>, rationale}."""
     cols = {"id": [], "score": [], "score_hard": [], "epdms": [], "label": [], "rationale": []}
     cols.update({f"p_{r}": [] for r in RULE_LABELS})
-    for i in tqdm(range(0, len(records), chunk), desc="judge", disable=not progress):
+    bar = tqdm(range(0, len(records), chunk), desc="judge", disable=not progress)
+    for i in noting_first_compile(bar, bar, "the scorer and the judge"):
         part = records[i:i + chunk]
         padded = part + part[:1] * (chunk - len(part))
         out = judge.score([scenes[r.scene] for r in padded], [r.proposal for r in padded])

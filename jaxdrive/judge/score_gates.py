@@ -24,6 +24,7 @@ from tqdm import tqdm
 from jaxdrive import atomic
 from jaxdrive.judge.bev import BevConfig
 from jaxdrive.judge.gates import expand_gates
+from jaxdrive.judge.progress import noting_first_compile
 
 PREFIX = "judge:"
 
@@ -54,7 +55,8 @@ def judge_gate_table(judge, source, *, chunk: int = 8, progress: bool = True) ->
     """{scene id: [[9 EPDMS gates] per proposal]} for every scene of ``source`` (``scoring.sources.SceneSource``)
     decided by ``judge`` (a ``DriveJudge``); scenes the source cannot read are left out (the scorer reports them)."""
     table = {}
-    for i in tqdm(range(len(source)), desc="judge gates", disable=not progress):
+    bar = tqdm(range(len(source)), desc="judge gates", disable=not progress)
+    for i in noting_first_compile(bar, bar, "the scorer and the judge"):
         scene = source.load(i)
         if not hasattr(scene, "num_proposals"):  # a SourceError: the scoring run reports it
             continue

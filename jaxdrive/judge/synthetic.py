@@ -38,6 +38,7 @@ from jaxdrive.judge.bev import IMAGE_SIZE, BevConfig, render_bev_batch, save_png
 from jaxdrive.judge.dataset import SUBSCORE_KEYS, Pair, Record, read_meta, write_jsonl
 from jaxdrive.judge.gates import RULE_LABELS
 from jaxdrive.judge.labels import PAPER_THRESHOLDS, gate_labels, rule_values
+from jaxdrive.judge.progress import noting_first_compile
 from jaxdrive.scene import HostScene, batch_scenes
 from jaxdrive.scorer import BatchScorer
 
@@ -175,7 +176,7 @@ def build_dataset(out: str | Path, num_train: int, num_test: int, *, seed: int =
     records, pairs = [], []
     scorer = BatchScorer()
     bar = tqdm(total=len(jobs), desc="judge data", disable=not progress)
-    for start in range(0, len(jobs), batch_size):
+    for start in noting_first_compile(bar, range(0, len(jobs), batch_size), "the scorer and the BEV renderer"):
         chunk = jobs[start:start + batch_size]
         scenes = [generate_scene(s, num_proposals=NUM_PROPOSALS, profile=PROFILE) for _, s in chunk]
         sc, pr, _ = batch_scenes(scenes + scenes[:1] * (batch_size - len(scenes)), spec)  # one shape, one compile

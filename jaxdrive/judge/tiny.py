@@ -77,13 +77,23 @@ def build_judge_tokenizer(path: str | os.PathLike, vocab_size: int = JUDGE_VOCAB
 
 
 def tiny_judge_config(hidden: int = 64, layers: int = 2, vision_depth: int = 2, vocab_size: int = TEST_VOCAB_SIZE):
+    """The tiny judge's ``Qwen2_5_VLConfig``: 4 heads of ``hidden / 4``, whose rotary half splits 2 : 3 : 3 over
+    (time, height, width) at ``hidden`` 64 ([2, 3, 3], as Qwen's [16, 24, 24]); ``hidden`` a multiple of 16, >= 32,
+    ``layers`` >= 1 (a ValueError naming the argument otherwise)."""
     import transformers as tf
 
+    if hidden < 32 or hidden % 16:
+        raise ValueError(f"hidden: expected a multiple of 16, >= 32 (4 heads of an even size), got {hidden}")
+    if layers < 1:
+        raise ValueError(f"layers: expected >= 1, got {layers}")
+    half = hidden // 8  # head_dim / 2, what the three M-RoPE sections share
+    height = width = 3 * half // 8
     ids = {k.strip("<|>"): v for k, v in TEST_TOKEN_IDS.items()}
     text = dict(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
                 eos_token_id=ids["im_end"], bos_token_id=None, pad_token_id=ids["endoftext"],
-                rope_parameters=dict(rope_type="default", mrope_section=[2, 3, 3], rope_theta=10000.0))
+                rope_parameters=dict(rope_type="default", mrope_section=[half - height - width, height, width],
+                                     rope_theta=10000.0))
     vision = dict(depth=vision_depth, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=hidden,
                   patch_size=PATCH, spatial_merge_size=2, temporal_patch_size=2, window_size=4 * PATCH,
                   fullatt_block_indexes=[vision_depth - 1])
@@ -110,8 +120,28 @@ def save_tiny_judge(path: str | os.PathLike, *, seed: int = 0, hidden: int = 64,
     return path
 
 
-if __name__ == "__main__":  # python -m jaxdrive.judge.tiny OUT [hidden layers]
-    import sys
+def main(argv: list[str] | None = None) -> None:
+    """``python -m jaxdrive.judge.tiny OUT [HIDDEN [LAYERS]] [--seed S] [--tokenizer judge|bytes]``: writes the
+    tiny judge directory (``save_tiny_judge``) and prints its path; a bad argument is a usage error (exit 2)."""
+    import argparse
 
-    args = sys.argv[1:]
-    print(save_tiny_judge(args[0], **({"hidden": int(args[1]), "layers": int(args[2])} if len(args) > 2 else {})))
+    p = argparse.ArgumentParser(prog="python -m jaxdrive.judge.tiny",
+                                description="Write a tiny random Qwen2.5-VL judge directory (no download).")
+    p.add_argument("out", metavar="OUT", help="output directory")
+    p.add_argument("hidden", metavar="HIDDEN", nargs="?", type=int, default=64,
+                   help="text hidden size, a multiple of 16, >= 32 (default 64)")
+    p.add_argument("layers", metavar="LAYERS", nargs="?", type=int, default=2, help="text decoder layers (default 2)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
+    p.add_argument("--tokenizer", choices=("judge", "bytes"), default="judge",
+                   help="judge: BPE merges learnt from the judge's texts (default); bytes: the byte-level test "
+                        "tokenizer")
+    args = p.parse_args(argv)
+    try:
+        tiny_judge_config(args.hidden, args.layers)  # checks the sizes before the tokenizer is built
+    except ValueError as e:
+        p.error(str(e))
+    print(save_tiny_judge(args.out, seed=args.seed, hidden=args.hidden, layers=args.layers, tokenizer=args.tokenizer))
+
+
+if __name__ == "__main__":
+    main()
