@@ -4,9 +4,10 @@
 
 Writes OUT.parquet with columns id, score_a, score_b, preferred ("a" / "b"), the input of ``jaxdrive eval tps``.
 The scores are the expected gated scores (Eq. 14) under the model's untempered gate probabilities, from the same
-teacher-forced all-yes conversations (text description on, as every tiny-judge run) that GRPO trains and evaluates
-on (``jaxdrive.judge.grpo.pair_scores``); ``jaxdrive judge run`` gives the same scores for these records but judges
-every record of the split, which is 2x the work when only TPS is wanted.
+teacher-forced all-yes conversations (with the text description when the model was trained with it: its
+jaxdrive_judge.json) that GRPO trains and evaluates on (``jaxdrive.judge.grpo.pair_scores``); ``jaxdrive judge run``
+gives the same scores for these records but judges every record of the split, which is 2x the work when only TPS is
+wanted.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def main(argv=None) -> None:
     mcfg = ml_collections.ConfigDict(dict(kind="pretrained", path=str(args.model), dtype="float32", seed=0))
     tokenizer = jobs.load_tokenizer(mcfg)
     dcfg = ml_collections.ConfigDict(dict(kind="judge_pairs", path=str(args.data), split=args.split,
-                                          model_path=str(args.model), describe=True, limit=0, max_len=args.max_len))
+                                          model_path=str(args.model), describe=None, limit=0, max_len=args.max_len))
     examples = pair_examples(dcfg, tokenizer)
     slots = answer_slots(encoder_for(dcfg, tokenizer))
     scores = pair_scores(jobs.build_model(mcfg), examples, (slots.yes_id, slots.no_id), args.batch_size)
