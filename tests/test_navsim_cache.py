@@ -6,8 +6,10 @@ import dataclasses
 import io
 import json
 import lzma
+import os
 import pickle
 import shutil
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -211,6 +213,103 @@ def test_from_navsim_into_a_folder_of_other_scenes_warns(tmp_path, capsys):
     assert "warning" not in convert("scene_0003")
     err = convert("sanity_red_on_route")
     assert "also holds 1 scene file(s)" in err and "scene_0003.json" in err, err
+
+
+def _copy_caches(tmp_path, tokens) -> Path:
+    """A cache directory under ``tmp_path`` holding the fixture caches of ``tokens``."""
+    cache_map = dict(find_caches(CACHE_DIR))
+    for t in tokens:
+        dest = tmp_path / "cache" / "log" / "unknown" / t / "metric_cache.pkl"
+        dest.parent.mkdir(parents=True)
+        shutil.copy(cache_map[t], dest)
+    return tmp_path / "cache"
+
+
+def _counting_reads(monkeypatch) -> list[str]:
+    """The tokens ``from-navsim`` converts from now on, in order."""
+    import jaxdrive.data.navsim_cache as nc
+
+    read, calls = nc.read_cache_scene, []
+    monkeypatch.setattr(nc, "read_cache_scene", lambda path, token=None: calls.append(token) or read(path, token))
+    return calls
+
+
+def test_from_navsim_resume_converts_only_what_an_interrupted_run_left(tmp_path, capsys, monkeypatch):
+    """Ctrl-C after the first scene file: exit 130 with the --resume hint; the same command plus --resume converts
+    only the other caches and the folder then equals a full conversion's (no warning about the kept file)."""
+    import jaxdrive.data.scene_json as sj
+    from jaxdrive.cli import EXIT_INTERRUPTED
+
+    tokens = ["sanity_red_on_route", "scene_0003", "scene_0007"]
+    cache = _copy_caches(tmp_path, tokens)
+    full, out = tmp_path / "full", tmp_path / "scenes"
+    assert main(["scenes", "from-navsim", str(cache), "--out", str(full), "--no-progress"]) == 0
+    write = sj.write_scene
+
+    def write_then_interrupt(scene, path):
+        write(scene, path)
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(sj, "write_scene", write_then_interrupt)
+        args = ["scenes", "from-navsim", str(cache), "--out", str(out), "--no-progress"]
+        assert main(args) == EXIT_INTERRUPTED
+    assert "continue with the same arguments plus --resume" in capsys.readouterr().err
+    assert [p.name for p in out.glob("*.json")] == ["sanity_red_on_route.json"]
+    calls = _counting_reads(monkeypatch)
+    assert main([*args, "--resume"]) == 0
+    assert calls == tokens[1:]
+    captured = capsys.readouterr()
+    assert "skipped 1 caches already converted" in captured.out and "wrote 2 scenes" in captured.out, captured.out
+    assert "warning" not in captured.err, captured.err
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in full.iterdir())
+    for p in full.iterdir():
+        assert (out / p.name).read_bytes() == p.read_bytes(), p.name
+
+
+def test_from_navsim_resume_converts_a_cache_newer_than_its_scene_again(tmp_path, capsys, monkeypatch):
+    """--resume compares modification times: a cache rewritten after its scene file is converted again, one as old as
+    its scene file is not."""
+    tokens = ["sanity_red_on_route", "scene_0003"]
+    cache = _copy_caches(tmp_path, tokens)
+    out = tmp_path / "scenes"
+    args = ["scenes", "from-navsim", str(cache), "--out", str(out), "--no-progress"]
+    assert main(args) == 0
+    paths = dict(find_caches(cache))
+    for token, later_ns in (("sanity_red_on_route", 0), ("scene_0003", 10**9)):
+        scene_ns = (out / f"{token}.json").stat().st_mtime_ns
+        os.utime(paths[token], ns=(scene_ns + later_ns, scene_ns + later_ns))
+    calls = _counting_reads(monkeypatch)
+    capsys.readouterr()
+    assert main([*args, "--resume"]) == 0
+    assert calls == ["scene_0003"]
+    assert "skipped 1 caches already converted" in capsys.readouterr().out
+
+
+def test_from_navsim_resume_with_store_is_a_usage_error(tmp_path, capsys):
+    """The store is written whole at the end: there is nothing to resume, said before any work."""
+    cache = _copy_caches(tmp_path, ["sanity_red_on_route"])
+    out = tmp_path / "store"
+    assert main(["scenes", "from-navsim", str(cache), "--out", str(out), "--store", "--resume", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "--resume" in err and "--store" in err and "written whole" in err, err
+    assert not out.exists()
+
+
+def test_from_navsim_store_interrupted_says_to_run_again(tmp_path, capsys, monkeypatch):
+    """Ctrl-C during --store keeps no store (written whole at the end): the hint is the same command, not --resume."""
+    import jaxdrive.data.navsim_cache as nc
+    from jaxdrive.cli import EXIT_INTERRUPTED
+
+    def interrupt(path, token=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(nc, "read_cache_scene", interrupt)
+    cache = _copy_caches(tmp_path, ["sanity_red_on_route"])
+    out = tmp_path / "store"
+    assert main(["scenes", "from-navsim", str(cache), "--out", str(out), "--store", "--no-progress"]) == EXIT_INTERRUPTED
+    assert "run the same command again" in capsys.readouterr().err
+    assert list(out.iterdir()) == []
 
 
 def test_bad_proposal_file_is_a_usage_error(tmp_path, capsys):

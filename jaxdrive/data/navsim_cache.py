@@ -414,7 +414,7 @@ def read_cache_scene(path: str | os.PathLike, token: str | None = None) -> HostS
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# CLI: jaxdrive scenes from-navsim CACHE_DIR --out DIR [--store]
+# CLI: jaxdrive scenes from-navsim CACHE_DIR --out DIR [--store | --resume]
 # ----------------------------------------------------------------------------------------------------------------------
 
 
@@ -427,18 +427,25 @@ def add_from_navsim_parser(scenes_sub) -> None:
                    "scene store to create)")
     p.add_argument("--store", action="store_true", help="write one binary scene store (jaxdrive.data.store) to --out "
                    "instead of JSON files")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted conversion: skip the caches whose "
+                   "<token>.json in --out is not older than the cache file (not with --store)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run_from_navsim)
 
 
 def run_from_navsim(args) -> int:
-    """Exit 0: all converted; 2: CACHE_DIR unusable or holds no cache; 3: some caches refused/unreadable (named)."""
+    """Exit 0: all converted; 2: CACHE_DIR unusable or holds no cache; 3: some caches refused/unreadable (named);
+    130: interrupted (the scene files written so far are kept; ``--resume`` continues)."""
     import sys
 
     from tqdm.auto import tqdm
 
+    from jaxdrive.cli import EXIT_INTERRUPTED
     from jaxdrive.data.scene_json import write_scene
 
+    if args.resume and args.store:
+        raise ValueError("--resume: not with --store (the store is written whole at the end, so an interrupted --store "
+                         "run leaves nothing to continue); run the same command without --resume")
     try:
         caches = find_caches(args.cache_dir)
     except CacheFileError as e:
@@ -454,34 +461,59 @@ def run_from_navsim(args) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ValueError(f"--out {args.out}: cannot create the directory ({e.strerror})") from None
-    failed, written = [], set()
+    done = converted_tokens(caches, args.out) if args.resume else set()
+    if args.resume:
+        print(f"skipped {len(done)} caches already converted in {args.out}")
+    todo = [(token, path) for token, path in caches if token not in done]
+    failed, written = [], set(done)  # skipped files were written by this conversion too: no warning names them
 
     def converted():
-        for token, path in tqdm(caches, unit="cache", disable=args.no_progress, desc="from-navsim"):
+        for token, path in tqdm(todo, unit="cache", disable=args.no_progress, desc="from-navsim"):
             try:
                 yield token, read_cache_scene(path, token)
             except (CacheFileError, UnsafeCacheError) as e:
                 failed.append(str(e))
 
-    if args.store:
-        try:
-            write_store((scene for _, scene in converted()), args.out)
-        except ValueError:  # no scene to write: every cache refused (named below)
-            if len(failed) < len(caches):
-                raise
-    else:
-        for token, scene in converted():
-            write_scene(scene, args.out / f"{token}.json")
-            written.add(token)
+    try:
+        if args.store:
+            try:
+                write_store((scene for _, scene in converted()), args.out)
+            except ValueError:  # no scene to write: every cache refused (named below)
+                if len(failed) < len(caches):
+                    raise
+        else:
+            for token, scene in converted():
+                write_scene(scene, args.out / f"{token}.json")
+                written.add(token)
+    except KeyboardInterrupt:
+        kept = (f"converted scenes are kept in {args.out}; continue with the same arguments plus --resume"
+                if not args.store else "the store is written whole at the end, so none was kept; run the same "
+                "command again")
+        print(f"\ninterrupted: {kept}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     for msg in failed:
-        print(f"jaxdrive scenes from-navsim: skipped {msg}", file=sys.stderr)
-    print(f"wrote {len(caches) - len(failed)} scenes to {args.out} ({len(failed)} caches skipped)")
+        print(f"jaxdrive scenes from-navsim: not converted: {msg}", file=sys.stderr)
+    print(f"wrote {len(todo) - len(failed)} scenes to {args.out} ({len(failed)} caches not converted)")
     others = [] if args.store else other_scene_files(args.out, written)
     if others:
         print(f"jaxdrive scenes from-navsim: warning: --out {args.out} also holds {len(others)} scene file(s) this "
               f"run did not write (e.g. {others[0]}), which every command reading the folder reads too; convert into "
               f"a new folder to keep them apart", file=sys.stderr)
     return 3 if failed else 0
+
+
+def converted_tokens(caches: list[tuple[str, Path]], out: Path) -> set[str]:
+    """The tokens of ``caches`` (``find_caches``) whose ``out/<token>.json`` exists and is not older (mtime) than the
+    cache file: what ``--resume`` skips. Scene files are written whole (``write_scene``), so one that exists is
+    complete."""
+    done = set()
+    for token, path in caches:
+        try:
+            if (out / f"{token}.json").stat().st_mtime_ns >= path.stat().st_mtime_ns:
+                done.add(token)
+        except FileNotFoundError:
+            continue
+    return done
 
 
 def other_scene_files(out: Path, written: set[str]) -> list[Path]:
