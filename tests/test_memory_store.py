@@ -279,6 +279,9 @@ def test_memory_cli(tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["verified"] == 1 and summary["entries"] == 4
     assert load(tmp_path / "m").entries[1].utility == 3.5
+    # building again over the store replaces what consolidation added: said, with where the old generation is
+    assert main(["memory", "build", "--entries", str(src), "--out", str(tmp_path / "m")]) == 0
+    assert "replaced the store in" in capsys.readouterr().err and load(tmp_path / "m").entries[1].utility != 3.5
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "x"}\n')
     assert main(["memory", "build", "--entries", str(bad), "--out", str(tmp_path / "m2")]) == 2

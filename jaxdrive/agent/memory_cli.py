@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 
@@ -38,12 +39,13 @@ def _not_a_file(path: Path) -> str:
 
 def _run_build(args) -> int:
     from jaxdrive.agent.embed import minilm
-    from jaxdrive.agent.store import build, read_entries_jsonl, save
+    from jaxdrive.agent.store import build, current_generation, read_entries_jsonl, save
     from jaxdrive.output_paths import output_dir
 
     if not args.entries.is_file():
         raise ValueError(f"--entries {args.entries}: {_not_a_file(args.entries)}")
     output_dir("--out", args.out)  # a store is a directory
+    previous = current_generation(args.out) if args.out.is_dir() else None
     try:
         entries = read_entries_jsonl(args.entries)
     except ValueError as e:  # each message starts with the file's path
@@ -51,6 +53,9 @@ def _run_build(args) -> int:
     if not entries:
         raise ValueError(f"--entries {args.entries}: no entries (a store needs at least one to retrieve from)")
     gen = save(build(entries, minilm()), args.out)
+    if previous:  # consolidation's utilities and added entries are replaced too: say so, and where they still are
+        print(f"jaxdrive memory build: replaced the store in {args.out}; its previous generation {previous} (with "
+              f"what consolidation added) is kept beside {gen.name} until the store's next write", file=sys.stderr)
     print(f"wrote {len(entries)} entries to {gen}")
     return 0
 
