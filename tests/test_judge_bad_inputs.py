@@ -4,6 +4,7 @@ that fails only at its end. ``judge run`` reads its inputs before it loads the m
 ``config.json`` stands in for one here."""
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -368,3 +369,125 @@ def test_training_data_path_without_records_is_named(tmp_path, kind, where):
     cfg = ml_collections.ConfigDict({"path": str(path), "split": "train", "model_path": "unused", "max_len": 64})
     with pytest.raises(ValueError, match=f"^{path / 'records.jsonl'}: no such file"):
         getattr(recipes, kind)(cfg)
+
+
+class _ProposalJudge:
+    """Stands in for ``DriveJudge.from_pretrained``: each record's outputs follow its proposal k (so a record judged
+    in the wrong place shows); its ``score`` raises KeyboardInterrupt at call ``interrupt_at`` (Ctrl-C after that
+    many batches) and records the proposals of every call in ``calls``."""
+
+    calls: list = []
+    interrupt_at = None
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def score(self, scenes, proposals):
+        import types
+
+        import numpy as np
+
+        if len(self.calls) == self.interrupt_at:
+            raise KeyboardInterrupt
+        self.calls.append(list(proposals))
+        k = np.asarray(proposals, float)
+        return types.SimpleNamespace(score=k / 10, score_hard=k / 20, epdms=1 - k / 10,
+                                     probs=np.repeat(0.1 + k[:, None] / 5, len(RULE_LABELS), 1),
+                                     rationale=[f"proposal {j}" for j in proposals])
+
+
+@pytest.fixture
+def four_records(source, tmp_path, monkeypatch):
+    """A copy of the set whose test split has 4 records (proposals 0..3 of one scene), a model directory of its
+    own, and ``_ProposalJudge`` as the judge; returns the `judge run` command line (out: tmp_path/out)."""
+    from jaxdrive.data.synthetic import generate_scene
+    from jaxdrive.judge import policy
+
+    root = tmp_path / "data"
+    shutil.copytree(source, root)
+    rows = _rows(root / "records.jsonl")
+    names = generate_scene(2, num_proposals=4).proposal_names
+    for k in (1, 2):
+        rid = rows[2]["id"].replace("_p0", f"_p{k}")
+        Image.new("RGB", (8, 8), (10 * k, 60, 40)).save(root / "images" / f"{rid}.png")
+        rows.insert(2 + k, {**rows[2], "id": rid, "proposal": k, "proposal_name": names[k],
+                            "image": f"images/{rid}.png", "label": k % 2})
+    _write(root / "records.jsonl", rows)
+    model = tmp_path / "model"
+    shutil.copytree(source.parent / "model", model)
+    monkeypatch.setattr(policy.DriveJudge, "from_pretrained", _ProposalJudge)
+    monkeypatch.setattr(_ProposalJudge, "calls", [])
+    return ["judge", "run", "--model", str(model), "--data", str(root), "--out", str(tmp_path / "out"),
+            "--batch-size", "1"]
+
+
+OUTPUT_FILES = ("dqc.parquet", "tps.parquet", "gates.json")
+
+
+def _interrupted_after(run, batches, capsys, monkeypatch) -> str:
+    """Runs ``run`` with Ctrl-C after ``batches`` judged batches: exit 130; returns its stderr."""
+    monkeypatch.setattr(_ProposalJudge, "interrupt_at", batches)
+    assert main([*run, "--no-progress"]) == 130
+    monkeypatch.setattr(_ProposalJudge, "interrupt_at", None)
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("batch_size", ["1", "3"])
+def test_judge_run_resume_judges_only_what_an_interrupted_run_did_not_keep(four_records, tmp_path, capsys,
+                                                                           monkeypatch, batch_size):
+    """Ctrl-C in `jaxdrive judge run` (hours with a Qwen-VL judge) kept nothing: every record was judged again. The
+    judged batches are now committed in OUT/partial; the same command plus --resume judges only the others (its bar
+    starting at those kept) and writes exactly an uninterrupted run's files, then removes partial/."""
+    import pyarrow.parquet as pq
+
+    run = [*four_records[:-1], batch_size]
+    full = tmp_path / "full"
+    assert main([*run[:-4], "--out", str(full), "--batch-size", batch_size, "--no-progress"]) == 0
+    uninterrupted = list(_ProposalJudge.calls)
+    _ProposalJudge.calls.clear()
+    out = tmp_path / "out"
+    err = _interrupted_after(run, 1, capsys, monkeypatch)
+    kept = int(batch_size)
+    assert (f"interrupted: {kept} of 4 records judged are kept in {out}; continue with the same arguments plus "
+            f"--resume") in err, err
+    assert sorted(p.name for p in (out / "partial").glob("part-*.parquet")) == ["part-00000.parquet"]
+    assert main([*run, "--resume"]) == 0
+    assert f"{kept}/4 [" in capsys.readouterr().err  # the bar starts at the records kept
+    assert _ProposalJudge.calls == uninterrupted  # the kept batch once, the others once
+    assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUT_FILES)  # partial/ removed
+    for name in OUTPUT_FILES:
+        assert (out / name).read_bytes() == (full / name).read_bytes(), name
+    assert pq.read_table(out / "dqc.parquet").column("id").to_pylist() == [
+        r["id"] for r in _rows(tmp_path / "data" / "records.jsonl") if r["split"] == "test"]
+
+
+def test_judge_run_without_resume_starts_afresh(four_records, tmp_path, capsys, monkeypatch):
+    """Without --resume a run into a folder holding an interrupted run's batches judges every record again and
+    leaves none of them behind."""
+    _interrupted_after(four_records, 2, capsys, monkeypatch)
+    _ProposalJudge.calls.clear()
+    assert main([*four_records, "--no-progress"]) == 0
+    assert "removing the judged batches of an earlier run" in capsys.readouterr().err
+    assert _ProposalJudge.calls == [[0], [1], [2], [3]]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(OUTPUT_FILES)
+
+
+def _touch_weights(run):
+    (Path(run[run.index("--model") + 1]) / "model.safetensors").write_bytes(b"other weights")
+    return run
+
+
+@pytest.mark.parametrize("change, differs", [
+    (lambda run: [*run[:-1], "2"], "batch_size"),
+    (lambda run: [*run, "--limit", "3"], "limit, records"),
+    (lambda run: [*run, "--split", "train"], "records, scenes, split"),
+    (_touch_weights, "model"),
+])
+def test_judge_run_resume_refuses_another_run(four_records, tmp_path, capsys, monkeypatch, change, differs):
+    """--resume with other arguments, data or model than the interrupted run's would mix two runs' judgements: a
+    usage error naming what differs, before the model is loaded, and the kept batches stay."""
+    _interrupted_after(four_records, 2, capsys, monkeypatch)
+    _ProposalJudge.calls.clear()
+    _usage_error([*change(four_records), "--resume", "--no-progress"], capsys, f"(differs in: {differs})")
+    assert _ProposalJudge.calls == []
+    assert len(list((tmp_path / "out" / "partial").glob("part-*.parquet"))) == 2
