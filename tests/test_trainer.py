@@ -614,3 +614,25 @@ def test_a_non_finite_loss_ends_jaxdrive_train_with_one_line(monkeypatch, capsys
     assert main(["train", "sft", "--config", "configs/sft_tiny.py", "steps=3"]) == EXIT_FAILURE
     err = capsys.readouterr().err
     assert err == "jaxdrive train sft: step 3: loss nan (not finite); training stopped before saving this step\n"
+
+
+@pytest.mark.parametrize("job", ["sft", "grpo", "judge_grpo"])
+def test_the_data_is_checked_before_the_weights_load(tmp_path, monkeypatch, job):
+    """A data error (here an unknown data kind / a missing judge set) came after the model's weights had loaded:
+    minutes for a real VLM before a one-line usage error."""
+    monkeypatch.setattr(jobs, "build_model", lambda *a, **k: pytest.fail("the weights loaded before the data"))
+    if job == "sft":
+        cfg = sft_cfg(str(tmp_path / "w"))
+        cfg.data.kind = "no_such_kind"
+        run, match = jobs.run_sft, "no_such_kind"
+    elif job == "grpo":
+        cfg = _tiny_grpo_cfg(str(tmp_path / "w"))
+        cfg.data.kind = "no_such_kind"
+        run, match = jobs.run_grpo, "no_such_kind"
+    else:
+        cfg = load_config("judge_grpo_margin_tiny")
+        cfg.workdir, cfg.model.kind = str(tmp_path / "w"), "tiny"
+        cfg.data.path = cfg.eval_data.path = str(tmp_path / "no_set")
+        run, match = jobs.run_grpo, "no_set"
+    with pytest.raises(ValueError, match=match):
+        run(cfg)

@@ -241,10 +241,11 @@ def run_gate_grpo(cfg: ml_collections.ConfigDict, model=None):
     from jaxdrive.train.grpo_trainer import grpo_summary
     from jaxdrive.train.trainer import Trainer
 
+    tokenizer = jobs.load_tokenizer(cfg.model)
+    examples = jobs.build_examples(cfg.data, tokenizer)  # the data's errors before the weights load
+    eval_examples = jobs.build_examples(cfg.eval_data, tokenizer) if cfg.get("eval_data") else None
     model = jobs.build_model(cfg.model) if model is None else model
     trainable = jobs.prepare_finetuning(model, cfg.finetune)
-    tokenizer = jobs.load_tokenizer(cfg.model)
-    examples = jobs.build_examples(cfg.data, tokenizer)
     slots = answer_slots(encoder_for(cfg.data, tokenizer))
     yes_no = (slots.yes_id, slots.no_id)
     g = cfg.grpo
@@ -256,7 +257,6 @@ def run_gate_grpo(cfg: ml_collections.ConfigDict, model=None):
     reference = (trainer.graphdef, jax.tree.map(jnp.copy, trainer.params), trainer.rest) if g.beta != 0.0 else None
     trainer.restore()
     rollouts = GateRollouts(examples, jobs.build_rewards(cfg.rewards), yes_no, g, reference)
-    eval_examples = jobs.build_examples(cfg.eval_data, tokenizer) if cfg.get("eval_data") else None
     eval_fns = ({"tps": (cfg.eval_every, lambda tr, step: rollouts.evaluate(tr, eval_examples))}
                 if eval_examples else {})
     records = trainer.run(cfg.steps, rollouts, updates_per_batch=g.policy_epochs, eval_fns=eval_fns,

@@ -217,11 +217,11 @@ def run_sft(cfg: ml_collections.ConfigDict, model=None):
     check_run_config(cfg)
     check_multiprocess_mesh(cfg)
     check_best_metric(cfg, None)
+    tokenizer = load_tokenizer(cfg.model)
+    examples = build_examples(cfg.data, tokenizer)  # the data's errors before the weights load (minutes for a VLM)
+    pad_id = token_ids(cfg.data, tokenizer).pad_id
     model = build_model(cfg.model) if model is None else model
     trainable = prepare_finetuning(model, cfg.finetune)
-    tokenizer = load_tokenizer(cfg.model)
-    examples = build_examples(cfg.data, tokenizer)
-    pad_id = token_ids(cfg.data, tokenizer).pad_id
     check_pad_id(model, pad_id, "data.pad_id")
     arrays = data.stack_examples([
         sft.sft_example(e["prompt"], e["answer"], cfg.data.max_len, pad_id, targets=e.get("targets"),
@@ -295,14 +295,14 @@ def run_grpo(cfg: ml_collections.ConfigDict, model=None):
 
         return run_gate_grpo(cfg, model)
     check_config(cfg.grpo)
-    model = build_model(cfg.model) if model is None else model
-    trainable = prepare_finetuning(model, cfg.finetune)
     if cfg.grpo.beta != 0.0 and cfg.finetune.mode != "lora":
         raise ValueError("grpo.beta: the KL reference is the base model with LoRA disabled; set finetune.mode='lora' "
                          "or beta=0")
     tokenizer = load_tokenizer(cfg.model)
-    examples = build_examples(cfg.data, tokenizer)
+    examples = build_examples(cfg.data, tokenizer)  # the data's errors before the weights load (minutes for a VLM)
     g = token_ids(cfg.grpo, tokenizer, cfg.model.path if cfg.model.kind == "pretrained" else None)
+    model = build_model(cfg.model) if model is None else model
+    trainable = prepare_finetuning(model, cfg.finetune)
     check_pad_id(model, g.pad_id, "grpo.pad_id")
     kind = g.get("rollouts", "single_turn")
     extra = {} if kind == "single_turn" else {"tokenizer": tokenizer}
