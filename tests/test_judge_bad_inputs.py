@@ -312,7 +312,7 @@ class _FakeJudge:
 def test_judge_run_leaves_no_output_of_an_earlier_run(source, tmp_path, monkeypatch, capsys):
     """A run that writes no tps.parquet (--limit 1: no pair has both records) or is interrupted left an earlier
     run's tps.parquet / gates.json beside its own dqc.parquet without a word: `jaxdrive eval tps` then read the
-    previous model's scores."""
+    previous model's scores. Likewise the --report file an interrupted or failed run did not rewrite."""
     from jaxdrive.judge import policy
 
     monkeypatch.setattr(policy.DriveJudge, "from_pretrained", _FakeJudge)
@@ -329,8 +329,10 @@ def test_judge_run_leaves_no_output_of_an_earlier_run(source, tmp_path, monkeypa
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
     monkeypatch.setattr("jaxdrive.judge.run.judge_records", interrupted)
-    assert main(run) == 130
-    assert list(out.iterdir()) == []
+    report = tmp_path / "report.html"
+    report.write_text("an earlier run's report")  # was kept: opened after the failed run, it showed the old model's
+    assert main([*run, "--report", str(report)]) == 130
+    assert list(out.iterdir()) == [] and not report.exists()
 
 
 def test_judge_run_and_baselines_remove_the_eval_metrics_of_what_they_replace(source, tmp_path, monkeypatch,

@@ -190,6 +190,8 @@ def run(args) -> int:
         for name in OUTPUTS:  # an earlier run's, which this one may not rewrite (no pairs, no gates, interrupted)
             for path in (out / name, *metric_files(out / name)):  # and `jaxdrive eval`'s metrics of it
                 path.unlink(missing_ok=True)
+        if args.report:  # likewise an earlier run's report, which a failed run would leave to be read as its own
+            Path(args.report).unlink(missing_ok=True)
         cols = judge_records(judge, scenes, records, args.batch_size, not args.no_progress, parts)
     except BaseException as e:
         kept = sum(v["rows"] for v in parts.completed.values())
