@@ -481,7 +481,7 @@ def _touch_weights(run):
 
 @pytest.mark.parametrize("change, differs", [
     (lambda run: [*run[:-1], "2"], "batch_size"),
-    (lambda run: [*run, "--limit", "3"], "limit, records"),
+    (lambda run: [*run, "--limit", "3"], "records"),
     (lambda run: [*run, "--split", "train"], "records, scenes, split"),
     (_touch_weights, "model"),
 ])
@@ -493,3 +493,12 @@ def test_judge_run_resume_refuses_another_run(four_records, tmp_path, capsys, mo
     _usage_error([*change(four_records), "--resume", "--no-progress"], capsys, f"(differs in: {differs})")
     assert _ProposalJudge.calls == []
     assert len(list((tmp_path / "out" / "partial").glob("part-*.parquet"))) == 2
+
+
+def test_judge_run_resume_with_a_limit_that_selects_the_same_records(four_records, tmp_path, capsys, monkeypatch):
+    """--limit entered the run's identity as given: an interrupted run resumed with --limit 10 (4 records: the same
+    ones) was refused ("differs in: limit"). The identity holds the records judged, which is what --limit changes."""
+    _interrupted_after(four_records, 2, capsys, monkeypatch)
+    _ProposalJudge.calls.clear()
+    assert main([*four_records, "--limit", "10", "--resume", "--no-progress"]) == 0
+    assert _ProposalJudge.calls == [[2], [3]]

@@ -125,11 +125,12 @@ def _stats(folder: Path, names) -> dict:
 def run_identity(args, root: Path, records, size: int, describe: bool, thresholds: np.ndarray) -> dict:
     """What a run's judged batches depend on, which ``--resume`` compares with the interrupted run's: the model
     directory's files (names, sizes, modification times: the weights, config and ``jaxdrive_judge.json``), the data
-    directory, split and ``--limit``, the records judged in order (id, scene, proposal, label) and their scene files
-    (sizes, times), the BEV image side, ``describe``, the thresholds and ``--batch-size`` (batch i is part i)."""
+    directory and split, the records judged in order (id, scene, proposal, label: what ``--limit`` selects, so a
+    limit selecting the same records is the same run) and their scene files (sizes, times), the BEV image side,
+    ``describe``, the thresholds and ``--batch-size`` (batch i is part i)."""
     model = Path(args.model)
     return {"model": _digest(_stats(model, sorted(p.name for p in model.iterdir() if p.is_file()))),
-            "data": str(root.resolve()), "split": args.split, "limit": args.limit,
+            "data": str(root.resolve()), "split": args.split,
             "records": _digest([[r.id, r.scene, r.proposal, r.label] for r in records]),
             "scenes": _digest(_stats(root, sorted({r.scene for r in records}))),
             "image_size": int(size), "describe": bool(describe), "thresholds": np.asarray(thresholds).tolist(),
