@@ -129,10 +129,17 @@ BAD = [
     ("agent track too short", lambda d: d["agents"][0].__setitem__("track", d["agents"][0]["track"][:10]), "agents[0].track"),
     ("negative box size", lambda d: d["agents"][0].__setitem__("width", -1.0), "agents[0].length/width"),
     ("mismatched previous plans", lambda d: d["proposals"][0].pop("previous_plan"), "previous_plan"),
-    ("bad light status", lambda d: d["traffic_lights"].append({"lane_connector_id": next(
-        lane["id"] for lane in d["map"]["lanes"] if lane["kind"] == "lane_connector"), "status": "RRX"}), "status"),
+    ("bad light status", lambda d: d["traffic_lights"][0].__setitem__("status", "RRX"), "status"),
     ("light on unknown lane", lambda d: d["traffic_lights"].append({"lane_connector_id": "nope", "status": "R" * 41}), "unknown id"),
     ("route ids mismatch", lambda d: d["route"].__setitem__("lane_ids", ["nope"]), "route.lane_ids"),
+    # found by a walk-through: a second entry for a connector was taken silently (the last status won)
+    ("light given twice", lambda d: d["traffic_lights"].append(dict(d["traffic_lights"][0], status="G" * 41)),
+     "lane_connector_id': expected one entry per lane connector, got 'lc01_00' again (traffic_lights[0])"),
+    # a lane id given twice in map.lanes was named as a route.lane_ids mismatch; the duplicate is named now
+    ("lane given twice", lambda d: d["map"]["lanes"].append(dict(next(
+        lane for lane in d["map"]["lanes"] if lane["on_route"]))), "unique lane ids"),
+    ("route id given twice", lambda d: d["route"]["lane_ids"].append(d["route"]["lane_ids"][0]),
+     "'route.lane_ids': expected each lane id once, got"),
     ("proposals not a list", _set(["proposals"], {}), "proposals"),  # an empty list is valid (proposals from elsewhere)
     ("duplicate proposal names", lambda d: d["proposals"][1].__setitem__("name", d["proposals"][0]["name"]), "unique names"),
     ("string where number", lambda d: d["agents"][0].__setitem__("length", "long"), "agents[0].length"),

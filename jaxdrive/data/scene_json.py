@@ -177,14 +177,21 @@ def scene_from_dict(d: dict, source: str = "<dict>", validate: bool = True) -> H
     route = r.get(d, "route", "", dict)
     centerline = r.array(r.get(route, "centerline", "route"), "route.centerline", (None, 3))
     lane_ids = r.get(route, "lane_ids", "route", list)
-    on_route = [lane.id for lane in lanes if lane.on_route]
-    if sorted(lane_ids) != sorted(on_route):
+    repeated = sorted({str(i) for i in lane_ids if lane_ids.count(i) > 1})
+    if repeated:
+        r.fail("route.lane_ids", f"expected each lane id once, got {repeated[0]!r} {lane_ids.count(repeated[0])} times")
+    on_route = {lane.id for lane in lanes if lane.on_route}  # a lane id given twice in map.lanes: validation names it
+    if set(lane_ids) != on_route:
         r.fail("route.lane_ids", f"expected exactly the lanes with on_route=true {sorted(on_route)}, got {sorted(lane_ids)}")
 
-    lights = {}
+    lights: dict[str, str] = {}
     for i, tl in enumerate(r.get(d, "traffic_lights", "", list)):
         p = f"traffic_lights[{i}]"
-        lights[r.get(tl, "lane_connector_id", p, str)] = r.get(tl, "status", p, str)
+        lc_id = r.get(tl, "lane_connector_id", p, str)
+        if lc_id in lights:  # a dict would keep the last status silently
+            r.fail(f"{p}.lane_connector_id", f"expected one entry per lane connector, got {lc_id!r} again "
+                                             f"(traffic_lights[{list(lights).index(lc_id)}])")
+        lights[lc_id] = r.get(tl, "status", p, str)
 
     agents = []
     agent_items = r.get(d, "agents", "", list)
