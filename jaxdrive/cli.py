@@ -104,7 +104,7 @@ def _run_score(args) -> int:
 
         distributed.require_single_process("jaxdrive score --predictions")
         return run_predictions(args)
-    from jaxdrive.scoring.outputs import RunDirError
+    from jaxdrive.scoring.outputs import SHARD_GLOB, RunDirError
     from jaxdrive.scoring.runner import ScoreOptions, auto_workers, score_source
     from jaxdrive.data.store import is_store
     from jaxdrive.scoring.sources import SceneDirSource, SceneStoreSource, SyntheticSource
@@ -149,7 +149,8 @@ def _run_score(args) -> int:
     if args.workers == "auto":
         options.workers = auto_workers(source, options.pad)
     out = args.out or Path("runs") / time.strftime("score-%Y%m%d-%H%M%S")
-    if args.resume and not any((Path(out) / name).exists() for name in ("manifest.json", "progress")):
+    if args.resume and not any((Path(out) / name).exists() for name in ("manifest.json", "progress")) \
+            and not any(Path(out).glob(SHARD_GLOB)):  # else refused (RunDir): shards of no recorded run
         print(f"--resume: {out} holds no run yet (a new directory?); starting the run there", file=sys.stderr)
     if args.gates and str(args.gates).startswith("judge:"):  # per-proposal gates from a DriveJudge model
         from jaxdrive.judge.score_gates import gates_from_judge
@@ -249,6 +250,8 @@ def _run_generate(args) -> int:
         raise ValueError(f"--count: expected a positive number of scenes, got {args.count}")
     if args.proposals < 1:
         raise ValueError(f"--num-proposals: expected a positive number of proposals per scene, got {args.proposals}")
+    if args.seed < 0:
+        raise ValueError(f"--seed: expected a non-negative integer, got {args.seed}")
     output_dir("--out", args.out)
     if args.store:
         from jaxdrive.data.store import write_store

@@ -173,6 +173,7 @@ def test_resume_with_other_inputs_is_refused(tmp_path, capsys):
     # found by an exploratory pass: with --scenes these were accepted and ignored
     (["--scenes", "s", "--count", "10", "--seed", "3"], "--count, --seed: only for the built-in synthetic scenes"),
     (["--scenes", "s", "--num-proposals", "4"], "--num-proposals: only for the built-in synthetic scenes"),
+    (["--seed", "-1"], "--seed: expected a non-negative integer, got -1"),  # said "seed:", the library's argument
 ])
 def test_bad_options(tmp_path, capsys, args, needle):
     rc = main(["score", "--out", str(tmp_path / "o"), "--no-progress", *args])
@@ -217,11 +218,13 @@ def test_scenes_generate_and_preview_coloured_by_kernel_scores(tmp_path):
     assert png.stat().st_size > 10_000
 
 
-@pytest.mark.parametrize("flag,value", [("--count", "0"), ("--num-proposals", "0"), ("--proposals", "-1")])
+@pytest.mark.parametrize("flag,value", [("--count", "0"), ("--num-proposals", "0"), ("--proposals", "-1"),
+                                        ("--seed", "-1")])
 def test_scenes_generate_rejects_a_count_below_one_by_flag(tmp_path, capsys, flag, value):
+    """A negative --seed said "seed: expected ..." (the library's argument, not the flag) after creating --out."""
     assert main(["scenes", "generate", flag, value, "--out", str(tmp_path / "gen")]) == EXIT_USAGE
     err = capsys.readouterr().err
-    assert ("--count" if flag == "--count" else "--num-proposals") in err and "got" in err
+    assert ({"--count": "--count:", "--seed": "--seed:"}.get(flag, "--num-proposals:")) in err and "got" in err
     assert not (tmp_path / "gen").exists()
 
 
@@ -577,3 +580,43 @@ def test_resume_scores_again_a_missing_or_corrupt_middle_shard(tmp_path, capsys)
     said = capsys.readouterr().err
     assert f"scoring shard 2 again: {shard_name(2)} is missing" in said
     assert f"scoring shard 4 again: {shard_name(4)} is unreadable" in said
+
+
+def test_a_resume_leaves_only_the_manifests_shard_files(tmp_path, capsys):
+    """A resume scores again a shard whose only scene file became unreadable: the shard now has no rows, so no file,
+    and its old ``part-00001.parquet`` used to stay, read with the run's by anyone reading ``OUT/part-*.parquet``
+    (the README's output); so did a shard file written just before a kill. Every shard file the manifest does not
+    name is removed when the run directory is opened, and the summary says why the resume scored nothing."""
+    from jaxdrive.scoring.outputs import completed_files, shard_name
+
+    scenes = tmp_path / "scenes"
+    scenes.mkdir()
+    for f in sorted(FIXTURES.glob("scene_000*.json"))[:2]:
+        shutil.copy(f, scenes / f.name)
+    out = tmp_path / "out"
+    args = ["score", "--scenes", str(scenes), "--batch-size", "1", "--shard-size", "1", "--out", str(out),
+            "--no-progress"]
+    assert main(args) == 0
+    shutil.copy(out / shard_name(0), out / shard_name(7))  # as if written just before a kill, not committed
+    (scenes / "scene_0001.json").write_text("{")
+    capsys.readouterr()
+    assert main([*args, "--resume"]) == EXIT_PARTIAL
+    assert sorted(out.glob("part-*.parquet")) == completed_files(out) == [out / shard_name(0)]
+    assert {sid for f in out.glob("part-*.parquet") for sid in pd.read_parquet(f).scene_id} == {"scene_0000"}
+    # the summary said "every shard was already complete" of a resume that scored shard 1 again, without rows
+    assert "this invocation scored nothing: none of the 1 scene(s) it read could be scored" in capsys.readouterr().out
+
+
+def test_a_new_run_refuses_an_out_holding_shard_files_without_a_manifest(tmp_path, capsys):
+    """Shard files in --out but no manifest.json (another run's, its manifest deleted): a new run used to write its
+    shards beside them, and ``OUT/part-*.parquet`` mixed the two runs' rows. Refused (exit 2), naming the files."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "part-00005.parquet").write_bytes(b"old")
+    for resume in ([], ["--resume"]):  # --resume said "holds no run yet ...; starting the run there" first
+        rc = main(["score", "--count", "2", "--num-proposals", "2", "--out", str(out), "--no-progress", *resume])
+        assert rc == EXIT_USAGE
+        err = capsys.readouterr().err
+        assert err.startswith("jaxdrive score: --out ") and err.count("\n") == 1, err
+        assert "holds 1 shard file(s) (part-00005.parquet, ...) but no manifest.json" in err
+        assert sorted(p.name for p in out.iterdir()) == ["part-00005.parquet"]

@@ -11,6 +11,9 @@ A shard file is written to a temporary ``part-i.parquet.<pid>.tmp`` and renamed 
 then the manifest is rewritten the same way. A run killed at any point therefore leaves only complete shard files;
 on ``--resume`` the shards named in the manifest are kept, every other shard (even a complete file written just
 before the kill) is recomputed, so the union of rows equals an uninterrupted run's, none missing and none duplicated.
+A shard file that no completed shard's record names is deleted when the run directory is opened, so the files
+``OUT/part-*.parquet`` are always the manifest's; a new run refuses a directory holding shard files without a
+manifest.
 A shard named in the manifest is recomputed too when its file is missing, unreadable (its parquet footer) or holds
 another number of rows than recorded, or when its input files changed since it was scored: the manifest records,
 per shard, a digest of its input files' sizes and modification times (``input_record`` of ``RunDir(inputs=...)``,
@@ -53,6 +56,9 @@ def shard_name(index: int) -> str:
     return f"part-{index:05d}.parquet"
 
 
+SHARD_GLOB = "part-*.parquet"  # every shard_name
+
+
 class RunDir:
     """The output directory of one scoring run (``process_index`` of ``process_count`` processes writing it)."""
 
@@ -76,6 +82,10 @@ class RunDir:
         except OSError as e:
             raise RunDirError(f"--out {self.path}: output directory is not writable ({e.strerror})") from None
         records = [self.path / MANIFEST] + sorted((self.path / PROGRESS).glob("process-*.json"))
+        shards = sorted(self.path.glob(SHARD_GLOB))
+        if shards and not any(r.exists() for r in records):  # they would be read with this run's: OUT/part-*.parquet
+            raise RunDirError(f"--out {self.path}: holds {len(shards)} shard file(s) ({shards[0].name}, ...) but no "
+                              f"{MANIFEST} naming them (another run's); choose another output directory or remove them")
         recorded: dict[str, dict] = {}  # every record's completed shards (the progress files' last)
         mine: dict[str, dict] = {}
         for record in (r for r in records if r.exists()):
@@ -100,6 +110,7 @@ class RunDir:
         if process_index == 0:  # nobody writes before the barrier below
             for stale in [*self.path.glob("*.tmp"), *(self.path / PROGRESS).glob("*.tmp")]:
                 stale.unlink()
+            self._remove_uncommitted_shards()
         if process_count == 1:
             self._write_manifest()
             self._write_errors()
@@ -114,11 +125,22 @@ class RunDir:
             (self.path / PROGRESS).mkdir(exist_ok=True)
             self._write_progress()
 
+    def _remove_uncommitted_shards(self) -> None:
+        """Deletes the shard files that no completed shard's record names: one written just before a kill, or the
+        old file of a shard this resume scores again (which, its scenes now unreadable, may write none). Readers of
+        ``OUT/part-*.parquet`` would otherwise take their rows for this run's."""
+        kept = {v["file"] for v in self.completed.values() if v.get("file")}
+        for shard in self.path.glob(SHARD_GLOB):
+            if shard.name not in kept:
+                shard.unlink()
+
     def discard_if_unused(self) -> None:
-        """Remove what this run wrote (its manifest, its empty errors file, the directory if it made it) when no
-        shard of it was ever completed; a run with completed shards is kept (single-process runs only)."""
+        """Remove what this run wrote (its manifest, its empty errors file, any shard file not committed, the
+        directory if it made it) when no shard of it was ever completed; a run with completed shards is kept
+        (single-process runs only)."""
         if self.completed or self.process_count != 1:
             return
+        self._remove_uncommitted_shards()
         for name in (MANIFEST, ERRORS):
             f = self.path / name
             if f.exists() and (name == MANIFEST or f.stat().st_size == 0):

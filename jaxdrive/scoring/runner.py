@@ -175,6 +175,7 @@ class RunStats:
     scored: int = 0  # proposals this invocation scored (the first batch's too)
     wall_s: float = 0.0  # this invocation's wall time, start to last shard written (prescan, compile, reading too)
     skipped_shards: int = 0
+    unread: int = 0  # scenes this invocation could not score: unreadable, a repeated id (the whole run's: errors)
     compiles: int = 0  # scoring programs built: traced, loaded or reused from memory (1 for a run at one shape)
     overflow_batches: int = 0  # batches that overflowed the capacities (re-scored at grown capacities)
     capacity: PackSpec | None = None

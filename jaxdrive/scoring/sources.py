@@ -83,6 +83,8 @@ class SyntheticSource(SceneSource):
             raise ValueError(f"--count: expected a positive number of scenes, got {count}")
         if not 1 <= num_proposals <= 256:
             raise ValueError(f"--num-proposals: expected 1..256 proposals per synthetic scene, got {num_proposals}")
+        if seed < 0:
+            raise ValueError(f"--seed: expected a non-negative integer, got {seed}")
         self.count, self.seed, self.num_proposals = count, seed, num_proposals
 
     def __len__(self) -> int:

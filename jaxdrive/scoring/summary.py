@@ -25,7 +25,7 @@ def whole_run_stats(out_dir: str | Path, live: RunStats) -> RunStats:
     """The statistics of every completed shard of ``out_dir`` (read back) with ``live``'s timings and resume count."""
     stats = RunStats(compile_s=live.compile_s, score_s=live.score_s, scored_after_compile=live.scored_after_compile,
                      skipped_shards=live.skipped_shards, input_wait_s=live.input_wait_s, scored=live.scored,
-                     wall_s=live.wall_s)
+                     wall_s=live.wall_s, unread=len(live.errors))
     for cols in iter_shard_columns(out_dir):
         stats.add(cols)
         stats.scenes += len(np.unique(cols["scene_id"]))
@@ -46,7 +46,9 @@ def summary_table(stats: RunStats) -> str:
     lines.append(f"scenes {stats.scenes:,}   proposals {stats.proposals:,}   not scored (errors.jsonl) {len(stats.errors)}"
                  + (f"   shards already complete (resumed) {stats.skipped_shards}" if stats.skipped_shards else ""))
     if stats.compile_s == 0.0:
-        lines.append("this invocation scored nothing: every shard was already complete")
+        lines.append("this invocation scored nothing: " + (
+            f"none of the {stats.unread} scene(s) it read could be scored (errors.jsonl)" if stats.unread
+            else "every shard was already complete"))
     elif stats.score_s > 0:
         lines.append(f"this invocation: first batch incl. compile {stats.compile_s:.2f} s   throughput after compile "
                      f"{stats.proposals_per_s:,.0f} proposals/s")
