@@ -636,3 +636,30 @@ def test_the_data_is_checked_before_the_weights_load(tmp_path, monkeypatch, job)
         run, match = jobs.run_grpo, "no_set"
     with pytest.raises(ValueError, match=match):
         run(cfg)
+
+
+@pytest.mark.parametrize("job, field, value, match", [
+    ("sft", "pad_id", 48, r"^data.pad_id: 48 is not a token id of the model \(its vocabulary has ids 0..47\); set an "
+                          r"id below 48 \(the tokenizer's pad token id\)$"),
+    ("grpo", "eos_id", 100, r"^grpo.eos_id: 100 is not a token id of the model \(its vocabulary has ids 0..47\); "
+                            r"set an id below 48 \(the tokenizer's eos token id\)$"),
+    ("grpo", "stop_ids", [2, 100], r"^grpo.stop_ids: 100 is not a token id of the model"),
+    ("sft", "tokens", 60, r"^data: example 1's answer holds token 60, not a token id of the model \(its vocabulary "
+                          r"has ids 0..47\): the data was tokenized for another model$"),
+    ("grpo", "tokens", -1, r"^data: example 1's answer holds token -1"),
+])
+def test_token_ids_outside_the_vocabulary_are_refused_before_the_weights_load(tmp_path, monkeypatch, job, field,
+                                                                              value, match):
+    """Found by a review: only the pad id was checked against the vocabulary, and only after the weights had loaded.
+    An eos / stop id past it is never sampled (every GRPO completion ran to its maximum length, silently); a data
+    token past it (a tokenizer of another model) embeds as NaN. All are refused before the weights load."""
+    monkeypatch.setattr(jobs, "build_model", lambda *a, **k: pytest.fail("the weights loaded before the check"))
+    cfg = sft_cfg(str(tmp_path)) if job == "sft" else _tiny_grpo_cfg(str(tmp_path))
+    if field == "tokens":
+        examples = [{"prompt": np.array([3, 4], np.int32), "answer": np.array([5], np.int32)},
+                    {"prompt": np.array([3, 4], np.int32), "answer": np.array([5, value], np.int32)}]
+        monkeypatch.setattr(jobs, "build_examples", lambda block, tokenizer=None: examples)
+    else:
+        (cfg.data if job == "sft" else cfg.grpo)[field] = value
+    with pytest.raises(ValueError, match=match):
+        (jobs.run_sft if job == "sft" else jobs.run_grpo)(cfg)

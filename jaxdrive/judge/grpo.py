@@ -244,10 +244,13 @@ def run_gate_grpo(cfg: ml_collections.ConfigDict, model=None):
     tokenizer = jobs.load_tokenizer(cfg.model)
     examples = jobs.build_examples(cfg.data, tokenizer)  # the data's errors before the weights load
     eval_examples = jobs.build_examples(cfg.eval_data, tokenizer) if cfg.get("eval_data") else None
-    model = jobs.build_model(cfg.model) if model is None else model
-    trainable = jobs.prepare_finetuning(model, cfg.finetune)
     slots = answer_slots(encoder_for(cfg.data, tokenizer))
     yes_no = (slots.yes_id, slots.no_id)
+    vocab = jobs.model_vocab_size(cfg.model, model)
+    jobs.check_token_ids(vocab, {"data (the judge's yes / no tokens)": yes_no}, examples)
+    jobs.check_token_ids(vocab, {}, eval_examples or (), data_field="eval_data")
+    model = jobs.build_model(cfg.model) if model is None else model
+    trainable = jobs.prepare_finetuning(model, cfg.finetune)
     g = cfg.grpo
     logger, ckpt, mesh = jobs._infra(cfg)
     trainer = Trainer(model, loss_fn=gate_loss_fn(g, yes_no), tx=optim.make_optimizer(cfg.optim, cfg.steps * g.policy_epochs),

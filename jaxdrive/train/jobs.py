@@ -5,6 +5,7 @@ optimizer, checkpointing, metrics, and the trainer run. Datasets, rewards and de
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 import jax.numpy as jnp
 import ml_collections
@@ -77,13 +78,47 @@ def token_ids(block: ml_collections.ConfigDict, tokenizer=None,
     return out
 
 
-def check_pad_id(model, pad_id: int, field: str) -> None:
-    """Before training: the pad id (``field``, e.g. "data.pad_id") must be a token id of ``model``'s vocabulary. Pad
-    positions are embedded too (masked later), and an id past the table embeds as NaN: every loss would be NaN."""
-    vocab = model.cfg.text.vocab_size
-    if not 0 <= pad_id < vocab:
-        raise ValueError(f"{field}: {pad_id} is not a token id of the model (its vocabulary has ids 0..{vocab - 1}); "
-                         f"set an id below {vocab} (the tokenizer's pad token id)")
+def model_vocab_size(cfg: ml_collections.ConfigDict, model=None) -> int:
+    """The vocabulary size of ``model`` when given, else of the model ``cfg`` (the ``model`` block) names, read from
+    its ``config.json`` (or the tiny recipe's config), not its weights: the token-id checks run before they load."""
+    if model is not None:
+        return model.cfg.text.vocab_size
+    if cfg.kind == "tiny":
+        from jaxdrive.train.tiny_recipes import TINY_CONFIG
+
+        return TINY_CONFIG["vocab_size"]
+    if cfg.kind == "pretrained":
+        from jaxdrive.models.config import load_config
+
+        return load_config(cfg.path).text.vocab_size
+    raise ValueError(f"model.kind: expected 'tiny' or 'pretrained', got {cfg.kind!r}")
+
+
+_TOKEN_HINTS = {"pad_id": "the tokenizer's pad token id", "eos_id": "the tokenizer's eos token id",
+                "stop_ids": "the ids that end a reply, e.g. <|im_end|>'s"}
+
+
+def check_token_ids(vocab: int, fields: dict[str, Sequence[int]], examples: Sequence[dict] = (),
+                    data_field: str = "data") -> None:
+    """Before the weights load: every id of ``fields`` (config field -> ids, e.g. ``{"data.pad_id": [pad]}``) and of
+    the ``examples``' prompt / answer tokens must be a token id of a model whose vocabulary has ``vocab`` ids. An id
+    past the embedding table embeds as NaN (every loss NaN); a stop id past it is never sampled (every completion
+    runs to its maximum length); a data token past it means the tokenizer is not the model's. ``ValueError`` naming
+    the field (or ``data_field`` and the example) otherwise."""
+    for field, ids in fields.items():
+        for i in ids:
+            if not 0 <= int(i) < vocab:
+                hint = _TOKEN_HINTS.get(field.rsplit(".", 1)[-1])
+                raise ValueError(f"{field}: {int(i)} is not a token id of the model (its vocabulary has ids "
+                                 f"0..{vocab - 1})" + (f"; set an id below {vocab} ({hint})" if hint else
+                                                       ": the tokenizer is not the model's"))
+    for n, e in enumerate(examples):
+        for key in ("prompt", "answer"):
+            ids = np.asarray(e.get(key, ()))
+            if ids.size and not (0 <= ids.min() and ids.max() < vocab):
+                bad = int(ids.max()) if ids.max() >= vocab else int(ids.min())
+                raise ValueError(f"{data_field}: example {n}'s {key} holds token {bad}, not a token id of the model "
+                                 f"(its vocabulary has ids 0..{vocab - 1}): the data was tokenized for another model")
 
 
 def _stop_ids(block: ml_collections.ConfigDict, tokenizer, model_path: str | None) -> tuple[int, ...]:
@@ -220,9 +255,9 @@ def run_sft(cfg: ml_collections.ConfigDict, model=None):
     tokenizer = load_tokenizer(cfg.model)
     examples = build_examples(cfg.data, tokenizer)  # the data's errors before the weights load (minutes for a VLM)
     pad_id = token_ids(cfg.data, tokenizer).pad_id
+    check_token_ids(model_vocab_size(cfg.model, model), {"data.pad_id": [pad_id]}, examples)
     model = build_model(cfg.model) if model is None else model
     trainable = prepare_finetuning(model, cfg.finetune)
-    check_pad_id(model, pad_id, "data.pad_id")
     arrays = data.stack_examples([
         sft.sft_example(e["prompt"], e["answer"], cfg.data.max_len, pad_id, targets=e.get("targets"),
                         answer_mask=e.get("answer_mask"),
@@ -301,9 +336,10 @@ def run_grpo(cfg: ml_collections.ConfigDict, model=None):
     tokenizer = load_tokenizer(cfg.model)
     examples = build_examples(cfg.data, tokenizer)  # the data's errors before the weights load (minutes for a VLM)
     g = token_ids(cfg.grpo, tokenizer, cfg.model.path if cfg.model.kind == "pretrained" else None)
+    check_token_ids(model_vocab_size(cfg.model, model),
+                    {"grpo.pad_id": [g.pad_id], "grpo.eos_id": [g.eos_id], "grpo.stop_ids": g.stop_ids}, examples)
     model = build_model(cfg.model) if model is None else model
     trainable = prepare_finetuning(model, cfg.finetune)
-    check_pad_id(model, g.pad_id, "grpo.pad_id")
     kind = g.get("rollouts", "single_turn")
     extra = {} if kind == "single_turn" else {"tokenizer": tokenizer}
     rollouts = ROLLOUTS.get(kind)(examples, build_rewards(cfg.rewards), build_decoder(cfg.decoder, tokenizer), g, **extra)
