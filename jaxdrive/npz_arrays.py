@@ -18,6 +18,10 @@ def read_npz_arrays(path: str | Path, flag: str, one_per: str) -> dict[str, np.n
         return ValueError(f"{flag} {path}: cannot read an .npz of arrays ({e or 'an empty file'})")
 
     try:
+        with open(path, "rb") as f:
+            head = f.read(6)
+        if head and not head.startswith((b"PK", b"\x93NUMPY")):  # np.load would take it for a pickle and say so
+            raise ValueError(f"not an .npz file (a zip of .npy arrays, as np.savez writes); it starts with {head!r}")
         z = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:  # EOFError: an empty file
         raise unreadable(e) from None

@@ -230,7 +230,7 @@ def preview_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Ar
     p.add_argument("--color-by", type=str, default="family",
                    help=f"'family', 'none', a kernel score ({', '.join(SCORE_FIELDS)}: the scene is scored first), "
                         f"a state field ({', '.join(sorted(DERIVED_FIELDS))}) or an expected key of a scored scene file")
-    p.add_argument("--profile", type=str, default="default", help="synthetic profile (default | hard)")
+    p.add_argument("--profile", type=str, default="default", help="synthetic profile (default | hard | reference)")
     p.add_argument("--num-proposals", type=int, default=16,
                    help="proposals of the synthetic scene (ignored with --scene)")
     p.add_argument("--extent", type=float, default=60.0, help="half-width of the view, m")
@@ -263,8 +263,14 @@ def preview_main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
 
         scene = read_scene(args.scene)
     else:
-        from jaxdrive.data.synthetic import generate_scene
+        from jaxdrive.data.synthetic import PROFILES, generate_scene
 
+        if args.profile not in PROFILES:  # generate_scene's errors name its arguments, not the flags
+            raise ValueError(f"--profile: expected one of {sorted(PROFILES)}, got {args.profile!r}")
+        if args.num_proposals < 1:
+            raise ValueError(f"--num-proposals: expected >= 1, got {args.num_proposals}")
+        if args.seed < 0:
+            raise ValueError(f"--seed: expected a non-negative integer, got {args.seed}")
         scene = generate_scene(args.seed, num_proposals=args.num_proposals, profile=args.profile)
     color_by = None if args.color_by == "none" else args.color_by
     if color_by in SCORE_FIELDS:

@@ -260,7 +260,9 @@ def test_a_single_npy_given_as_proposals_is_a_usage_error(tmp_path, capsys):
     assert main(["scenes", "generate", "--count", "1", "--num-proposals", "2", "--out", str(scenes)]) == 0
     np.save(tmp_path / "p.npy", np.zeros((2, 41, 11)))
     (tmp_path / "empty.npz").write_bytes(b"")  # an EOFError traceback too
-    for name, says in (("empty.npz", "cannot read an .npz"), ("p.npy", "np.savez")):
+    (tmp_path / "p.json").write_text('{"s": []}')  # said "Cannot load file containing pickled data when allow_pickle=False"
+    for name, says in (("empty.npz", "cannot read an .npz"), ("p.npy", "np.savez"),
+                       ("p.json", "(not an .npz file (a zip of .npy arrays, as np.savez writes); it starts with b'{\"s\": ')")):
         assert main(["score", "--scenes", str(scenes), "--proposals", str(tmp_path / name), "--out",
                      str(tmp_path / "o"), "--no-progress"]) == EXIT_USAGE
         err = capsys.readouterr().err

@@ -68,3 +68,18 @@ def test_preview_out_is_checked_before_drawing_and_the_file_written_is_the_one_n
     assert main(["scenes", "preview", "--num-proposals", "2", "--out", str(tmp_path / "plain")]) == 0
     assert capsys.readouterr().out.strip() == f"wrote {tmp_path / 'plain'}"
     assert _png_ok(tmp_path / "plain") and not (tmp_path / "plain.png").exists()
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--profile", "weird"], "--profile: expected one of ['default', 'hard', 'reference'], got 'weird'"),
+    (["--num-proposals", "0"], "--num-proposals: expected >= 1, got 0"),
+    (["--seed", "-1"], "--seed: expected a non-negative integer, got -1"),
+])
+def test_preview_names_the_flag_of_a_bad_synthetic_option(tmp_path, capsys, args, says):
+    """Found by a walk-through: these said "profile: ...", "num_proposals: ...", "seed: ..." (generate_scene's
+    arguments), naming no flag of `jaxdrive scenes preview`."""
+    from jaxdrive.cli import main
+
+    assert main(["scenes", "preview", *args, "--out", str(tmp_path / "p.png")]) == 2
+    assert capsys.readouterr().err == f"jaxdrive scenes: {says}\n"
+    assert not (tmp_path / "p.png").exists()
