@@ -123,7 +123,7 @@ def test_planning_damaged_npz_is_named(tmp_path, capsys, flag, content):
     bad.write_bytes(data[: len(data) // 2] if content is None else content)
     argv = {"--predictions": pred, "--gt": gt, flag: str(bad)}
     assert main(["eval", "planning", *[x for kv in argv.items() for x in kv]]) == 2
-    assert f"{flag} {bad}: cannot read .npz" in _err(capsys)
+    assert f"{flag} {bad}: cannot read an .npz" in _err(capsys)
 
 
 def _wrap(text):

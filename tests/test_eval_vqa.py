@@ -218,6 +218,7 @@ def test_eval_vqa_cli_drivemllm_nan_answer_and_missing_tasks(tmp_path, capsys):
     ("drivemllm", '{"task": "left", "output": "x", "objects": [["a", [1, 2]], ["b", [3, 4]]]}',
      ":2: lacks the field 'descriptions'"),
     ("drivemllm", '{"task": "up", "output": "x"}', ":2: task: expected one of"),
+    ("drivelmm", "not json", ":2: not JSON"),  # this line and a list's named the file but not the flag
 ])
 def test_eval_vqa_cli_bad_rows_are_one_line_errors(tmp_path, capsys, benchmark, line, message):
     from jaxdrive.cli import main
@@ -226,4 +227,4 @@ def test_eval_vqa_cli_bad_rows_are_one_line_errors(tmp_path, capsys, benchmark, 
     p.write_text("\n" + line + "\n")  # a blank first line: the error names the file's line, not the row's rank
     assert main(["eval", "vqa", benchmark, "--predictions", str(p)]) == 2
     err = capsys.readouterr().err
-    assert f"{p}{message}" in err and err.count("\n") == 1 and "Traceback" not in err
+    assert f"--predictions {p}{message}" in err and err.count("\n") == 1 and "Traceback" not in err

@@ -71,6 +71,17 @@ def _check_column_types(schema, names, flag: str, path: Path) -> None:
             raise ValueError(f"{flag} {path}: {name}: expected {expected}, got {t}")
 
 
+def output_not_input(flag: str, out: Path | None, inputs: dict[str, list[Path]]) -> None:
+    """A ValueError when the output file ``out`` of ``flag`` is one of the ``inputs`` ({input flag: paths}): writing
+    it would replace that input (a plot over the predictions, metrics over the GT)."""
+    if out is None or not Path(out).exists():
+        return
+    for in_flag, paths in inputs.items():
+        for path in paths:
+            if Path(path).exists() and Path(out).samefile(path):
+                raise ValueError(f"{flag} {out}: is the {in_flag} file {path}; writing it would replace that input")
+
+
 def _read(path: Path, columns: tuple[str, ...], flag: str = "--predictions") -> dict:
     """{column: numpy array} of the named columns of a parquet file; errors name the flag and the file."""
     import pyarrow.parquet as pq
@@ -170,6 +181,7 @@ def run_dqc(args) -> int:
     _check_names(args)
     if not args.no_plot:
         output_file("--plot", args.plot)
+        output_not_input("--plot", args.plot, {"--predictions": args.predictions})
     frames = [_read(p, ("score", "label")) for p in args.predictions]
     rows, curves = [], []
     for i, (path, frame) in enumerate(zip(args.predictions, frames)):
@@ -186,10 +198,24 @@ def run_dqc(args) -> int:
     for path, (_, metrics) in zip(args.predictions, rows):  # only once every file is valid
         atomic.write_text(metric_files(path)[0], json.dumps(_json_ready(metrics), indent=2) + "\n")
     print(dqc_table(rows))
-    if not args.no_plot:
-        png = plot_dqc(curves, Path(args.plot) if args.plot else metric_files(args.predictions[0])[1])
-        print(f"plot: {png}")
+    plot = None if args.no_plot else Path(args.plot) if args.plot else metric_files(args.predictions[0])[1]
+    _remove_earlier_plots(args.predictions, plot)
+    if plot is not None:
+        print(f"plot: {plot_dqc(curves, plot)}")
     return 0
+
+
+def _remove_earlier_plots(predictions: list[Path], plot: Path | None) -> None:
+    """Removes the default plot P.dqc.png an earlier ``eval dqc`` left beside a predictions file P when this run does
+    not write it (``--no-plot``, ``--plot`` elsewhere, P not the first file): beside this run's P.dqc.json it would
+    show other metrics (of P before it changed, or of other files)."""
+    keep = plot.resolve() if plot is not None else None
+    for path in predictions:
+        old = metric_files(path)[1]
+        if old.exists() and old.resolve() != keep:
+            old.unlink()
+            print(f"removed {old}: an earlier run's plot (this run's metrics of {path} are in "
+                  f"{metric_files(path)[0]})")
 
 
 def run_tps(args) -> int:
@@ -215,7 +241,8 @@ def add_dqc(esub) -> None:
                    help="parquet file(s) with columns score (in [0, 1]) and label (1 = reasonable, 0 = failure); "
                         "one table row each")
     p.add_argument("--names", nargs="+", help="method names for the table rows (default: file stems)")
-    p.add_argument("--plot", type=Path, help="ROC/PR PNG path (default: <first predictions>.dqc.png)")
+    p.add_argument("--plot", type=Path, help="ROC/PR PNG path (default: <first predictions>.dqc.png); a default "
+                   "plot an earlier run left beside a predictions file is removed when this run does not write it")
     p.add_argument("--no-plot", action="store_true", help="skip the ROC/PR plot")
     p.set_defaults(func=run_dqc)
 

@@ -18,7 +18,6 @@ import argparse
 import collections
 import json
 import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -52,11 +51,10 @@ def add_planning_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _load_npz(path: Path, what: str) -> dict:
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:  # an empty or damaged file: EOFError, BadZipFile
-        raise ValueError(f"{what} {path}: cannot read .npz ({type(e).__name__}: {e})") from None
+    """{name: array} of the ``.npz`` ``what`` (the flag) names; ``npz_arrays.read_npz_arrays``' errors."""
+    from jaxdrive.npz_arrays import read_npz_arrays
+
+    return read_npz_arrays(path, what, "the named arrays --help lists")
 
 
 def _check_array(arrays: dict, key: str, shape: tuple, what: str, *, numeric: bool = True) -> np.ndarray:
@@ -223,9 +221,11 @@ def _metrics(pred, truth, occ, mask, args) -> dict[str, dict]:
 
 
 def run_planning(args) -> int:
+    from jaxdrive.eval.cli import output_not_input
     from jaxdrive.output_paths import output_file
 
     output_file("--json", args.json)
+    output_not_input("--json", args.json, {"--predictions": [args.predictions], "--gt": [args.gt]})
     pred, errors = load_predictions(args.predictions, args.frame)
     gt = _load_npz(args.gt, "--gt")
     _check_gt_file(gt, args.gt)

@@ -29,17 +29,17 @@ def _read_rows(path: Path, benchmark: str) -> list[dict]:
     from jaxdrive.eval import vqa
 
     rows, first = [], {}
-    for where, row in read_jsonl_file(path):  # not JSON / not an object: an error naming FILE:LINE
-        try:
-            vqa.check_row(benchmark, row)
-        except ValueError as e:
-            raise ValueError(f"--predictions {where}: {e}") from None
-        if benchmark == "drivelmm":  # an item given twice would be scored twice
+    try:
+        for where, row in read_jsonl_file(path):  # not JSON / not an object: an error naming FILE:LINE
             try:
-                first_use(first, row["idx"], where, "idx")
+                vqa.check_row(benchmark, row)
             except ValueError as e:
-                raise ValueError(f"--predictions {e}") from None
-        rows.append(row)
+                raise ValueError(f"{where}: {e}") from None
+            if benchmark == "drivelmm":  # an item given twice would be scored twice
+                first_use(first, row["idx"], where, "idx")
+            rows.append(row)
+    except ValueError as e:  # each names FILE:LINE
+        raise ValueError(f"--predictions {e}") from None
     if not rows:
         raise ValueError(f"--predictions {path}: no rows (expected one JSON object per line)")
     return rows
