@@ -34,12 +34,14 @@ def curves(steps: int, sft_steps: int, eval_every: int, lr: float | None):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=100)
-    ap.add_argument("--sft-steps", type=int, default=40)
-    ap.add_argument("--eval-every", type=int, default=10)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=100, help="GRPO steps of each run (default: 100)")
+    ap.add_argument("--sft-steps", type=int, default=40, help="steps of the format-SFT warm start (default: 40)")
+    ap.add_argument("--eval-every", type=int, default=10,
+                    help="GRPO steps between greedy evaluations (default: 10)")
     ap.add_argument("--lr", type=float, default=None, help="GRPO learning rate (default: configs/grpo_tiny.py)")
-    ap.add_argument("--out", default="runs/grpo_sft_vs_zero.jsonl")
+    ap.add_argument("--out", default="runs/grpo_sft_vs_zero.jsonl",
+                    help="JSONL file for both reward curves (default: runs/grpo_sft_vs_zero.jsonl)")
     a = ap.parse_args()
     res = curves(a.steps, a.sft_steps, a.eval_every, a.lr)
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)

@@ -42,7 +42,8 @@ def cpu_s(f):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--batches", type=int, default=8)
+    ap.add_argument("--batches", type=int, default=8, help="batches of 8 scenes timed (the median is printed; "
+                    "default: 8)")
     ap.add_argument("--size", type=int, default=64, help="image pixels per side (judge data default: 64)")
     args = ap.parse_args()
     cfg, spec, per_scene = bev.BevConfig(size=args.size), pad_spec(synthetic.NUM_PROPOSALS), 4

@@ -13,8 +13,8 @@ and a 10,000-resample paired bootstrap 95% interval of the TPS difference. A tie
 """
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -113,5 +113,18 @@ def main(out: Path) -> None:
               f"{val[0]:.2f} -> {val[-1]:.2f} |" if val else f"| {d} | {pool:.2f} | {batch:.2f} | - | - |")
 
 
+def parse_out(argv: list[str] | None = None) -> Path:
+    """OUT from the command line; a usage error (exit 2) unless it holds a held-out split (OUT/heldout or
+    OUT/data with records.jsonl)."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", type=Path, help="output directory of benchmarks/judge_grpo.sh (OUT/heldout or OUT/data: "
+                    "the held-out split; OUT/<run>: the judges)")
+    out = ap.parse_args(argv).out
+    if not any((out / d / "records.jsonl").is_file() for d in ("heldout", "data")):
+        ap.error(f"out {out}: no heldout/records.jsonl or data/records.jsonl (run `bash benchmarks/judge_grpo.sh "
+                 f"{out}` first)")
+    return out
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(parse_out())

@@ -11,7 +11,7 @@ the Eq. 10-11 labels (paper D.2; methods without gates show "-"). Metrics from `
 """
 from __future__ import annotations
 
-import sys
+import argparse
 from pathlib import Path
 
 import numpy as np
@@ -69,5 +69,16 @@ def main(out: Path) -> None:
     print("\n".join(rows))
 
 
+def parse_out(argv: list[str] | None = None) -> Path:
+    """OUT from the command line; a usage error (exit 2) unless it holds the synthetic set (OUT/data/records.jsonl)."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", type=Path, help="output directory of benchmarks/judge_synthetic.sh (OUT/data: the set; "
+                    "OUT/<run>/dqc.parquet: the judges)")
+    out = ap.parse_args(argv).out
+    if not (out / "data" / "records.jsonl").is_file():
+        ap.error(f"out {out}: no data/records.jsonl (run `bash benchmarks/judge_synthetic.sh {out}` first)")
+    return out
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(parse_out())

@@ -27,12 +27,13 @@ from jaxdrive.train import jobs
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("model", type=Path)
-    ap.add_argument("data", type=Path)
-    ap.add_argument("out", type=Path)
-    ap.add_argument("--split", default="test", choices=["train", "test"])
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--max-len", type=int, default=512)
+    ap.add_argument("model", type=Path, help="DriveJudge model directory (an SFT / GRPO export_dir)")
+    ap.add_argument("data", type=Path, help="DriveJudge set directory (`jaxdrive judge data --out DATA`)")
+    ap.add_argument("out", type=Path, help="parquet file to write (id, score_a, score_b, preferred)")
+    ap.add_argument("--split", default="test", choices=["train", "test"],
+                    help="split whose pairs are judged (default: test)")
+    ap.add_argument("--batch-size", type=int, default=16, help="conversations per forward pass (default: 16)")
+    ap.add_argument("--max-len", type=int, default=512, help="token length of each conversation (default: 512)")
     args = ap.parse_args(argv)
     mcfg = ml_collections.ConfigDict(dict(kind="pretrained", path=str(args.model), dtype="float32", seed=0))
     tokenizer = jobs.load_tokenizer(mcfg)

@@ -43,13 +43,15 @@ def _measure(fn, args, repeats: int) -> tuple[float, float]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--B", type=int, default=2)
-    p.add_argument("--S", type=int, default=1024)
-    p.add_argument("--H", type=int, default=512)
-    p.add_argument("--V", type=int, default=151936)
-    p.add_argument("--seq-chunk", type=int, default=512)
-    p.add_argument("--vocab-chunk", type=int, default=16384)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--B", type=int, default=2, help="batch size (default: 2)")
+    p.add_argument("--S", type=int, default=1024, help="sequence length (default: 1024)")
+    p.add_argument("--H", type=int, default=512, help="hidden size (default: 512)")
+    p.add_argument("--V", type=int, default=151936, help="vocabulary size (default: 151936, Qwen's)")
+    p.add_argument("--seq-chunk", type=int, default=512, help="positions per chunk of token_logprobs (default: 512)")
+    p.add_argument("--vocab-chunk", type=int, default=16384,
+                   help="vocabulary entries per chunk of token_logprobs (default: 16384)")
+    p.add_argument("--repeats", type=int, default=3, help="timed runs after the warm-up; the median is printed "
+                   "(default: 3)")
     a = p.parse_args()
 
     k1, k2, k3 = jax.random.split(jax.random.key(0), 3)

@@ -42,14 +42,15 @@ def best_of(fn, repeats):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--entries", type=int, default=1_000_000)
-    ap.add_argument("--dim", type=int, default=384)
-    ap.add_argument("--queries", type=int, default=256)
+    ap.add_argument("--entries", type=int, default=1_000_000, help="memory entries N (default: 1,000,000)")
+    ap.add_argument("--dim", type=int, default=384, help="embedding dimension (default: 384)")
+    ap.add_argument("--queries", type=int, default=256, help="queries timed (default: 256)")
     ap.add_argument("--batch", type=int, default=64, help="queries per call (bounds the [batch, N] score matrix)")
-    ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--lam", type=float, default=0.1)
-    ap.add_argument("--devices", type=int, nargs="+", default=[1])
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--k", type=int, default=4, help="entries returned per query (top-K; default: 4)")
+    ap.add_argument("--lam", type=float, default=0.1, help="weight lambda of the normalised utility (default: 0.1)")
+    ap.add_argument("--devices", type=int, nargs="+", default=[1],
+                    help="device counts to shard the entries over, one row each (default: 1)")
+    ap.add_argument("--repeats", type=int, default=3, help="timed passes per row; the best is printed (default: 3)")
     args = ap.parse_args()
 
     rng = np.random.default_rng(0)

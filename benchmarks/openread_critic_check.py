@@ -14,8 +14,9 @@ import jax.numpy as jnp
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("critic", help="exported critic directory (configs/openread_critic_tiny.py export_dir)")
-    p.add_argument("--scenes", type=int, default=60)
-    p.add_argument("--seed", type=int, default=1000)
+    p.add_argument("--scenes", type=int, default=60, help="held-out synthetic scenes (default: 60)")
+    p.add_argument("--seed", type=int, default=1000, help="seed of the held-out scenes and pairs, not the training "
+                   "set's (default: 1000)")
     p.add_argument("--max-len", type=int, default=96, help="the critic's prompt length (as trained)")
     args = p.parse_args(argv)
     from jaxdrive.data.openread_cot import KNOWLEDGE, critic_pairs, synthetic_records

@@ -81,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("run", help="workdir of the GRPO run (holds metrics.jsonl)")
     p.add_argument("--control", help="workdir of the lr = 0 control run")
-    p.add_argument("--window", type=int, default=20)
+    p.add_argument("--window", type=int, default=20, help="steps per window of the first / last means and the "
+                   "table of blocks (default: 20)")
     p.add_argument("--plot", help="png path for the curves")
     args = p.parse_args(argv)
     runs = {"grpo": read_metrics(args.run)}

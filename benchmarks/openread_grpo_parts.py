@@ -32,9 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("models", nargs="+", help="exported policy directories")
     p.add_argument("--critic", required=True, help="the trained critic directory")
-    p.add_argument("--train-prompts", type=int, default=32)
-    p.add_argument("--samples", type=int, default=4)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--train-prompts", type=int, default=32, help="training prompts scored besides the eval prompts "
+                   "(default: 32)")
+    p.add_argument("--samples", type=int, default=4, help="sampled answers per prompt at the training temperature "
+                   "(default: 4)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
     p.add_argument("--show", type=int, default=1, help="greedy answers printed per task of the eval prompts")
     args = p.parse_args(argv)
 

@@ -26,10 +26,10 @@ def main() -> None:
     from jaxdrive.malloc_tunables import reexec_with_malloc_tunables
 
     reexec_with_malloc_tunables()  # as ``jaxdrive score`` does
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--k", type=int, default=16, help="proposals per scene")
-    ap.add_argument("--scenes", type=int, default=256)
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--scenes", type=int, default=256, help="scenes per batch (default: 256)")
+    ap.add_argument("--reps", type=int, default=5, help="timed steps per capacity; the best is printed (default: 5)")
     args = ap.parse_args()
 
     import jax

@@ -231,10 +231,10 @@ def main() -> None:
     ap.add_argument("--batch-proposals", type=int, default=4096, help="scenes per batch = this / K (at least 1)")
     ap.add_argument("--distinct", type=int, default=16, help="distinct generated scenes per K (then repeated)")
     ap.add_argument("--workers", type=int, default=1, help="reader processes of the end-to-end runs")
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=3, help="timed steps per step row; the best is printed (default: 3)")
     ap.add_argument("--ref-scenes", type=int, default=2, help="scenes (K = 16) timed with the shapely reference")
     ap.add_argument("--replicas", type=int, default=20, help="fixture replicas of the recompile check (0: skip)")
-    ap.add_argument("--skip-json", action="store_true")
+    ap.add_argument("--skip-json", action="store_true", help="skip the end-to-end runs from JSON scene files")
     ap.add_argument("--passes", type=int, default=1, help="end-to-end runs per path in this process (later: e2e#N)")
     ap.add_argument("--quick", action="store_true", help="fewer proposals per run")
     ap.add_argument("--step-only", action="store_true",

@@ -13,6 +13,7 @@ time and first batch (``RunStats``, from the summary) and the ratio::
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -59,8 +60,20 @@ def resume(cmd: list[str], env: dict) -> tuple[float, float]:
     return wall, float(found.group(1))
 
 
+def score_arguments(argv: list[str]) -> list[str]:
+    """The ``jaxdrive score`` arguments: those after ``--`` in ``argv`` (default: ``DEFAULT``); nothing else is
+    accepted before ``--`` (``--help`` prints the usage)."""
+    split = argv.index("--") if "--" in argv else len(argv)
+    ap = argparse.ArgumentParser(prog="score_resume.py", description=__doc__.split("\n\n")[0],
+                                 usage="%(prog)s [-h] [-- JAXDRIVE_SCORE_ARGS ...]",
+                                 epilog="JAXDRIVE_SCORE_ARGS: `jaxdrive score` arguments after --, e.g. -- --scenes "
+                                        f"DIR --shard-size 64 (default: {' '.join(DEFAULT)})")
+    ap.parse_args(argv[:split])
+    return argv[split + 1:] or DEFAULT
+
+
 def main() -> None:
-    args = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else DEFAULT
+    args = score_arguments(sys.argv[1:])
     home = Path(tempfile.mkdtemp(prefix="jaxdrive-resume-bench-"))
     try:
         env = {k: v for k, v in os.environ.items() if k not in ("JAX_COMPILATION_CACHE_DIR", "JAXDRIVE_EXPORT_CACHE")}

@@ -111,10 +111,11 @@ def _flops(compiled) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--family", default="qwen2_5_vl", choices=sorted(VISION))
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--family", default="qwen2_5_vl", choices=sorted(VISION), help="model family (default: qwen2_5_vl)")
+    ap.add_argument("--batch", type=int, default=1, help="prompts per batch (default: 1)")
+    ap.add_argument("--new-tokens", type=int, default=64, help="tokens generated in the decode row (default: 64)")
+    ap.add_argument("--repeats", type=int, default=3, help="timed runs per row after the warm-up; the best is "
+                    "printed (default: 3)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                     help="our compute/parameter dtype (transformers stays float32 on CPU)")
     ap.add_argument("--clock", default="wall", choices=["wall", "cpu"],

@@ -63,11 +63,14 @@ def main() -> None:
 
     reexec_with_malloc_tunables()  # as ``jaxdrive vocab`` does (JAXDRIVE_MALLOC_TUNABLES=0: measure without)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ks", type=int, nargs="+", default=[256, 4096, 16384])
-    p.add_argument("--modes", nargs="+", default=["sim", "nosim"], choices=["sim", "nosim"])
-    p.add_argument("--token", default="scene_0007")
-    p.add_argument("--chunk", type=int, default=1024)
-    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--ks", type=int, nargs="+", default=[256, 4096, 16384],
+                   help="vocabulary sizes K (default: 256 4096 16384)")
+    p.add_argument("--modes", nargs="+", default=["sim", "nosim"], choices=["sim", "nosim"],
+                   help="with (sim) and / or without (nosim) the LQR + bicycle simulation (default: both)")
+    p.add_argument("--token", default="scene_0007", help="scene of the fixture metric cache (default: scene_0007)")
+    p.add_argument("--chunk", type=int, default=1024, help="proposals per scoring chunk (default: 1024)")
+    p.add_argument("--repeats", type=int, default=1, help="timed scenes per configuration after the warm-up "
+                   "(default: 1)")
     p.add_argument("--one", nargs=2, metavar=("K", "MODE"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:

@@ -5,6 +5,7 @@ import importlib.util
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import textwrap
@@ -168,6 +169,47 @@ def test_local_launcher_timeout(tmp_path):
     with open(out, "w") as f:
         rc = local.launch([sys.executable, "-c", "import time; time.sleep(600)"], 2, 1, timeout=1.0, out=f)
     assert rc == 124 and "--timeout" in out.read_text()
+
+
+@pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_local_launcher_passes_ctrl_c_on_to_its_processes(tmp_path, signum, status):
+    """Ctrl-C / SIGTERM on the launcher reaches each process as SIGINT (their own clean-up runs: jaxdrive keeps the
+    committed shards and says so), then the launcher exits 130 / 143 with one line, no traceback. It was a
+    KeyboardInterrupt traceback and SIGKILL for processes that never saw the interrupt."""
+    child = textwrap.dedent("""
+        import os, time
+        try:
+            print("ready", flush=True)
+            time.sleep(600)
+        except KeyboardInterrupt:
+            print("stopped cleanly", os.environ["JAX_PROCESS_ID"], flush=True)
+            raise SystemExit(130)
+    """)
+    launcher = subprocess.Popen([sys.executable, str(LAUNCH / "local.py"), "-n", "2", "--grace", "20", "--",
+                                 sys.executable, "-c", child], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+    lines = []
+    while sum("ready" in line for line in lines) < 2:
+        lines.append(launcher.stdout.readline())
+        assert lines[-1], lines
+    launcher.send_signal(signum)
+    text = "".join(lines) + launcher.stdout.read()
+    assert launcher.wait(timeout=60) == status, text
+    assert "[p0] stopped cleanly 0" in text and "[p1] stopped cleanly 1" in text, text
+    assert "launch: interrupted" in text and "Traceback" not in text, text
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--", "no-such-command-xyz"], "command: 'no-such-command-xyz': not found"),  # was a FileNotFoundError traceback
+    (["--", "/"], "command: '/': not found on PATH or not an executable file"),  # a PermissionError traceback
+    (["--timeout", "-5", "--", "true"], "--timeout: expected a positive number"),  # killed the job at once: 124
+    (["--grace", "-1", "--", "true"], "--grace: expected seconds >= 0"),
+])
+def test_local_launcher_bad_arguments_are_usage_errors(capsys, argv, needle):
+    with pytest.raises(SystemExit) as e:
+        _local_launcher().main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and needle in err and "Traceback" not in err, err
 
 
 @pytest.mark.parametrize("env, needle", [
