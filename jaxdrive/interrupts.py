@@ -10,10 +10,13 @@
   data's BEV rendering: a minute on a 2-core CPU) and then crashed in XLA's teardown (SIGSEGV: status -11, not 130).
 
 Both are for the ``jaxdrive`` program itself (``cli.main()`` without arguments), never for a caller's process.
+``held_until_done`` is for any caller: work that must be applied whole (a training step's updates) holds Ctrl-C until
+it ends.
 """
 from __future__ import annotations
 
 import _thread
+import contextlib
 import os
 import signal
 import sys
@@ -60,3 +63,28 @@ def exit_now(code: int) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+@contextlib.contextmanager
+def held_until_done(note: str):
+    """Ctrl-C inside the block is held until the block ends, then raised there as ``KeyboardInterrupt`` (``note``
+    printed to stderr when it arrives), so the block's work is applied whole or, when the block raises, not at all;
+    a second Ctrl-C raises at once. Outside the main thread (which alone receives signals) the block runs as is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = []
+
+    def hold(signum, frame):
+        if held:
+            raise KeyboardInterrupt
+        held.append(signum)
+        print(note, file=sys.stderr, flush=True)
+
+    previous = signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:
+        raise KeyboardInterrupt

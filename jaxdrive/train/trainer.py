@@ -34,7 +34,7 @@ import optax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxdrive import distributed, parallel
+from jaxdrive import distributed, interrupts, parallel
 from jaxdrive.train.checkpoint import Checkpointer
 from jaxdrive.train.forward import shard_batch
 from jaxdrive.train.metrics import MetricsLogger
@@ -252,6 +252,9 @@ class Trainer:
                 if self.checkpointer is not None and (scored or (self.save_every and step % self.save_every == 0)
                                                       or step == total_steps or step == stop_after):
                     self.save({"data_position": position_fn(step) if position_fn else {}}, ckpt_metrics)
+        except KeyboardInterrupt:
+            self._save_interrupted(position_fn)
+            raise
         finally:  # also when a step raises (a crash, Ctrl-C): the checkpoint being written in the background and
             bar.close()  # the logged records are kept
             if self.checkpointer is not None:
@@ -259,6 +262,18 @@ class Trainer:
             if self.logger is not None:
                 self.logger.flush()
         return records
+
+    def _save_interrupted(self, position_fn: Callable[[int], dict] | None) -> None:
+        """On Ctrl-C: saves the last completed step unless it is saved already, so a rerun continues from it (a
+        step's update is never cut in half: ``held_until_done``). One process only: a multi-process save needs every
+        process at the same step, which an interrupt does not ensure (they resume from the last regular save)."""
+        if self.checkpointer is None or distributed.process_count() > 1:
+            return
+        if self.step <= (self.checkpointer.latest_step() or 0):
+            return
+        distributed.log(f"interrupted: saving step {self.step}; rerun the same command to continue from it",
+                        file=sys.stderr)
+        self.save({"data_position": position_fn(self.step) if position_fn else {}})
 
     def _check_best_metric_source(self, eval_fns: dict, best_metric_source: str | None) -> None:
         """Before any training: a checkpointer that keeps the best checkpoint by a metric needs the evaluation that
@@ -304,11 +319,13 @@ class Trainer:
         t0 = time.perf_counter()
         host_batch, host_metrics = batch_fn(self, step, jax.random.fold_in(key, 0))
         micro = [self.shard_batch(mb) for mb in (host_batch if isinstance(host_batch, list) else [host_batch])]
-        for epoch in range(updates_per_batch):
-            metrics = self.update(micro, jax.random.fold_in(key, epoch + 1))
-        metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-        self._check_finite(step, metrics)
-        self.step = step
+        with interrupts.held_until_done(f"interrupted: finishing step {step}'s update to keep it (Ctrl-C again: stop "
+                                        "now, losing it)"):  # its donated params are no step's until it ends
+            for epoch in range(updates_per_batch):
+                metrics = self.update(micro, jax.random.fold_in(key, epoch + 1))
+            metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+            self._check_finite(step, metrics)
+            self.step = step
         dt = time.perf_counter() - t0
         metrics.update(host_metrics)
         if "tokens" in metrics:
