@@ -369,7 +369,7 @@ def _main(argv: list[str] | None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"\njaxdrive {args.command}: interrupted", file=sys.stderr)
-        distributed.mark_finished(False, EXIT_INTERRUPTED)
+        distributed.mark_finished(False, EXIT_INTERRUPTED, interrupted=True)
         return EXIT_INTERRUPTED
 
 

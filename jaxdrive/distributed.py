@@ -19,7 +19,8 @@ daemon thread, and watches the others'. A peer whose counter stops for ``JAXDRIV
 preempted, its host gone), a peer that exits with an error, or a lost coordinator makes this process print one line
 naming the peer and exit with status 1 (``EXIT_PEER``) instead of hanging in a collective or a barrier. JAX's own
 heartbeat (set to twice that timeout plus 10 s) is the backstop: it aborts the process with its own message.
-Outputs that were committed (scoring shards, checkpoints) are kept; rerun with ``--resume``.
+Outputs that were committed (scoring shards, checkpoints) are kept; rerun the same command (``jaxdrive score`` with
+``--resume``; training continues from its last checkpoint by itself).
 """
 from __future__ import annotations
 
@@ -117,11 +118,16 @@ def log(*args, **kwargs) -> None:
         print(*args, **kwargs)
 
 
-def mark_finished(ok: bool, code: int = 0) -> None:
-    """Records how this process's command ended (``code``: its exit status). Peers learn it when this process exits:
-    a failure stops them at once instead of after the peer timeout, and a failed process exits without waiting in
-    JAX's shutdown barrier for peers that may never arrive."""
-    _STATE.status, _STATE.code = ("ok" if ok else "failed"), code
+def mark_finished(ok: bool, code: int = 0, *, interrupted: bool = False) -> None:
+    """Records how this process's command ended (``code``: its exit status; ``interrupted``: by Ctrl-C). Peers learn
+    it when this process exits: a failure or an interrupt stops them at once instead of after the peer timeout, and
+    such a process exits without waiting in JAX's shutdown barrier for peers that may never arrive."""
+    _STATE.status, _STATE.code = ("ok" if ok else "interrupted" if interrupted else "failed"), code
+
+
+def _peer_ended(process: int, status: str) -> str:
+    """What the watchdog says of a peer that ended with ``status`` (``mark_finished``'s) other than "ok"."""
+    return f"process {process} {'was interrupted (Ctrl-C)' if status == 'interrupted' else 'exited with an error'}"
 
 
 def barrier(name: str, timeout_s: float | None = None) -> None:
@@ -141,7 +147,8 @@ def barrier(name: str, timeout_s: float | None = None) -> None:
 
 def _fail(message: str) -> None:
     print(f"jaxdrive (process {_STATE.process_id} of {_STATE.process_count}): {message}; stopping this process. "
-          "Committed outputs are kept: rerun the same command with --resume to continue.", file=sys.stderr, flush=True)
+          "Committed outputs are kept: rerun the same command to continue (jaxdrive score: with --resume; training "
+          "continues from its last checkpoint by itself).", file=sys.stderr, flush=True)
     os._exit(EXIT_PEER)
 
 
@@ -184,7 +191,7 @@ def _watch(timeout: float) -> None:
             if status == "ok":
                 del seen[p]
             elif status is not None:
-                _fail(f"process {p} exited with an error")
+                _fail(_peer_ended(p, status))
             elif beats.get(f"jaxdrive/beat/{p}") != seen[p][0]:
                 seen[p] = (beats.get(f"jaxdrive/beat/{p}"), now)
             elif now - seen[p][1] > timeout:

@@ -229,6 +229,23 @@ def test_distributed_environment_errors_name_the_variable(monkeypatch, env, need
         distributed.initialize_from_env()
 
 
+def test_a_peer_stopped_by_ctrl_c_is_named_so_and_the_rerun_advice_fits_training(monkeypatch, capsys):
+    """Found by a walk-through of a launched job: after Ctrl-C reached one process, the others said "process 1 exited
+    with an error; ... rerun the same command with --resume", and `jaxdrive train` has no --resume flag."""
+    exits = []
+    monkeypatch.setattr(distributed.os, "_exit", exits.append)
+    monkeypatch.setattr(distributed._STATE, "status", None)
+    monkeypatch.setattr(distributed._STATE, "code", 0)
+    distributed.mark_finished(False, 130, interrupted=True)  # as the cli records a Ctrl-C
+    distributed._fail(distributed._peer_ended(1, distributed._STATE.status))  # what a peer's watchdog then says
+    err = capsys.readouterr().err
+    assert "process 1 was interrupted (Ctrl-C); stopping this process" in err, err
+    assert "rerun the same command to continue (jaxdrive score: with --resume; training continues from its last " \
+           "checkpoint by itself)" in err, err
+    assert exits == [distributed.EXIT_PEER]
+    assert distributed._peer_ended(1, "failed") == "process 1 exited with an error"
+
+
 def test_single_process_is_a_no_op(monkeypatch):
     monkeypatch.setenv("JAX_NUM_PROCESSES", "1")
     monkeypatch.setattr(distributed._STATE, "initialized", False)
