@@ -179,7 +179,7 @@ def _run_score(args) -> int:
         print(f"no scenes scored: none of the {len(source)} inputs could be read (see {out}/errors.jsonl)",
               file=sys.stderr)
         return EXIT_PARTIAL
-    print(summary_table(stats))
+    print(summary_table(stats, distributed.process_count()))
     png = plot_summary(stats, Path(out) / "summary.png")
     print(f"results: {out}/part-*.parquet   plot: {png}")
     return EXIT_PARTIAL if stats.errors else EXIT_OK

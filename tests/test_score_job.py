@@ -620,3 +620,20 @@ def test_a_new_run_refuses_an_out_holding_shard_files_without_a_manifest(tmp_pat
         assert err.startswith("jaxdrive score: --out ") and err.count("\n") == 1, err
         assert "holds 1 shard file(s) (part-00005.parquet, ...) but no manifest.json" in err
         assert sorted(p.name for p in out.iterdir()) == ["part-00005.parquet"]
+
+
+def test_the_summary_of_a_multi_process_run_speaks_for_process_0():
+    """Found by a walk-through: a 2-process --resume where process 1 scored its 4 shards printed "shards already
+    complete (resumed) 4" then "this invocation scored nothing: every shard was already complete" (process 0's own
+    timings, which print the table, spoken for the whole invocation)."""
+    from jaxdrive.scoring.runner import RunStats
+    from jaxdrive.scoring.summary import summary_table
+
+    idle = RunStats(skipped_shards=4)
+    assert "this invocation scored nothing: every shard was already complete" in summary_table(idle)
+    table = summary_table(idle, processes=2)
+    assert "process 0 of 2 scored nothing: its shards were already complete" in table
+    assert "this invocation" not in table and "every shard" not in table
+    busy = summary_table(RunStats(compile_s=1.0, score_s=2.0, scored_after_compile=100, wall_s=4.0), processes=2)
+    assert "process 0 of 2: first batch incl. compile 1.00 s" in busy
+    assert "\n                end to end " in busy  # aligned under the text after "process 0 of 2: "

@@ -33,8 +33,10 @@ def whole_run_stats(out_dir: str | Path, live: RunStats) -> RunStats:
     return stats
 
 
-def summary_table(stats: RunStats) -> str:
-    """The run's table: mean and share of proposals below 1 per sub-metric, aggregates, counts and throughput."""
+def summary_table(stats: RunStats, processes: int = 1) -> str:
+    """The run's table: mean and share of proposals below 1 per sub-metric, aggregates, counts and throughput. The
+    timings are this invocation's, or with ``processes`` > 1 those of process 0 (which prints the table)."""
+    who = "this invocation" if processes == 1 else f"process 0 of {processes}"
     rule = "-" * (_W + 34)
     lines = [f"{'metric':<{_W}}{'mean':>10}{'share < 1':>12}{'n':>12}", rule]
     for m in METRICS + AGGREGATES:
@@ -46,13 +48,13 @@ def summary_table(stats: RunStats) -> str:
     lines.append(f"scenes {stats.scenes:,}   proposals {stats.proposals:,}   not scored (errors.jsonl) {len(stats.errors)}"
                  + (f"   shards already complete (resumed) {stats.skipped_shards}" if stats.skipped_shards else ""))
     if stats.compile_s == 0.0:
-        lines.append("this invocation scored nothing: " + (
+        lines.append(f"{who} scored nothing: " + (
             f"none of the {stats.unread} scene(s) it read could be scored (errors.jsonl)" if stats.unread
-            else "every shard was already complete"))
+            else "every shard was already complete" if processes == 1 else "its shards were already complete"))
     elif stats.score_s > 0:
-        lines.append(f"this invocation: first batch incl. compile {stats.compile_s:.2f} s   throughput after compile "
+        lines.append(f"{who}: first batch incl. compile {stats.compile_s:.2f} s   throughput after compile "
                      f"{stats.proposals_per_s:,.0f} proposals/s")
-        lines.append(f"                 end to end {stats.end_to_end_per_s:,.0f} proposals/s over {stats.wall_s:.1f} s "
+        lines.append(f"{'':{len(who) + 2}}end to end {stats.end_to_end_per_s:,.0f} proposals/s over {stats.wall_s:.1f} s "
                      "(prescan, compile and input included)")
         if stats.input_wait_s >= INPUT_BOUND_SHARE * stats.score_s:
             lines.append(f"input-bound: {100 * stats.input_wait_s / stats.score_s:.0f}% of that time went waiting for "
@@ -60,7 +62,7 @@ def summary_table(stats: RunStats) -> str:
             lines.append("             --workers N (input processes) or a scene store (jaxdrive scenes convert, or")
             lines.append("             jaxdrive scenes generate --store) feeds the scorer faster")
     else:
-        lines.append(f"this invocation: one batch, {stats.compile_s:.2f} s incl. compile (too short for a throughput)")
+        lines.append(f"{who}: one batch, {stats.compile_s:.2f} s incl. compile (too short for a throughput)")
     return "\n".join(lines)
 
 
