@@ -59,7 +59,7 @@ def _add_score(sub) -> None:
                    help="EP normaliser: max over the scene's proposals (NAVSIM), over the batch, or a fixed reference")
     p.add_argument("--reference-progress", type=Path, help="JSON {scene_id: metres} for --ep-mode reference")
     p.add_argument("--gates", type=Path, help="JSON list of 9 booleans (nc,dac,ddc,tlc,ep,ttc,lk,hc,ec) for every "
-                   "scene, or {scene_id: 9 booleans} per scene, or {scene_id: [9 booleans per proposal]} (one row per "
+                   "scene, or {scene_id: 9 booleans} per scene, or {scene_id: [[9 booleans] per proposal]} (one row per "
                    "proposal, checked before the run where the scene's count is known without reading it); "
                    "or judge:MODEL_DIR[,describe][,size=N]: per-proposal gates decided by a DriveJudge model "
                    "(BEV images of N pixels, the side it was trained on; default 64); all on if omitted")
