@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -47,8 +49,9 @@ from jaxtyping import Array, Bool, Float
 from jaxdrive.broadphase.device import needs, pack_on_device
 from jaxdrive.broadphase.host import PackSpec
 from jaxdrive.rules import epdms
-from jaxdrive.scene import NUM_STEPS, STATE_DIM, Proposals, Scene, SceneValidationError
-from jaxdrive.scene.device import check_leaf_shapes
+from jaxdrive.rules.comfort import PRECISIONS as COMFORT_PRECISIONS
+from jaxdrive.scene import Proposals, Scene
+from jaxdrive.scene.device import check_batch_shapes
 
 # Per real proposal, generous for NAVSIM-like scenes: the needs of the 61 NAVSIM fixtures and of the synthetic
 # reference mix are at most about a third of the per-proposal sizes and two thirds of the per-scene ones
@@ -78,6 +81,13 @@ RED_HEADROOM = 4.0
 def capacity_for(needed: PackSpec, headroom: float = 1.25) -> PackSpec:
     """Capacities ``headroom`` x ``needed`` (``jaxdrive.broadphase.device.needs`` of a few batches), rounded up; the
     red-light fields at least ``RED_HEADROOM`` x."""
+    if not isinstance(needed, PackSpec):
+        raise ValueError(f"capacity_for: needed: expected a PackSpec (jaxdrive.broadphase.device.needs(scene, "
+                         f"proposals)), got {type(needed).__name__}")
+    if not (isinstance(headroom, numbers.Real) and math.isfinite(headroom) and headroom >= 1):
+        raise ValueError(f"capacity_for: headroom: expected a finite factor >= 1 (below 1 every batch like these "
+                         f"overflows), got {headroom!r}")
+
     def up(name: str, n: int) -> int:
         step = 64 if name == "centerline" else 8
         room = max(headroom, RED_HEADROOM) if name.startswith("red_") else headroom
@@ -88,19 +98,25 @@ def capacity_for(needed: PackSpec, headroom: float = 1.25) -> PackSpec:
 
 def _kernel_dtypes(tree):
     """``tree``'s leaves as arrays of the kernels' dtypes: any floating leaf float32 (a bfloat16 policy output, float64
-    arrays under ``jax_enable_x64``), any integer leaf int32, booleans kept."""
+    arrays under ``jax_enable_x64``), any integer leaf int32, booleans kept; a leaf given as a (nested) list becomes
+    one array."""
     def one(x):
         x = jnp.asarray(x)
         if jnp.issubdtype(x.dtype, jnp.floating):
             return x.astype(jnp.float32)
         return x.astype(jnp.int32) if jnp.issubdtype(x.dtype, jnp.integer) else x
 
-    return jax.tree_util.tree_map(one, tree)
+    return jax.tree_util.tree_map(one, tree, is_leaf=lambda x: isinstance(x, list))  # a list: one array leaf
 
 
 def _check(scene: Scene, proposals: Proposals, groups: int, gates=None, ep_mode: str = "scene",
-           reference_progress=None, capacity=None) -> None:
-    """Static (shape and dtype) checks; values cannot be checked inside a jitted program."""
+           reference_progress=None, capacity=None, comfort_precision: str = "float64") -> None:
+    """Static (shape, dtype and option) checks; values cannot be checked inside a jitted program."""
+    if ep_mode not in typing.get_args(epdms.EpMode):
+        raise ValueError(f"jaxdrive.score: ep_mode: expected one of {typing.get_args(epdms.EpMode)}, got {ep_mode!r}")
+    if comfort_precision not in COMFORT_PRECISIONS:
+        raise ValueError(f"jaxdrive.score: comfort_precision: expected one of {COMFORT_PRECISIONS}, got "
+                         f"{comfort_precision!r}")
     if capacity is not None and not isinstance(capacity, PackSpec):
         raise ValueError(f"jaxdrive.score: capacity: expected a PackSpec (jaxdrive.scorer.capacity_for / "
                          f"default_capacity) or None, got {type(capacity).__name__}")
@@ -112,6 +128,9 @@ def _check(scene: Scene, proposals: Proposals, groups: int, gates=None, ep_mode:
     if gates is not None and jnp.shape(gates) not in ((9,), (b, 1, 9), (b, k, 9)):
         raise ValueError(f"jaxdrive.score: gates: expected shape (9,) (all proposals), ({b}, 1, 9) (per scene) or "
                          f"({b}, {k}, 9) (per proposal), got {jnp.shape(gates)}")
+    if ep_mode == "reference" and reference_progress is None:
+        raise ValueError("jaxdrive.score: reference_progress: ep_mode='reference' needs it ([B] metres per scene), "
+                         "got None")
     if reference_progress is not None and ep_mode != "reference":
         raise ValueError(f"jaxdrive.score: reference_progress: used only with ep_mode='reference' (got "
                          f"ep_mode={ep_mode!r})")
@@ -122,19 +141,7 @@ def _check(scene: Scene, proposals: Proposals, groups: int, gates=None, ep_mode:
         raise ValueError(f"jaxdrive.score: gates: expected booleans (on / off per metric), got dtype "
                          f"{jnp.result_type(gates)}; DriveJudge's gate probabilities give gates as p > 0.5 "
                          f"(jaxdrive.judge.gates.expected_score weighs by them instead)")
-    if s.ndim != 4 or s.shape[2:] != (NUM_STEPS, STATE_DIM):
-        raise ValueError(f"jaxdrive.score: proposals.states: expected shape (B, K, {NUM_STEPS}, {STATE_DIM}), "
-                         f"got {s.shape}")
-    for name, want, what in (("valid", s.shape[:2], "one flag per proposal"),
-                             ("has_previous", s.shape[:2], "one flag per proposal"),
-                             ("previous", s.shape, "the states' shape: zeros where has_previous is False")):
-        got = getattr(proposals, name).shape
-        if got != want:
-            raise ValueError(f"jaxdrive.score: proposals.{name}: expected shape {want} ({what}), got {got}")
-    try:
-        check_leaf_shapes(scene, "scene", s.shape[:1])  # the proposals' B scenes, every leaf as annotated
-    except SceneValidationError as e:
-        raise ValueError(f"jaxdrive.score: {e}") from None
+    check_batch_shapes(scene, proposals, "jaxdrive.score")
     if groups < 1 or s.shape[0] % groups:
         raise ValueError(f"jaxdrive.score: groups: expected a positive divisor of the batch size {s.shape[0]}, "
                          f"got {groups}")
@@ -167,7 +174,7 @@ def score_with_overflow(scene: Scene, proposals: Proposals, *, capacity: PackSpe
     # phase indexes them with traced indices
     gates, reference_progress = (None if x is None else jnp.asarray(x) for x in (gates, reference_progress))
     scene, proposals, gates, reference_progress = _kernel_dtypes((scene, proposals, gates, reference_progress))
-    _check(scene, proposals, groups, gates, ep_mode, reference_progress, capacity)
+    _check(scene, proposals, groups, gates, ep_mode, reference_progress, capacity, comfort_precision)
     with jax.enable_x64(False):  # 32-bit kernels also where the caller enabled x64 (int64 indices would not mix)
         return _score_32(scene, proposals, capacity, ep_mode, reference_progress, gates, apply_human_filter,
                          comfort_precision, groups, fallback)

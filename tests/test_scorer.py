@@ -230,6 +230,38 @@ def test_static_misuse_of_the_scorer_names_the_argument():
         shape(pr, capacity={"agents": 8})
 
 
+def test_notebook_misuse_of_the_scorer_and_its_helpers_names_the_argument():
+    """Mistakes from a notebook: an unknown option, an empty batch, a batch without its B axis, ``reference`` EP
+    without the reference, ``needs`` / ``capacity_for`` of the wrong things, the README's ``rules.epdms.score`` of a
+    scene without its batch axis. They failed inside the kernels (an IndexError, a vmap size mismatch, an
+    AttributeError), named an internal function (``normalize_progress``), or (``needs`` of states with 5 fields,
+    ``capacity_for`` with a headroom of 0) returned capacities of the wrong batch. States given as a nested list
+    failed with "'list' object has no attribute 'ndim'"; they are taken as one array, like ``gates``."""
+    sc, pr, _ = batch_scenes([read_scene(f) for f in FILES[:2]])
+    shape = lambda s, p, **kw: jax.eval_shape(lambda a, b: jaxdrive.score(a, b, **kw), s, p)
+    unbatched = lambda tree: jax.tree.map(lambda x: x[0], tree)
+    for call, needle in (
+            (lambda: shape(sc, pr, ep_mode="Scene"), r"jaxdrive.score: ep_mode: expected one of \('scene'"),
+            (lambda: shape(sc, pr, comfort_precision="float16"), "jaxdrive.score: comfort_precision: expected one"),
+            (lambda: shape(sc, pr, ep_mode="reference"), "jaxdrive.score: reference_progress: ep_mode='reference' "
+                                                         "needs it"),
+            (lambda: shape(*jax.tree.map(lambda x: x[:0], (sc, pr))), r"proposals.states: expected at least one "
+                                                                      r"scene and one proposal \(B, K >= 1\)"),
+            (lambda: shape(unbatched(sc), unbatched(pr)), r"jaxdrive.score: proposals.states: expected shape "
+                                                          r"\(B, K, 41, 11\), got \(16, 41, 11\)"),
+            (lambda: jax.eval_shape(epdms_rules.score, unbatched(sc), unbatched(pr)),
+             r"score: proposals.states: expected shape \(B, K, 41, 11\)"),
+            (lambda: needs(sc, pr.replace(states=pr.states[..., :5])), r"needs: proposals.states: expected shape"),
+            (lambda: needs(unbatched(sc), unbatched(pr)), "needs: proposals.states: expected shape"),
+            (lambda: capacity_for({"agents": 8}), "capacity_for: needed: expected a PackSpec"),
+            (lambda: capacity_for(needs(sc, pr), 0), "capacity_for: headroom: expected a finite factor >= 1"),
+            (lambda: capacity_for(needs(sc, pr), float("nan")), "capacity_for: headroom")):
+        with pytest.raises(ValueError, match=needle):
+            call()
+    listed = shape(sc, pr.replace(states=np.asarray(pr.states).tolist()))
+    assert listed.epdms.shape == pr.valid.shape
+
+
 def test_the_scorer_takes_low_precision_states_and_gates_as_a_list():
     """A bfloat16 (or float16) policy's states failed to trace (a while_loop carry of the states' dtype met a float32
     update); they are now cast to float32, like integer states. Gates as a Python list raised "Cannot determine

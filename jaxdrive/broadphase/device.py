@@ -39,6 +39,7 @@ from jaxdrive.exported import files_hash
 from jaxdrive.geometry import EGO_LENGTH, EGO_REAR_AXLE_TO_CENTER, EGO_WIDTH, heading_unit
 from jaxdrive.materialize import materialize
 from jaxdrive.scene import FAR, Agents, AreaKind, Polygons, Proposals, Scene
+from jaxdrive.scene.device import check_batch_shapes
 
 # overlaps nothing. A numpy constant: a jnp array made at import would be a tracer when the first import happens
 # inside a user's jax.jit (``jaxdrive.score`` is imported lazily), and leak into every later trace.
@@ -372,6 +373,7 @@ def needs_fingerprint() -> str:
 def needs(scene: Scene, proposals: Proposals, groups: int = 1) -> PackSpec:
     """The smallest capacities (per scene of the batch, like ``PackSpec``) with which ``pack_on_device`` does not
     overflow on this host batch (numpy leaves). For choosing a run's capacities from a few batches up front."""
+    check_batch_shapes(scene, proposals, "needs")
     nb = np.shape(proposals.valid)[0]
     if groups < 1 or nb % groups:
         raise ValueError(f"needs: groups: expected a positive divisor of the batch size {nb}, got {groups}")

@@ -78,6 +78,9 @@ def _filters(length: int, yaw_accel_order: int) -> _Filters:
                     savgol_matrix(length, 5, 2, 1, d), savgol_matrix(length, 5, yaw_accel_order, 2, d))
 
 
+PRECISIONS = ("float64", "float32")  # comfort_precision: scoped x64 (NAVSIM parity) or float32 (no float64 device)
+
+
 @contextlib.contextmanager
 def _compute_dtype(precision: str):
     if precision == "float64":
@@ -86,7 +89,7 @@ def _compute_dtype(precision: str):
     elif precision == "float32":
         yield jnp.float32
     else:
-        raise ValueError(f"comfort precision: expected 'float64' or 'float32', got {precision!r}")
+        raise ValueError(f"comfort precision: expected one of {PRECISIONS}, got {precision!r}")
 
 
 def _apply(matrix: np.ndarray, x: Float[Array, "*b T"]) -> Float[Array, "*b T"]:

@@ -38,7 +38,8 @@ from jaxdrive.rules.nc import batch_no_at_fault_collisions, no_at_fault_collisio
 from jaxdrive.rules.progress import raw_progress
 from jaxdrive.rules.tlc import traffic_light_compliance
 from jaxdrive.rules.ttc import batch_time_to_collision, time_to_collision
-from jaxdrive.scene import Proposals, Scene
+from jaxdrive.scene import Agents, MapData, Proposals, Scene
+from jaxdrive.scene.device import check_batch_shapes
 
 METRICS = GATES  # gate order (jaxdrive.metrics)
 PROGRESS_THRESHOLD = 5.0  # m: D <= 5 m -> EP = 1 for every proposal (v2)
@@ -249,6 +250,8 @@ def score(scene: Scene, proposals: Proposals, *, ep_mode: EpMode = "scene",
     field NaN, every ``*_step`` -1, ``hc_checks`` False (``proposals.valid`` tells the real ones). A proposal with a
     non-finite state is scored the same way (``finite_proposals``).
     """
+    if isinstance(scene.map, MapData) and isinstance(scene.agents, Agents):  # (a packed batch was checked before
+        check_batch_shapes(scene, proposals, "score")                       # packing, by jaxdrive.score)
     proposals = proposals.replace(valid=finite_proposals(proposals))
     if areas is None:
         areas = batch_ego_areas(scene.map, proposals.states)

@@ -93,7 +93,7 @@ class PadSpec:
     @staticmethod
     def fit(scenes: Sequence[HostScene], multiple: int = 8) -> "PadSpec":
         """The smallest spec holding every scene, each size rounded up to a multiple of ``multiple``."""
-        _check_scene_list(scenes, "PadSpec.fit")
+        check_scene_list(scenes, "PadSpec.fit")
 
         def up(n: int) -> int:
             return max(multiple, -(-n // multiple) * multiple)
@@ -256,7 +256,7 @@ def _build(tree: dict) -> Scene:
     )
 
 
-def _check_scene_list(scenes, what: str) -> None:
+def check_scene_list(scenes, what: str) -> None:
     """A non-empty list of ``HostScene``s, or an error saying what was given instead."""
     if isinstance(scenes, (HostScene, str, bytes)) or not isinstance(scenes, Sequence):
         raise TypeError(f"{what}: expected a list of HostScene (e.g. [read_scene(path)]), got "
@@ -274,7 +274,7 @@ def batch_scenes(scenes: Sequence[HostScene], spec: PadSpec | None = None,
     """Pad and stack host scenes into one batch: ``Scene[B]``, ``Proposals[B, K]`` (numpy leaves) and ``BatchInfo``."""
     import jax
 
-    _check_scene_list(scenes, "batch_scenes")
+    check_scene_list(scenes, "batch_scenes")
     if validate:
         for s in scenes:
             validate_host_scene(s)
@@ -376,6 +376,29 @@ def check_leaf_shapes(tree, name: str, batch: tuple[int, ...], shared: dict[str,
             count, want = getattr(tree, polys).valid.shape[-1], getattr(tree, kind).shape[-1]
             if count != want:
                 raise SceneValidationError(f"{name}.{polys}: expected {want} polygons (as {name}.{kind}), got {count}")
+
+
+def check_batch_shapes(scene: Scene, proposals: Proposals, who: str) -> None:
+    """Shapes of a padded batch ``Scene[B]``, ``Proposals[B, K]`` (B, K >= 1): ``states`` [B, K, T, 11], ``valid`` and
+    ``has_previous`` [B, K], ``previous`` as ``states``, every scene leaf as annotated (``check_leaf_shapes``); a
+    ``ValueError`` starting with ``who`` and naming the leaf. Reads shapes and dtypes only (a traced ``jax.jit``
+    argument passes through)."""
+    shape = tuple(np.shape(proposals.states))
+    if len(shape) != 4 or shape[2:] != (NUM_STEPS, STATE_DIM):
+        raise ValueError(f"{who}: proposals.states: expected shape (B, K, {NUM_STEPS}, {STATE_DIM}), got {shape}")
+    if 0 in shape[:2]:
+        raise ValueError(f"{who}: proposals.states: expected at least one scene and one proposal (B, K >= 1), "
+                         f"got shape {shape}")
+    for name, want, what in (("valid", shape[:2], "one flag per proposal"),
+                             ("has_previous", shape[:2], "one flag per proposal"),
+                             ("previous", shape, "the states' shape: zeros where has_previous is False")):
+        got = tuple(np.shape(getattr(proposals, name)))
+        if got != want:
+            raise ValueError(f"{who}: proposals.{name}: expected shape {want} ({what}), got {got}")
+    try:
+        check_leaf_shapes(scene, "scene", shape[:1])  # the proposals' B scenes, every leaf as annotated
+    except SceneValidationError as e:
+        raise ValueError(f"{who}: {e}") from None
 
 
 def validate_batch(scene: Scene, proposals: Proposals) -> None:
