@@ -249,6 +249,22 @@ def test_builder_reads_back_identical_records(built, kind):
         assert Image.open(io.BytesIO(rec["image_bytes"][1])).size == (8, 6)
 
 
+def test_a_decoded_source_iterates_and_indexes_like_a_list(cot_many):
+    """``for r in DecodedSource(...)`` (Python's iteration by ``__getitem__``) and ``list(src)`` failed at the end
+    with the data source's "Record key should be in [0, num_records)" ValueError instead of stopping; ``src[-1]``
+    failed the same way."""
+    from jaxdrive.datasets.base import DecodedSource
+
+    src = DecodedSource(cot_many, "train")
+    ids = [r["id"] for r in src]
+    assert sorted(ids) == [f"r{i:02d}" for i in range(13)] and src[-1]["id"] == ids[-1]
+    assert src[np.int64(2)]["id"] == ids[2]
+    with pytest.raises(IndexError, match=r"split 'train': record index 13 out of range \[0, 13\)"):
+        src[13]
+    with pytest.raises(TypeError, match="record index: expected an int, got str"):
+        src["r00"]
+
+
 def test_build_refuses_to_overwrite(built):
     src, dst = built["openread_cot"]
     with pytest.raises(ValueError, match="already holds a dataset"):

@@ -80,6 +80,27 @@ def test_trajectory_given_as_states_scores_like_its_proposal():
     assert bare.previous_states is None and bare.previous_kinds is None
 
 
+def test_score_inputs_from_a_notebook_are_named_before_the_model_runs():
+    """``DriveJudge.score`` checks its inputs before it renders or runs the model (so a judge without one serves
+    here): a single scene instead of a list failed with "object of type 'HostScene' has no len()", a scene's path
+    with "'str' object has no attribute 'num_proposals'", and a float index 2.7 judged proposal 2 silently."""
+    from jaxdrive.data.synthetic import generate_scene
+
+    scene = generate_scene(1, num_proposals=4)
+    judge = object.__new__(DriveJudge)  # no model: every case below fails before it would be used
+    for scenes, trajectories, error, needle in (
+            (scene, 0, TypeError, "DriveJudge.score: scenes: expected a list of HostScene"),
+            (["scene.json"], [0], TypeError, "DriveJudge.score: scenes: expected HostScene items"),
+            ([], [], ValueError, "DriveJudge.score: scenes: expected at least one scene"),
+            ([scene], 0, TypeError, "DriveJudge.score: trajectories: expected a list"),
+            ([scene], [2.7], TypeError, r"trajectories\[0\]: expected a proposal index \(an int\) or states "
+                                        r"\(41, 11\), got 2.7"),
+            ([scene], [True], TypeError, r"trajectories\[0\]: expected a proposal index"),
+            ([scene], [4], ValueError, r"trajectories\[0\]: proposal index 4 out of range \[0, 4\)")):
+        with pytest.raises(error, match=needle):
+            judge.score(scenes, trajectories)
+
+
 def test_slots_refuse_a_template_that_moves_the_answer_block(tmp_path):
     """The yes/no slots are read at fixed offsets from the first assistant token. A chat template that writes an empty
     ``<think></think>`` block before the assistant's content (Qwen3 thinking templates) moves the answer block: the

@@ -198,6 +198,22 @@ def test_validation_names_the_field():
         planning_metrics(bad, gt, empty(2))
 
 
+def test_bad_options_and_non_numeric_points_name_the_argument():
+    """``chunk=-1`` returned L2 0 and no collision (no chunk was scored); ``chunk=0`` failed in ``range()``; a
+    footprint not [P, 2] failed inside JAX's indexing; a float footprint was truncated silently; string points failed
+    in ``np.isfinite``."""
+    gt = straight(2)
+    for kwargs, needle in (({"chunk": -1}, r"chunk: expected a positive number .* got -1"),
+                           ({"chunk": 0}, r"chunk: .* got 0"), ({"chunk": 1.5}, r"chunk: .* got 1.5"),
+                           ({"footprint": np.zeros(3, np.int32)}, r"footprint: expected \[P >= 1, 2\] .* shape \(3,\)"),
+                           ({"footprint": [[0.5, 1.5]]}, "footprint: expected integer pixel offsets, got dtype float")):
+        with pytest.raises(ValueError, match=needle):
+            planning_metrics(gt, gt, empty(2), **kwargs)
+    with pytest.raises(ValueError, match="pred: expected float coordinates"):
+        planning_metrics(np.full(gt.shape, "a"), gt, empty(2))
+    assert planning_metrics(gt, gt, empty(2), chunk=1, footprint=[[0, 0]])["num_samples"] == 2
+
+
 def test_obstacle_variants_and_frame_converters():
     veh, ped = empty(1), empty(1)
     r, c = cell(-3.0, 10.0)

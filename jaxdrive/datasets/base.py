@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import operator
 import os
 import re
 import shutil
@@ -294,7 +295,17 @@ class DecodedSource:
         return len(self.raw)
 
     def __getitem__(self, i: int) -> dict:
-        return self.builder.decode(self.raw[i])
+        """Record ``i`` decoded; a negative ``i`` counts from the end, as in a list (so ``for r in src`` and
+        ``list(src)`` stop at the end instead of failing with the data source's ValueError)."""
+        n = len(self.raw)
+        try:
+            k = operator.index(i)
+        except TypeError:
+            raise TypeError(f"{self.path} split {self.split!r}: record index: expected an int, got "
+                            f"{type(i).__name__}") from None
+        if not -n <= k < n:
+            raise IndexError(f"{self.path} split {self.split!r}: record index {k} out of range [0, {n})")
+        return self.builder.decode(self.raw[k % n])
 
     def __getstate__(self):
         return {"path": self.path, "split": self.split}

@@ -27,6 +27,7 @@ GT-collision filter); the denominator is every sample, and ``gt_mask`` only affe
 """
 from __future__ import annotations
 
+import numbers
 from typing import Literal
 
 import jax
@@ -84,6 +85,9 @@ def _per_sample(pred, gt, occupancy, gt_mask, footprint):
 
 def _validate(pred, gt, occupancy, gt_mask) -> tuple[np.ndarray, ...]:
     pred, gt = np.asarray(pred), np.asarray(gt)
+    for name, a in (("pred", pred), ("gt", gt)):
+        if not np.issubdtype(a.dtype, np.number):
+            raise ValueError(f"{name}: expected float coordinates (metres), got dtype {a.dtype}")
     if pred.ndim != 3 or pred.shape[2] != 2:
         raise ValueError(f"pred: expected float [N, T, 2] (metres, x right / y forward), got shape {pred.shape}")
     if pred.shape[0] == 0:
@@ -109,6 +113,18 @@ def _validate(pred, gt, occupancy, gt_mask) -> tuple[np.ndarray, ...]:
         if not np.isfinite(a).all():
             raise ValueError(f"{name}: non-finite coordinates at sample {int(np.argwhere(~np.isfinite(a))[0, 0])}")
     return pred.astype(np.float32), gt.astype(np.float32), occ, mask
+
+
+def _footprint(footprint) -> np.ndarray:
+    """``footprint`` (default ``FOOTPRINT``) checked: integer (row, col) pixel offsets [P >= 1, 2]."""
+    if footprint is None:
+        return FOOTPRINT
+    fp = np.asarray(footprint)
+    if fp.ndim != 2 or fp.shape[0] == 0 or fp.shape[1] != 2:
+        raise ValueError(f"footprint: expected [P >= 1, 2] (row, col) ego pixels at the origin, got shape {fp.shape}")
+    if not np.issubdtype(fp.dtype, np.integer):
+        raise ValueError(f"footprint: expected integer pixel offsets, got dtype {fp.dtype}")
+    return fp
 
 
 def horizon_values(per_step: Float[np.ndarray, "T"], convention: str) -> dict[int, float]:
@@ -155,13 +171,15 @@ def planning_metrics(
     if convention not in CONVENTIONS:
         raise ValueError(f"convention: expected one of {CONVENTIONS}, got {convention!r}")
     pred, gt, occ, mask = _validate(pred, gt, occupancy, gt_mask)
+    fp = jnp.asarray(_footprint(footprint), jnp.int32)
+    if isinstance(chunk, bool) or not isinstance(chunk, numbers.Integral) or chunk < 1:
+        raise ValueError(f"chunk: expected a positive number of samples per device call, got {chunk!r}")
     total = len(pred)
     if convention == "vad":  # VAD averages over the samples with fut_valid_flag (all future steps present) only
         complete = (mask == 1).all(1)
         if not complete.any():
             raise ValueError("gt_mask: no sample has a complete GT future (all steps 1), VAD's mean is over none")
         pred, gt, occ, mask = pred[complete], gt[complete], occ[complete], mask[complete]
-    fp = jnp.asarray(FOOTPRINT if footprint is None else footprint, jnp.int32)
     n, t = pred.shape[:2]
     l2_sum = np.zeros(t, np.float64)
     counts = np.zeros(t, np.int64)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import numbers
 import os
 from typing import Sequence
 
@@ -36,6 +37,7 @@ from jaxdrive.models.image_processing import ImageProcessorConfig, preprocess_im
 from jaxdrive.rules import epdms
 from jaxdrive.rules.comfort import EC_SHIFT
 from jaxdrive.scene import HostScene, PadSpec, batch_scenes
+from jaxdrive.scene.device import check_scene_list
 from jaxdrive.scorer import BatchScorer
 
 ALL_YES = (True,) * len(RULE_LABELS)
@@ -248,6 +250,34 @@ def with_trajectory(scene: HostScene, states: np.ndarray) -> HostScene:
         previous_kinds=None if previous is None or scene.previous_kinds is None else scene.previous_kinds + ["same"])
 
 
+def judged_rows(scenes: Sequence[HostScene], trajectories: Sequence[int | np.ndarray]
+                ) -> tuple[list[HostScene], list[int]]:
+    """``DriveJudge.score``'s checked inputs: the scenes (one given states: ``with_trajectory``) and the index of the
+    judged proposal in each; a ValueError / TypeError naming ``scenes`` or ``trajectories[i]``."""
+    check_scene_list(scenes, "DriveJudge.score: scenes")
+    if isinstance(trajectories, (str, bytes)) or not isinstance(trajectories, (Sequence, np.ndarray)):
+        raise TypeError(f"DriveJudge.score: trajectories: expected a list (one per scene), got "
+                        f"{type(trajectories).__name__}")
+    if len(scenes) != len(trajectories):
+        raise ValueError(f"trajectories: expected one per scene ({len(scenes)}), got {len(trajectories)}")
+    scenes, proposals = list(scenes), []
+    for i, (s, t) in enumerate(zip(scenes, trajectories)):
+        if np.ndim(t) == 0:
+            if isinstance(t, (bool, np.bool_)) or not isinstance(t, numbers.Integral):
+                raise TypeError(f"trajectories[{i}]: expected a proposal index (an int) or states "
+                                f"{s.proposal_states.shape[1:]}, got {t!r}")
+            if not 0 <= int(t) < s.num_proposals:
+                raise ValueError(f"trajectories[{i}]: proposal index {t} out of range [0, {s.num_proposals})")
+            proposals.append(int(t))
+            continue
+        t = np.asarray(t, np.float64)
+        if t.shape != s.proposal_states.shape[1:]:
+            raise ValueError(f"trajectories[{i}]: expected states {s.proposal_states.shape[1:]}, got {t.shape}")
+        scenes[i] = with_trajectory(s, t)
+        proposals.append(s.num_proposals)
+    return scenes, proposals
+
+
 def rationale(probs: np.ndarray) -> str:
     off = [f"{r} (p={p:.2f})" for r, p in zip(RULE_LABELS, probs) if p <= 0.5]
     return ("Every rule applies." if not off else
@@ -321,20 +351,7 @@ class DriveJudge:
         """Judges one trajectory per scene: a proposal index of the scene, or rear-axle states [41, 11] in the scene's
         global frame (appended to the scene's proposals, which stay the EP normaliser's reference; its previous plan
         is itself 0.5 s earlier: ``with_trajectory``)."""
-        if len(scenes) != len(trajectories):
-            raise ValueError(f"trajectories: expected one per scene ({len(scenes)}), got {len(trajectories)}")
-        scenes, proposals = list(scenes), []
-        for i, (s, t) in enumerate(zip(scenes, trajectories)):
-            if np.ndim(t) == 0:
-                if not 0 <= int(t) < s.num_proposals:
-                    raise ValueError(f"trajectories[{i}]: proposal index {t} out of range [0, {s.num_proposals})")
-                proposals.append(int(t))
-                continue
-            t = np.asarray(t, np.float64)
-            if t.shape != s.proposal_states.shape[1:]:
-                raise ValueError(f"trajectories[{i}]: expected states {s.proposal_states.shape[1:]}, got {t.shape}")
-            scenes[i] = with_trajectory(s, t)
-            proposals.append(s.num_proposals)
+        scenes, proposals = judged_rows(scenes, trajectories)
         sc, pr, _ = batch_scenes(scenes, self.pad)
         subs = self.scorer(sc, pr)
         rows = (np.arange(len(scenes)), np.asarray(proposals))
