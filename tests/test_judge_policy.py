@@ -96,7 +96,10 @@ def test_score_inputs_from_a_notebook_are_named_before_the_model_runs():
             ([scene], [2.7], TypeError, r"trajectories\[0\]: expected a proposal index \(an int\) or states "
                                         r"\(41, 11\), got 2.7"),
             ([scene], [True], TypeError, r"trajectories\[0\]: expected a proposal index"),
-            ([scene], [4], ValueError, r"trajectories\[0\]: proposal index 4 out of range \[0, 4\)")):
+            ([scene], [4], ValueError, r"trajectories\[0\]: proposal index 4 out of range \[0, 4\)"),
+            # named as the appended proposal ("proposals[*].states ... index [4, 0, 0]") before
+            ([scene], [np.where(np.eye(41, 11) > 0, np.nan, 1.0)], ValueError,
+             r"trajectories\[0\]: states hold non-finite values \(first at index \(0, 0\)\)")):
         with pytest.raises(error, match=needle):
             judge.score(scenes, trajectories)
 

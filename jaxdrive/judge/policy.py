@@ -273,6 +273,9 @@ def judged_rows(scenes: Sequence[HostScene], trajectories: Sequence[int | np.nda
         t = np.asarray(t, np.float64)
         if t.shape != s.proposal_states.shape[1:]:
             raise ValueError(f"trajectories[{i}]: expected states {s.proposal_states.shape[1:]}, got {t.shape}")
+        if not np.isfinite(t).all():  # else named as the scene's appended proposals[*].states
+            raise ValueError(f"trajectories[{i}]: states hold non-finite values (first at index "
+                             f"{tuple(int(j) for j in np.argwhere(~np.isfinite(t))[0])})")
         scenes[i] = with_trajectory(s, t)
         proposals.append(s.num_proposals)
     return scenes, proposals
