@@ -20,7 +20,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 import jax
 import jax.numpy as jnp
@@ -144,10 +144,10 @@ def progress_normaliser(raw: Float[Array, "B K"], multiplier: Float[Array, "B K"
         d = jnp.max(masked, keepdims=True)
     elif mode == "reference":
         if reference is None:
-            raise ValueError("normalize_progress: mode 'reference' needs reference (per-scene progress, m), got None")
+            raise ValueError("reference_progress: ep_mode 'reference' needs it (per-scene progress, m), got None")
         d = jnp.maximum(jnp.asarray(reference, masked.dtype)[..., None], masked)
     else:
-        raise ValueError(f"normalize_progress: mode expected 'scene', 'batch' or 'reference', got {mode!r}")
+        raise ValueError(f"ep_mode: expected one of {get_args(EpMode)}, got {mode!r}")
     return jnp.broadcast_to(d, raw.shape)
 
 
