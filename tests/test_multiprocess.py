@@ -36,8 +36,8 @@ def launch(command: list[str], processes: int, cpu_devices: int, *, env: dict | 
         out, _ = proc.communicate(timeout=timeout + grace + 60)
     finally:
         if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)  # the launcher kills its processes on SIGTERM
-            proc.wait(30)
+            proc.send_signal(signal.SIGTERM)  # passed on as Ctrl-C; what is left after --grace is killed
+            proc.wait(grace + 30)
     return proc.returncode, out
 
 
