@@ -36,3 +36,14 @@ def _below_no_file(flag: str, path: Path) -> None:
     existing = next((p for p in path.absolute().parents if p.exists()), None)
     if existing is not None and not existing.is_dir():
         raise ValueError(f"{flag} {path}: {existing} is a file, so no directory can be made below it")
+
+
+def output_not_input(flag: str, out: Path | None, inputs: dict[str, list[Path]]) -> None:
+    """A ValueError when the output file ``out`` of ``flag`` is one of the ``inputs`` ({input flag: paths}): writing
+    it would replace that input (a plot over the predictions, metrics over the GT)."""
+    if out is None or not Path(out).exists():
+        return
+    for in_flag, paths in inputs.items():
+        for path in paths:
+            if Path(path).exists() and Path(out).samefile(path):
+                raise ValueError(f"{flag} {out}: is the {in_flag} file {path}; writing it would replace that input")

@@ -40,7 +40,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-import typing
 
 import jax
 import jax.numpy as jnp
@@ -112,8 +111,10 @@ def _kernel_dtypes(tree):
 def _check(scene: Scene, proposals: Proposals, groups: int, gates=None, ep_mode: str = "scene",
            reference_progress=None, capacity=None, comfort_precision: str = "float64") -> None:
     """Static (shape, dtype and option) checks; values cannot be checked inside a jitted program."""
-    if ep_mode not in typing.get_args(epdms.EpMode):
-        raise ValueError(f"jaxdrive.score: ep_mode: expected one of {typing.get_args(epdms.EpMode)}, got {ep_mode!r}")
+    try:
+        epdms.check_ep_mode(ep_mode, reference_progress)
+    except ValueError as e:
+        raise ValueError(f"jaxdrive.score: {e}") from None
     if comfort_precision not in COMFORT_PRECISIONS:
         raise ValueError(f"jaxdrive.score: comfort_precision: expected one of {COMFORT_PRECISIONS}, got "
                          f"{comfort_precision!r}")
@@ -128,9 +129,6 @@ def _check(scene: Scene, proposals: Proposals, groups: int, gates=None, ep_mode:
     if gates is not None and jnp.shape(gates) not in ((9,), (b, 1, 9), (b, k, 9)):
         raise ValueError(f"jaxdrive.score: gates: expected shape (9,) (all proposals), ({b}, 1, 9) (per scene) or "
                          f"({b}, {k}, 9) (per proposal), got {jnp.shape(gates)}")
-    if ep_mode == "reference" and reference_progress is None:
-        raise ValueError("jaxdrive.score: reference_progress: ep_mode='reference' needs it ([B] metres per scene), "
-                         "got None")
     if reference_progress is not None and ep_mode != "reference":
         raise ValueError(f"jaxdrive.score: reference_progress: used only with ep_mode='reference' (got "
                          f"ep_mode={ep_mode!r})")

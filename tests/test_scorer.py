@@ -255,7 +255,7 @@ def test_notebook_misuse_of_the_scorer_and_its_helpers_names_the_argument():
             (lambda: jax.eval_shape(lambda a, b: epdms_rules.score(a, b, ep_mode="Scene"), sc, pr),
              r"^ep_mode: expected one of \('scene', 'batch', 'reference'\), got 'Scene'"),
             (lambda: jax.eval_shape(lambda a, b: epdms_rules.score(a, b, ep_mode="reference"), sc, pr),
-             r"^reference_progress: ep_mode 'reference' needs it"),
+             r"^reference_progress: ep_mode='reference' needs it"),
             (lambda: needs(sc, pr.replace(states=pr.states[..., :5])), r"needs: proposals.states: expected shape"),
             (lambda: needs(unbatched(sc), unbatched(pr)), "needs: proposals.states: expected shape"),
             (lambda: capacity_for({"agents": 8}), "capacity_for: needed: expected a PackSpec"),

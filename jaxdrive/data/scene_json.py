@@ -6,6 +6,7 @@ the offending key path. Unknown top-level keys are kept in ``HostScene.extra`` s
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 from itertools import chain
@@ -177,9 +178,9 @@ def scene_from_dict(d: dict, source: str = "<dict>", validate: bool = True) -> H
     route = r.get(d, "route", "", dict)
     centerline = r.array(r.get(route, "centerline", "route"), "route.centerline", (None, 3))
     lane_ids = r.get(route, "lane_ids", "route", list)
-    repeated = sorted({str(i) for i in lane_ids if lane_ids.count(i) > 1})
+    repeated = [(i, n) for i, n in collections.Counter(map(str, lane_ids)).items() if n > 1]
     if repeated:
-        r.fail("route.lane_ids", f"expected each lane id once, got {repeated[0]!r} {lane_ids.count(repeated[0])} times")
+        r.fail("route.lane_ids", f"expected each lane id once, got {repeated[0][0]!r} {repeated[0][1]} times")
     on_route = {lane.id for lane in lanes if lane.on_route}  # a lane id given twice in map.lanes: validation names it
     if set(lane_ids) != on_route:
         r.fail("route.lane_ids", f"expected exactly the lanes with on_route=true {sorted(on_route)}, got {sorted(lane_ids)}")

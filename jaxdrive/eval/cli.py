@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 
 from jaxdrive import atomic
-from jaxdrive.output_paths import output_file
+from jaxdrive.output_paths import output_file, output_not_input
 from jaxdrive.eval import dqc
 
 EXIT_USAGE = 2
@@ -69,17 +69,6 @@ def _check_column_types(schema, names, flag: str, path: Path) -> None:
         expected, holds = COLUMN_TYPES[name]
         if not holds(t.value_type if types.is_dictionary(t) else t):
             raise ValueError(f"{flag} {path}: {name}: expected {expected}, got {t}")
-
-
-def output_not_input(flag: str, out: Path | None, inputs: dict[str, list[Path]]) -> None:
-    """A ValueError when the output file ``out`` of ``flag`` is one of the ``inputs`` ({input flag: paths}): writing
-    it would replace that input (a plot over the predictions, metrics over the GT)."""
-    if out is None or not Path(out).exists():
-        return
-    for in_flag, paths in inputs.items():
-        for path in paths:
-            if Path(path).exists() and Path(out).samefile(path):
-                raise ValueError(f"{flag} {out}: is the {in_flag} file {path}; writing it would replace that input")
 
 
 def _read(path: Path, columns: tuple[str, ...], flag: str = "--predictions") -> dict:

@@ -221,8 +221,7 @@ def _metrics(pred, truth, occ, mask, args) -> dict[str, dict]:
 
 
 def run_planning(args) -> int:
-    from jaxdrive.eval.cli import output_not_input
-    from jaxdrive.output_paths import output_file
+    from jaxdrive.output_paths import output_file, output_not_input
 
     output_file("--json", args.json)
     output_not_input("--json", args.json, {"--predictions": [args.predictions], "--gt": [args.gt]})

@@ -134,20 +134,26 @@ def compute_metrics(scene: Scene, proposals: Proposals, areas: EgoAreas | None =
                      lk_step=lk_step)
 
 
+def check_ep_mode(ep_mode: str, reference_progress) -> None:
+    """``ep_mode`` one of ``EpMode``, with ``reference_progress`` when it is "reference"; a ValueError naming the
+    argument otherwise."""
+    if ep_mode not in get_args(EpMode):
+        raise ValueError(f"ep_mode: expected one of {get_args(EpMode)}, got {ep_mode!r}")
+    if ep_mode == "reference" and reference_progress is None:
+        raise ValueError("reference_progress: ep_mode='reference' needs it ([B] metres per scene), got None")
+
+
 def progress_normaliser(raw: Float[Array, "B K"], multiplier: Float[Array, "B K"], valid: Bool[Array, "B K"],
                         mode: EpMode = "scene", reference: Float[Array, "B"] | None = None) -> Float[Array, "B K"]:
     """The EP denominator D per proposal (m) for ``mode`` (module docstring)."""
+    check_ep_mode(mode, reference)
     masked = jnp.where(valid, raw * multiplier, 0.0)
     if mode == "scene":
         d = jnp.max(masked, axis=-1, keepdims=True)
     elif mode == "batch":
         d = jnp.max(masked, keepdims=True)
-    elif mode == "reference":
-        if reference is None:
-            raise ValueError("reference_progress: ep_mode 'reference' needs it (per-scene progress, m), got None")
-        d = jnp.maximum(jnp.asarray(reference, masked.dtype)[..., None], masked)
     else:
-        raise ValueError(f"ep_mode: expected one of {get_args(EpMode)}, got {mode!r}")
+        d = jnp.maximum(jnp.asarray(reference, masked.dtype)[..., None], masked)
     return jnp.broadcast_to(d, raw.shape)
 
 
