@@ -6,6 +6,9 @@
   (score = -distance to the scene's logged human trajectory, m: average over the 41 states / at the last one).
 * both, when the dataset has a train split: ``logreg`` / ``logreg_gates``, logistic regression on image embeddings
   (``judge.classifier``, paper A.2) trained on the train split.
+* both, when the dataset has a train split: ``constant`` (every gate p = c), ``fixed_gates`` (one gate vector for
+  every trajectory) and ``trees`` (gradient-boosted trees on sub-scores and scene-context facts), fitted on the train
+  split (``judge.context_baselines``; what each fitted is written to ``<split>_baselines.json``).
 * both, with a model (``direct_model``): ``direct``, the VLM direct-score baseline (paper Table 3, VLM-DirectScore /
   -Ft): score = P(``Reasonable: yes``) of a VLM asked about the whole trajectory (``direct_scores``; fine-tuned with
   the ``judge_direct`` dataset, ``configs/judge_direct_sft_tiny.py``).
@@ -17,18 +20,21 @@ DIR/test_tps_*.parquet`` read without a word).
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdrive import atomic
 from jaxdrive.eval.cli import metric_files
 from jaxdrive.judge.dataset import SUBSCORE_KEYS, Pair, Record, check_pair_records, item_name, read_image, \
     read_pairs, read_records, read_scenes, record_images
 from jaxdrive.judge.gates import RULE_LABELS, rule_gated_score
 from jaxdrive.rules.epdms import METRICS, SubScores
 
-METHODS = ("epdms", "oracle", "ade", "fde", "logreg", "logreg_gates", "direct")  # every <split>_<dqc|tps>_<method>
+METHODS = ("epdms", "oracle", "ade", "fde", "logreg", "logreg_gates", "constant", "fixed_gates", "trees",
+           "direct")  # every <split>_<dqc|tps>_<method>
 
 
 def check_rule_fields(root: Path, records: list[Record], subscores: bool = True) -> None:
@@ -161,6 +167,7 @@ def write_baselines(root: str | Path, split: str = "test", out_dir: str | Path |
             path = out_dir / f"{split}_{kind}_{method}.parquet"
             for old in (path, *metric_files(path)):  # with `jaxdrive eval`'s metrics of it
                 old.unlink(missing_ok=True)
+    (out_dir / f"{split}_baselines.json").unlink(missing_ok=True)
     direct = {}
     if records and direct_model:  # first: settings contradicting its training record stop before the classifiers fit
         direct["direct"] = direct_scores(direct_model, root, records, describe=describe)
@@ -168,7 +175,14 @@ def write_baselines(root: str | Path, split: str = "test", out_dir: str | Path |
     if records and train and split != "train":
         from jaxdrive.judge.classifier import classifier_scores
 
+        from jaxdrive.judge.context_baselines import context_baseline_scores
+
         learned = classifier_scores(root, train, records)
+        fitted = context_baseline_scores(root, train, records)
+        learned.update({m: scores for m, (scores, _) in fitted.items()})
+        notes = out_dir / f"{split}_baselines.json"
+        atomic.write_text(notes, json.dumps({m: note for m, (_, note) in fitted.items()}, indent=2) + "\n")
+        written.append(notes)
     learned.update(direct)
     if records:
         for method in ("epdms", "oracle") + tuple(learned):
@@ -180,7 +194,10 @@ def write_baselines(root: str | Path, split: str = "test", out_dir: str | Path |
     by_id = {r.id: k for k, r in enumerate(records)}
     with_records = [p for p in all_pairs if p.a_record in by_id and p.b_record in by_id]
     for method in ("epdms", "oracle", "ade", "fde") + tuple(learned):
-        pairs = all_pairs if method in ("ade", "fde") else with_records
+        # ADE / FDE need the logged human trajectory: scored over the pairs whose scene has one (none in a set of
+        # labelled planner proposals without logs)
+        pairs = ([p for p in all_pairs if pair_scenes[p.scene].human_states is not None]
+                 if method in ("ade", "fde") else with_records)
         if not pairs:
             continue
         if method in learned:

@@ -25,9 +25,41 @@ def _positive(name: str, value: int) -> None:
 MAX_IMAGE_SIZE = 4096  # BEV pixels per side (--image-size 100000 was killed for memory, 30 GB per image)
 
 
+def run_labelled_data(args) -> int:
+    from jaxdrive.judge.labelled import build_labelled_dataset
+
+    if args.labels is None:
+        raise ValueError("--scenes needs --labels LABELS.jsonl (one {scene_id, proposal, label} per line)")
+    given = [f for f, v in (("--train", args.train), ("--test", args.test), ("--per-scene", args.per_scene)) if v is not None]
+    if given:
+        raise ValueError(f"{', '.join(given)}: options of the synthetic set; with --scenes the split is --test-scenes")
+    if args.test_scenes < 0 or args.pairs_per_scene < 0 or args.batch_size < 1 or args.seed < 0:
+        raise ValueError(f"--test-scenes, --pairs-per-scene, --seed >= 0 and --batch-size >= 1 expected, got "
+                         f"{args.test_scenes}, {args.pairs_per_scene}, {args.seed}, {args.batch_size}")
+    if not 8 <= args.image_size <= MAX_IMAGE_SIZE:
+        raise ValueError(f"--image-size: expected 8..{MAX_IMAGE_SIZE}, got {args.image_size}")
+    output_dir("--out", args.out)
+    meta = build_labelled_dataset(args.out, args.scenes, args.labels, test_scenes=args.test_scenes, seed=args.seed,
+                                  image_size=args.image_size, pairs_per_scene=args.pairs_per_scene,
+                                  batch_size=args.batch_size, progress=not args.no_progress)
+    print(json.dumps({k: meta[k] for k in ("scenes", "records", "challenging", "reasonable_fraction", "pairs",
+                                           "thresholds")}))
+    print(f"Eq. 13 thresholds fitted on the training split: DQC accuracy {100 * meta['threshold_fit']['accuracy']:.2f}% "
+          f"(appendix B.1's: {100 * meta['threshold_fit']['default_accuracy']:.2f}%)")
+    print(f"wrote {args.out}/records.jsonl, pairs.jsonl, scenes/, images/, meta.json")
+    return 0
+
+
 def run_data(args) -> int:
     from jaxdrive.judge.synthetic import build_dataset, check_seeds, holds_set
 
+    if args.scenes is not None or args.labels is not None:
+        if args.scenes is None:
+            raise ValueError("--labels needs --scenes DIR (the labelled scene files)")
+        return run_labelled_data(args)
+    args.train = 200 if args.train is None else args.train
+    args.test = 60 if args.test is None else args.test
+    args.per_scene = 4 if args.per_scene is None else args.per_scene
     _positive("--train", args.train)
     _positive("--test", args.test)
     check_seeds(args.seed, args.train)  # before the folders are made
@@ -66,13 +98,18 @@ def run_baselines(args) -> int:
 
 
 def add_data(jsub) -> None:
-    p = jsub.add_parser("data", help="write the synthetic labelled DriveJudge set (planted context rules; held-out "
-                        "test scenes from unseen generator seeds)")
+    p = jsub.add_parser("data", help="write a labelled DriveJudge set: from your labelled scenes (--scenes, --labels; "
+                        "split by scene) or the synthetic set (planted context rules)")
     p.add_argument("--out", type=Path, required=True, help="output directory")
-    p.add_argument("--train", type=int, default=200, help="training scenes")
-    p.add_argument("--test", type=int, default=60, help="held-out test scenes")
-    p.add_argument("--seed", type=int, default=0, help="seed of the generated scenes and labels")
-    p.add_argument("--per-scene", type=int, default=4, help="labelled trajectories per scene (at most)")
+    p.add_argument("--scenes", type=Path, help="folder of labelled epdms-scene/1 files (with --labels)")
+    p.add_argument("--labels", type=Path, help="JSON lines {scene_id, proposal, label 0|1[, challenging]} (with "
+                   "--scenes)")
+    p.add_argument("--test-scenes", type=int, default=64, help="with --scenes: scenes held out as the test split")
+    p.add_argument("--pairs-per-scene", type=int, default=4, help="with --scenes: TPS pairs per scene (at most)")
+    p.add_argument("--train", type=int, help="synthetic set: training scenes (default 200)")
+    p.add_argument("--test", type=int, help="synthetic set: held-out test scenes (default 60)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the split (--scenes) or of the generated scenes")
+    p.add_argument("--per-scene", type=int, help="synthetic set: labelled trajectories per scene (default 4)")
     p.add_argument("--image-size", type=int, default=IMAGE_SIZE, help="BEV image side (pixels)")
     p.add_argument("--batch-size", type=int, default=8, help="scenes scored and rendered per batch")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

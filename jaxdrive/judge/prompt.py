@@ -135,7 +135,9 @@ def describe_scene(scene: HostScene, proposal: int, broken: Sequence[str] | None
     """Compact text in the route frame (distances along the route centre line, offsets from it, so a curved road
     reads like a straight one): the objects of ``scene_objects`` (type, metres ahead, "in lane" when they occupy part
     of the ego lane or metres left / right, crossing / moving / stopped; ``objects``: its keyword arguments), the
-    route light now, a summary of the plan (its farthest offsets left and right of the lane centre, where it ends,
+    route light now, what the agents and the plan do over the horizon (``context.describe_context``: the lead and its
+    braking, a stopped object in the lane, a cut-in, a pedestrian coming toward the road, the light changing, the
+    stop line; the plan's speeds, accelerations, jerk, offsets over time, weaving, stop, route departure), a summary of the plan (its farthest offsets left and right of the lane centre, where it ends,
     strongest braking, distance) and, when ``broken`` is given, the status of every rule ("Rule checks: LK broken,
     NC ok, ..." in the answer's rule order; ``broken_rules``), last, so each rule's status is at the same token
     distance from its answer slot in every conversation."""
@@ -144,7 +146,10 @@ def describe_scene(scene: HostScene, proposal: int, broken: Sequence[str] | None
              f"{o.motion}" for o in scene_objects(scene, **objects)]
     plan = scene.proposal_states[proposal]
     lat = route_frame(scene, plan[:, :2])[1]
+    from jaxdrive.judge.context import describe_context  # context imports this module's route frame
+
     text = "Objects: " + ("; ".join(parts) if parts else "none") + f". Route light: {route_light(scene)}. "
+    text += describe_context(scene, proposal) + " "
     text += (f"Plan: up to {max(0.0, lat.max()):.1f} m left and {max(0.0, -lat.min()):.1f} m right of its lane "
              f"centre, ends {_side(lat[-1]) if abs(lat[-1]) >= 0.05 else 'on it'}, strongest braking "
              f"{min(0.0, plan[:, StateIndex.ACCELERATION_X].min()):.1f} m/s2, "
