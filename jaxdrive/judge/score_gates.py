@@ -64,8 +64,10 @@ def judge_gate_table(judge, source, *, progress: bool = True) -> dict[str, list[
             if hasattr(scene, "num_proposals"):  # else a SourceError: the scoring run reports it
                 yield scene
 
-    judge.reserve(scenes())
     table = {}
+    if not len(source):
+        return table
+    judge.reserve(scenes())
     bar = tqdm(scenes(), total=len(source), desc="judge gates", disable=not progress)
     for scene in noting_first_compile(bar, bar, "the judge"):
         k = scene.num_proposals
