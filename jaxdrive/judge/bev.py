@@ -245,16 +245,18 @@ def _render(scene: Scene, trajectory: Float[Array, "41 11"], cand: MapCandidates
     return image.reshape(cfg.size, cfg.size, 3)
 
 
-def render_bev_batch(scene: Scene, trajectories: Float[Array, "B 41 11"], cfg: BevConfig = BevConfig()
-                     ) -> UInt8[Array, "B H W 3"]:
+def render_bev_batch(scene: Scene, trajectories: Float[Array, "B 41 11"], cfg: BevConfig = BevConfig(),
+                     shape: "RenderShape | None" = None) -> UInt8[Array, "B H W 3"]:
     """``render_bev`` over a batch of scenes [B] and one trajectory each [B, 41, 11]: the same pixels, each tile of
     ``TILE`` x ``TILE`` pixels tested only against the map elements near it (``candidates``, chosen on the host;
-    a traced batch, or a ``cfg.size`` that is not a multiple of ``TILE``, is rendered plainly)."""
+    a traced batch, or a ``cfg.size`` that is not a multiple of ``TILE``, is rendered plainly). ``shape``: the
+    trimmed sizes and candidate counts to render at (``RenderShape``, at least ``render_shape(scene, cfg)``: the
+    same pixels), so batches of other scenes share one compile; default: this batch's own (power-of-two buckets)."""
     traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((scene, trajectories)))
     if traced or cfg.size % TILE:
         return _render_plain_batch(scene, trajectories, cfg)
-    scene = trim_padding(scene)
-    return _render_tiled_batch(scene, trajectories, candidates(scene, cfg), cfg)
+    scene = trim_padding(scene, shape)
+    return _render_tiled_batch(scene, trajectories, candidates(scene, cfg, shape), cfg)
 
 
 # One image at a time (lax.map): vmapped over the batch, XLA materialises [B, pixels, elements, vertices] temporaries,
@@ -269,6 +271,36 @@ def _render_tiled_batch(scene, trajectories, cand, cfg):
     return jax.lax.map(lambda x: _render(*x, cfg), (scene, trajectories, cand))
 
 
+@dataclasses.dataclass(frozen=True)
+class RenderShape:
+    """The sizes a tiled render is compiled for (``render_bev_batch``): agents, area and lane polygon vertices kept
+    by ``trim_padding``, and the candidate list lengths of ``candidates`` (areas, lanes, centreline segments per
+    tile). A batch renders at any shape at least its own (``render_shape``) with the same pixels; a judging run
+    keeps one (``union`` of its scenes') so it compiles once."""
+
+    agents: int
+    area_vertices: int
+    lane_vertices: int
+    areas: int
+    lanes: int
+    centerline: int
+
+    def union(self, *others: "RenderShape") -> "RenderShape":
+        """The field-wise maximum."""
+        return RenderShape(**{f.name: max(getattr(x, f.name) for x in (self, *others))
+                              for f in dataclasses.fields(RenderShape)})
+
+
+def render_shape(scene: Scene, cfg: BevConfig) -> RenderShape:
+    """The batch's own ``RenderShape`` (what ``render_bev_batch`` renders it at by default): its trimmed sizes and
+    candidate counts, power-of-two buckets (``_bucket``)."""
+    trimmed = trim_padding(scene)
+    cand = candidates(trimmed, cfg)
+    return RenderShape(agents=trimmed.agents.valid.shape[1], area_vertices=trimmed.map.areas.vertices.shape[2],
+                       lane_vertices=trimmed.map.lanes.vertices.shape[2], areas=cand.areas.shape[-1],
+                       lanes=cand.lanes.shape[-1], centerline=cand.centerline.shape[-1])
+
+
 def _bucket(n: int, full: int) -> int:
     """The power of two >= ``n`` (at least 8), at most ``full``: few distinct shapes, so few compiles."""
     return min(full, max(8, 1 << max(n - 1, 0).bit_length()))
@@ -280,50 +312,69 @@ def _last_used(mask: np.ndarray, axis: int) -> int:
     return int(hit[-1]) + 1 if hit.size else 0
 
 
-def trim_padding(scene: Scene) -> Scene:
+def _keep(need: int, full: int, fixed: int | None, what: str) -> int:
+    """Entries kept of ``full``: the bucket of ``need``, or ``fixed`` (a ``RenderShape`` size; at most ``full``)."""
+    if fixed is None:
+        return _bucket(need, full)
+    if fixed < min(need, full):
+        raise ValueError(f"render_bev_batch: shape.{what}={fixed} is below this batch's need {need} (render_shape)")
+    return min(fixed, full)
+
+
+def trim_padding(scene: Scene, shape: RenderShape | None = None) -> Scene:
     """The batch [B] with the trailing polygon vertices and agents that no pixel depends on cut off (host-side), kept
-    up to a power of two (``_bucket``). Pixels are unchanged: at least one padded vertex stays after each polygon's
-    last valid one and padded vertices repeat the first one (``scene.Polygons``), so each ring keeps its edges and
-    its closing edge and loses only zero-length edges at its first vertex (no crossing; a point on them is on the
-    ring already); the agents cut are invalid (masked)."""
+    up to a power of two (``_bucket``), or to ``shape``'s sizes. Pixels are unchanged: at least one padded vertex
+    stays after each polygon's last valid one and padded vertices repeat the first one (``scene.Polygons``), so each
+    ring keeps its edges and its closing edge and loses only zero-length edges at its first vertex (no crossing; a
+    point on them is on the ring already); the agents cut are invalid (masked)."""
     m, ag = scene.map, scene.agents
 
-    def polygons(poly):
+    def polygons(poly, what):
         used = np.asarray(poly.vertex_valid) & np.asarray(poly.valid)[..., None]
-        v = _bucket(_last_used(used, 2) + 1, used.shape[2])
+        v = _keep(_last_used(used, 2) + 1, used.shape[2], None if shape is None else getattr(shape, what), what)
         return poly.replace(vertices=poly.vertices[:, :, :v], vertex_valid=poly.vertex_valid[:, :, :v])
 
-    n = _bucket(_last_used(np.asarray(ag.valid), 1), ag.valid.shape[1])
-    return scene.replace(map=m.replace(areas=polygons(m.areas), lanes=polygons(m.lanes)),
+    n = _keep(_last_used(np.asarray(ag.valid), 1), ag.valid.shape[1], None if shape is None else shape.agents,
+              "agents")
+    return scene.replace(map=m.replace(areas=polygons(m.areas, "area_vertices"),
+                                       lanes=polygons(m.lanes, "lane_vertices")),
                          agents=jax.tree.map(lambda x: x[:, :n], ag))
 
 
-def candidates(scene: Scene, cfg: BevConfig) -> MapCandidates:
+def candidates(scene: Scene, cfg: BevConfig, shape: RenderShape | None = None) -> MapCandidates:
     """Per tile of ``TILE`` x ``TILE`` pixels of each image of the batch [B]: the valid areas, lanes and centreline
     segments whose bounding box comes within ``cfg.line_width + CULL_MARGIN`` metres of the tile's pixel centres,
-    as index lists [B, tiles, C] (-1: empty; C = the batch's largest count, ``_bucket``-ed). The rest cannot
-    colour a pixel of the tile: a point outside a polygon's bounding box is outside the polygon, and farther than
-    the line width from its edges."""
+    as index lists [B, tiles, C] (-1: empty; C = the batch's largest count, ``_bucket``-ed, or ``shape``'s).
+    The rest cannot colour a pixel of the tile: a point outside a polygon's bounding box is outside the polygon,
+    and farther than the line width from its edges."""
     b, size = scene.history.shape[0], cfg.size
     pts = np.asarray(jax.vmap(pixel_points, in_axes=(0, None))(jnp.asarray(scene.history)[:, -1, 2], cfg), np.float64)
     tiles = pts.reshape(b, size // TILE, TILE, size // TILE, TILE, 2)
     lo_t, hi_t = (f(tiles, axis=(2, 4)).reshape(b, -1, 1, 2) for f in (np.min, np.max))  # [B, n, 1, 2]
     reach = cfg.line_width + CULL_MARGIN
 
-    def near(lo, hi, valid):  # element boxes [B, E, 2] -> index lists [B, n, C]
+    def near(lo, hi, valid, what):  # element boxes [B, E, 2] -> index lists [B, n, C]
         hit = np.all((lo[:, None] <= hi_t + reach) & (hi[:, None] >= lo_t - reach), axis=-1) & valid[:, None]
-        c = min(hit.shape[-1], _bucket(int(hit.sum(-1).max(initial=0)), hit.shape[-1]))
+        most = int(hit.sum(-1).max(initial=0))
+        if shape is None:
+            c = min(hit.shape[-1], _bucket(most, hit.shape[-1]))
+        elif getattr(shape, what) < most:
+            raise ValueError(f"render_bev_batch: shape.{what}={getattr(shape, what)} is below this batch's "
+                             f"{most} candidates per tile (render_shape)")
+        else:
+            c = getattr(shape, what)
         order = np.argsort(~hit, axis=-1, kind="stable")[..., :c]
-        return np.where(np.take_along_axis(hit, order, -1), order, -1).astype(np.int32)
+        out = np.where(np.take_along_axis(hit, order, -1), order, -1).astype(np.int32)
+        return np.pad(out, ((0, 0), (0, 0), (0, c - out.shape[-1])), constant_values=-1)  # c > E: empty slots
 
-    def polygons(poly):
+    def polygons(poly, what):
         v = np.asarray(poly.vertices, np.float64)
-        return near(v.min(axis=2), v.max(axis=2), np.asarray(poly.valid))
+        return near(v.min(axis=2), v.max(axis=2), np.asarray(poly.valid), what)
 
     c = np.asarray(scene.map.centerline, np.float64)
-    return MapCandidates(polygons(scene.map.areas), polygons(scene.map.lanes),
+    return MapCandidates(polygons(scene.map.areas, "areas"), polygons(scene.map.lanes, "lanes"),
                          near(np.minimum(c[:, :-1], c[:, 1:]), np.maximum(c[:, :-1], c[:, 1:]),
-                              np.asarray(scene.map.centerline_valid)[:, 1:]))
+                              np.asarray(scene.map.centerline_valid)[:, 1:], "centerline"))
 
 
 def save_png(image, path: str | Path) -> Path:

@@ -29,7 +29,7 @@ import numpy as np
 from flax import nnx
 
 from jaxdrive.judge import prompt as P
-from jaxdrive.judge.bev import IMAGE_SIZE, BevConfig, render_bev_batch
+from jaxdrive.judge.bev import IMAGE_SIZE, TILE, BevConfig, render_bev_batch, render_shape
 from jaxdrive.judge.gates import RULE_LABELS, expected_score, rule_gated_score
 from jaxdrive.judge.labels import PAPER_THRESHOLDS, rule_values
 from jaxdrive.models.chat import ChatEncoder
@@ -38,7 +38,8 @@ from jaxdrive.rules import epdms
 from jaxdrive.rules.comfort import EC_SHIFT
 from jaxdrive.scene import HostScene, PadSpec, batch_scenes
 from jaxdrive.scene.device import check_scene_list
-from jaxdrive.scorer import BatchScorer
+from jaxdrive.broadphase.device import needs
+from jaxdrive.scorer import BatchScorer, capacity_for
 
 ALL_YES = (True,) * len(RULE_LABELS)
 # Written beside an exported judge's weights (``recipes.export_files``): how it was trained, so it is used the same way.
@@ -295,7 +296,13 @@ class DriveJudge:
       bev: the BEV rendering (the image the model was trained on; default ``IMAGE_SIZE`` pixels, the side
       ``jaxdrive judge data`` renders by default); describe: add the text scene description (with
       the rules the plan breaks: rule scores below ``thresholds`` [7], ``RULE_LABELS`` order, as in training).
-      batch_size: conversations per forward pass; pad: ``PadSpec`` of the scoring batches (default: fit per call).
+      batch_size: conversations per forward pass (and scenes per scoring / rendering batch; a last smaller batch
+      is padded); pad: ``PadSpec`` of the scoring batches (default: fitted to the first call's scenes).
+
+    The judge compiles each program once for the shapes it has seen and only grows them: the
+    ``PadSpec`` (a scene that does not fit grows it), the BEV render's ``RenderShape``, the scorer's capacities
+    and the token length (powers of two). ``reserve(scenes)`` grows them to cover scenes up front, so judging them
+    afterwards compiles once (``jaxdrive score --gates judge:``); the values do not depend on the shapes.
     """
 
     def __init__(self, model, encoder: ChatEncoder, image_cfg: ImageProcessorConfig, *, bev: BevConfig = BevConfig(size=IMAGE_SIZE),
@@ -306,6 +313,8 @@ class DriveJudge:
         self.thresholds = np.asarray(thresholds, np.float32)
         self.slots = answer_slots(encoder)
         self.scorer = BatchScorer()  # sub-scores with the broad phase (the unculled kernels' values)
+        self.render_shape = None  # bev.RenderShape of the images so far (grown)
+        self.seq_len = None  # token length of the conversations so far (a power of two, grown)
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, *, bev: BevConfig | None = None, describe: bool | None = None,
@@ -323,31 +332,94 @@ class DriveJudge:
         return cls(from_pretrained(os.fspath(path), dtype=jnp.float32), ChatEncoder.from_pretrained(os.fspath(path)),
                    load_image_config(path), bev=bev, describe=describe, thresholds=thresholds, **kwargs)
 
+    def _batch(self, scenes: Sequence[HostScene]):
+        """``batch_scenes`` at the judge's ``PadSpec``, grown first when a scene does not fit (one more compile)."""
+        fit = PadSpec.fit(list(scenes))
+        self.pad = fit if self.pad is None else self.pad.union(fit)
+        return batch_scenes(list(scenes), self.pad)
+
+    def _chunks(self, n: int):
+        """Row indices of batches of ``batch_size`` covering ``n`` rows, the last one padded with its last row (one
+        shape for every batch), and how many rows of each are real."""
+        for i in range(0, n, self.batch_size):
+            rows = list(range(i, min(i + self.batch_size, n)))
+            yield rows + rows[-1:] * (self.batch_size - len(rows)), len(rows)
+
+    def reserve(self, scenes) -> None:
+        """Grows the judge's shapes (``PadSpec``, ``RenderShape``, with ``describe`` the scorer's capacities) to cover
+        ``scenes`` (an iterable of ``HostScene``; e.g. a whole run's, before judging it), so judging them compiles
+        each program once. The token length is grown as conversations come (powers of two)."""
+        for s in scenes:
+            fit = PadSpec.fit([s])
+            self.pad = fit if self.pad is None else self.pad.union(fit)
+            sc, pr, _ = batch_scenes([s], self.pad)
+            self._grow_render(sc)
+            if self.describe:
+                cap = capacity_for(needs(sc, pr), 1.0)
+                self.scorer.capacity = cap if self.scorer.capacity is None else self.scorer.capacity.union(cap)
+
+    def _grow_render(self, sc) -> None:
+        if self.bev.size % TILE == 0:
+            shape = render_shape(sc, self.bev)
+            self.render_shape = shape if self.render_shape is None else self.render_shape.union(shape)
+
+    def _render(self, sc, states) -> np.ndarray:
+        self._grow_render(sc)
+        return np.asarray(render_bev_batch(sc, states, self.bev, self.render_shape))
+
     def images(self, scenes: Sequence[HostScene], proposals: Sequence[int]) -> np.ndarray:
         """BEV images [N, H, W, 3] of each scene with its trajectory."""
-        sc, pr, _ = batch_scenes(list(scenes), self.pad)
-        k = np.asarray(proposals)
-        return np.asarray(render_bev_batch(sc, np.asarray(pr.states)[np.arange(len(k)), k], self.bev))
+        out = []
+        for rows, n in self._chunks(len(scenes)):
+            sc, pr, _ = self._batch([scenes[i] for i in rows])
+            out.append(self._render(sc, np.asarray(pr.states)[np.arange(len(rows)), [proposals[i] for i in rows]])[:n])
+        return np.concatenate(out)
+
+    def subscores(self, scenes: Sequence[HostScene], proposals: Sequence[int]) -> epdms.SubScores:
+        """Rule sub-scores [N] of each scene's proposal, each distinct scene (object) scored once, in batches of
+        ``batch_size`` scenes."""
+        index, distinct = {}, []
+        for s in scenes:
+            if id(s) not in index:
+                index[id(s)] = len(distinct)
+                distinct.append(s)
+        where = np.asarray([index[id(s)] for s in scenes])
+        order, parts = [], []
+        for rows, n in self._chunks(len(distinct)):
+            sc, pr, _ = self._batch([distinct[i] for i in rows])
+            subs = self.scorer(sc, pr)  # [batch_size, K]; K may grow between batches: take the rows here
+            mine = np.flatnonzero((where >= rows[0]) & (where < rows[0] + n))
+            order.append(mine)
+            at = (where[mine] - rows[0], np.asarray(proposals)[mine])
+            parts.append(jax.tree.map(lambda x: np.asarray(x)[at], subs))
+        back = np.argsort(np.concatenate(order), kind="stable")
+        return jax.tree.map(lambda *x: np.concatenate(x)[back], *parts)
+
+    def _encode(self, convs, images) -> Encoded:
+        """``encode`` at the judge's token length (a power of two, grown to the longest conversation so far)."""
+        enc = encode(self.encoder, convs, images, self.image_cfg)
+        length = enc.input_ids.shape[1]
+        if self.seq_len is None or length > self.seq_len:
+            self.seq_len = max(32, 1 << (length - 1).bit_length())
+        if length != self.seq_len:
+            enc = encode(self.encoder, convs, images, self.image_cfg, max_length=self.seq_len)
+        return enc
 
     def probs(self, scenes: Sequence[HostScene], proposals: Sequence[int], images: np.ndarray | None = None,
               values: np.ndarray | None = None) -> np.ndarray:
         """[N, 7] gate probabilities; ``values`` [N, 7]: the trajectories' rule scores (``labels.rule_values``), needed
         with ``describe`` (computed when not given)."""
+        scenes, proposals = list(scenes), list(proposals)
         images = self.images(scenes, proposals) if images is None else images
         if self.describe and values is None:
-            sc, pr, _ = batch_scenes(list(scenes), self.pad)
-            rows = (np.arange(len(scenes)), np.asarray(proposals))
-            values = np.asarray(rule_values(jax.tree.map(lambda x: np.asarray(x)[rows],
-                                                         self.scorer(sc, pr))))
+            values = np.asarray(rule_values(self.subscores(scenes, proposals)))
         broken = ([P.broken_rules(v, self.thresholds) for v in values] if self.describe
                   else [None] * len(scenes))
         out = []
-        for i in range(0, len(scenes), self.batch_size):
-            sl = slice(i, i + self.batch_size)
-            convs = [P.messages(s, k, describe=self.describe, answer=P.answer_text(ALL_YES), broken=b)
-                     for s, k, b in zip(scenes[sl], proposals[sl], broken[sl])]
-            out.append(gate_probabilities(self.model, encode(self.encoder, convs, images[sl], self.image_cfg),
-                                          self.slots))
+        for rows, n in self._chunks(len(scenes)):
+            convs = [P.messages(scenes[i], proposals[i], describe=self.describe, answer=P.answer_text(ALL_YES),
+                                broken=broken[i]) for i in rows]
+            out.append(gate_probabilities(self.model, self._encode(convs, images[rows]), self.slots)[:n])
         return np.concatenate(out)
 
     def score(self, scenes: Sequence[HostScene], trajectories: Sequence[int | np.ndarray]) -> Judgement:
@@ -355,12 +427,8 @@ class DriveJudge:
         global frame (appended to the scene's proposals, which stay the EP normaliser's reference; its previous plan
         is itself 0.5 s earlier: ``with_trajectory``)."""
         scenes, proposals = judged_rows(scenes, trajectories)
-        sc, pr, _ = batch_scenes(scenes, self.pad)
-        subs = self.scorer(sc, pr)
-        rows = (np.arange(len(scenes)), np.asarray(proposals))
-        sub = jax.tree.map(lambda x: np.asarray(x)[rows], subs)
-        probs = self.probs(scenes, proposals, np.asarray(render_bev_batch(sc, np.asarray(pr.states)[rows], self.bev)),
-                           np.asarray(rule_values(sub)))
+        sub = self.subscores(scenes, proposals)
+        probs = self.probs(scenes, proposals, self.images(scenes, proposals), np.asarray(rule_values(sub)))
         gates = probs > 0.5
         return Judgement(score=np.asarray(expected_score(sub, probs)), score_hard=np.asarray(rule_gated_score(sub, gates)),
                          epdms=np.asarray(sub.epdms), gates=gates, probs=probs,

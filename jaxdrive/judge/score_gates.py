@@ -51,22 +51,28 @@ def parse_spec(spec: str) -> tuple[Path, bool, int]:
     return Path(path), describe, size
 
 
-def judge_gate_table(judge, source, *, chunk: int = 8, progress: bool = True) -> dict[str, list[list[bool]]]:
+def judge_gate_table(judge, source, *, progress: bool = True) -> dict[str, list[list[bool]]]:
     """{scene id: [[9 EPDMS gates] per proposal]} for every scene of ``source`` (``scoring.sources.SceneSource``)
-    decided by ``judge`` (a ``DriveJudge``); scenes the source cannot read are left out (the scorer reports them)."""
+    decided by ``judge`` (a ``DriveJudge``); scenes the source cannot read are left out (the scorer reports them).
+
+    One compile per program for the run: a first pass over the source grows the judge's shapes to its scenes
+    (``DriveJudge.reserve``: the ``PadSpec``, the BEV render's sizes, with the description the scorer's
+    capacities), and every batch has ``judge.batch_size`` rows (a scene's last batch padded)."""
+    def scenes():
+        for i in range(len(source)):
+            scene = source.load(i)
+            if hasattr(scene, "num_proposals"):  # else a SourceError: the scoring run reports it
+                yield scene
+
     table = {}
-    bar = tqdm(range(len(source)), desc="judge gates", disable=not progress)
-    for i in noting_first_compile(bar, bar, "the scorer and the judge"):
-        scene = source.load(i)
-        if not hasattr(scene, "num_proposals"):  # a SourceError: the scoring run reports it
-            continue
-        rows = []
-        for k0 in range(0, scene.num_proposals, chunk):
-            ks = list(range(k0, min(k0 + chunk, scene.num_proposals)))
-            padded = ks + ks[:1] * (chunk - len(ks))  # one shape per chunk: one compile
-            out = judge.score([scene] * chunk, padded)
-            rows.append(np.asarray(out.gates[:len(ks)]))
-        gates = np.asarray(expand_gates(np.concatenate(rows))) if rows else np.zeros((0, 9), bool)
+    if not len(source):
+        return table
+    judge.reserve(scenes())
+    bar = tqdm(scenes(), total=len(source), desc="judge gates", disable=not progress)
+    for scene in noting_first_compile(bar, bar, "the judge"):
+        k = scene.num_proposals
+        gates = (np.asarray(expand_gates(judge.probs([scene] * k, list(range(k))) > 0.5)) if k
+                 else np.zeros((0, 9), bool))
         table[scene.id] = gates.astype(bool).tolist()
     return table
 
@@ -80,7 +86,7 @@ def gates_from_judge(spec: str, source, out: Path | None, *, pad=None, batch_siz
     path, describe, size = parse_spec(spec)
     judge = DriveJudge.from_pretrained(path, bev=BevConfig(size=size), describe=describe, batch_size=batch_size,
                                        pad=pad)
-    table = judge_gate_table(judge, source, chunk=batch_size, progress=progress)
+    table = judge_gate_table(judge, source, progress=progress)
     if out is not None:
         Path(out).mkdir(parents=True, exist_ok=True)
         atomic.write_text(Path(out) / "judge_gates.json", json.dumps(table))
