@@ -46,6 +46,9 @@ def _add_score(sub) -> None:
                      "NaN and EPDMS its /14 form)")
     src.add_argument("--predictions", type=Path, help="with --scenes (converted metric caches): .npz or .parquet of "
                      "token -> (8, 3) agent poses at 2 Hz; NAVSIM's official per-token evaluation and summary table")
+    src.add_argument("--allow-offset-start", action="store_true",
+                     help="score proposals whose first state is not the ego's current state (beyond 50 m or "
+                          "pi/2 rad; refused by default), with a note on stderr naming each such scene")
     p.add_argument("--out", type=Path, help="output directory (default: runs/score-<time>)")
     p.add_argument("--resume", action="store_true", help="continue the run recorded in --out (needs --out)")
     p.add_argument("--batch-size", type=int, default=16,
@@ -121,11 +124,11 @@ def _run_score(args) -> int:
     if args.proposals:
         from jaxdrive.scoring.proposal_files import SceneDirProposalSource
 
-        source = SceneDirProposalSource(args.scenes, args.proposals)
+        source = SceneDirProposalSource(args.scenes, args.proposals, allow_offset_start=args.allow_offset_start)
     elif args.scenes and is_store(args.scenes):
         source = SceneStoreSource(args.scenes)
     else:
-        source = (SceneDirSource(args.scenes) if args.scenes
+        source = (SceneDirSource(args.scenes, allow_offset_start=args.allow_offset_start) if args.scenes
                   else SyntheticSource(args.count, args.seed, args.num_proposals))
     if isinstance(source, SceneDirSource) and source.skipped:
         print(f"--scenes {args.scenes}: skipped {len(source.skipped)} .json file(s) that are not scene files "

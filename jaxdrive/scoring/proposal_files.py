@@ -16,8 +16,8 @@ import numpy as np
 
 from jaxdrive.npz_arrays import read_npz_arrays
 from jaxdrive.scene import NUM_STEPS, STATE_DIM, HostScene, StateIndex
-from jaxdrive.scene.host import HEADING_SLACK
-from jaxdrive.scoring.sources import SceneDirSource, SourceError
+from jaxdrive.scene.host import HEADING_SLACK, start_offset_problem
+from jaxdrive.scoring.sources import SceneDirSource, SourceError, note_offset_start
 
 
 def file_digest(path: Path) -> str:
@@ -72,8 +72,8 @@ class SceneDirProposalSource(SceneDirSource):
     A scene whose id has no array, or a file that cannot be read, is a ``SourceError`` (reported, the run goes on).
     """
 
-    def __init__(self, directory: str | Path, proposals: str | Path):
-        super().__init__(directory)
+    def __init__(self, directory: str | Path, proposals: str | Path, allow_offset_start: bool = False):
+        super().__init__(directory, allow_offset_start=allow_offset_start)
         self.path = Path(proposals)
         self.proposals = load_proposal_npz(self.path)
         self.digest = file_digest(self.path)
@@ -85,7 +85,15 @@ class SceneDirProposalSource(SceneDirSource):
         if scene.id not in self.proposals:
             return SourceError(name=str(self.files[i]),
                                message=f"--proposals {self.path}: no array for scene id {scene.id!r}")
-        return with_proposals(scene, self.proposals[scene.id])
+        scene = with_proposals(scene, self.proposals[scene.id])
+        if self.allow_offset_start:
+            note_offset_start(scene, f"--proposals {self.path}")
+        else:
+            problem = start_offset_problem(scene)
+            if problem:
+                return SourceError(name=str(self.files[i]), message=f"--proposals {self.path}: array {scene.id!r}: "
+                                   f"{problem}; score it anyway with --allow-offset-start")
+        return scene
 
     def scene_ids(self) -> list[str | None]:
         """The files' ids; None for a scene without an array (an error of the run, as ``load`` makes it)."""

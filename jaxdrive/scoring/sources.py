@@ -121,10 +121,11 @@ class SceneDirSource(SceneSource):
     follows the map and the agents, the bulk of a file, and ``"expected"`` (per proposal) follows it, so no short
     read from either end reaches it; counting them would read every file twice."""
 
-    def __init__(self, directory: str | Path):
+    def __init__(self, directory: str | Path, allow_offset_start: bool = False):
         from jaxdrive.data.scene_json import SceneFileError, not_scene_files, scene_files
 
         self.directory = Path(directory)
+        self.allow_offset_start = allow_offset_start  # proposals away from the ego's current state: scored, noted
         try:
             self.files = scene_files(self.directory)
         except SceneFileError as e:
@@ -141,7 +142,10 @@ class SceneDirSource(SceneSource):
         from jaxdrive.data.scene_json import SceneFileError, read_scene
 
         try:
-            return read_scene(self.files[i])
+            scene = read_scene(self.files[i], allow_offset_start=self.allow_offset_start)
+            if self.allow_offset_start:
+                note_offset_start(scene, str(self.files[i]))
+            return scene
         except SceneFileError as e:
             return SourceError(name=str(self.files[i]), message=str(e))
         except Exception as e:  # any other per-file failure (a bad value the reader did not anticipate) is named too
@@ -166,7 +170,20 @@ class SceneDirSource(SceneSource):
 
     def describe(self) -> dict:
         return {"kind": "scene_dir", "directory": str(self.directory.resolve()),
-                "files": [str(f.relative_to(self.directory)) for f in self.files]}
+                "files": [str(f.relative_to(self.directory)) for f in self.files],
+                **({"allow_offset_start": True} if self.allow_offset_start else {})}
+
+
+def note_offset_start(scene: HostScene, name: str) -> None:
+    """``--allow-offset-start``: says on stderr (from whichever process reads the scene) that ``scene``'s proposals
+    do not start at the ego's current state and are scored anyway."""
+    import sys
+
+    from jaxdrive.scene.host import start_offset_problem
+
+    problem = start_offset_problem(scene)
+    if problem:
+        print(f"note: {name}: scene {scene.id!r}: {problem}; scored (--allow-offset-start)", file=sys.stderr)
 
 
 HEAD_BYTES = 4096  # of a scene file, read for its id (``write_scene`` puts it second, after "format")
