@@ -19,6 +19,7 @@ import orjson
 from jaxdrive import atomic
 from jaxdrive import constants as C
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.scene import (NUM_STEPS, STATE_DIM, STATE_FIELDS, Agent, AgentType, Area, AreaKind, HostScene, Lane,
                             LaneKind, SceneValidationError, validate_host_scene)
 
@@ -31,7 +32,7 @@ _VEHICLE = {"length": C.EGO_LENGTH, "width": C.EGO_WIDTH, "height": C.EGO_HEIGHT
 _TRACK_FIELDS = ["x", "y", "heading", "velocity_x", "velocity_y"]
 
 
-class SceneFileError(ValueError):
+class SceneFileError(UserInputError):
     """A scene file is malformed. The message names the file and the key path."""
 
 

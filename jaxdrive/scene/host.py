@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdrive.constants import DT, NUM_STEPS  # noqa: F401  (0.0 .. 4.0 s at 0.1 s; re-exported)
+from jaxdrive.errors import UserInputError
 from jaxdrive.json_values import is_finite_number
 
 STATE_DIM = 11
@@ -74,7 +75,7 @@ class LaneKind(enum.IntEnum):
 HEADING_SLACK = 1e-3  # rad a stored heading may exceed pi by (rounding of a wrapped angle) before it is refused
 
 
-class SceneValidationError(ValueError):
+class SceneValidationError(UserInputError):
     """A scene (or batch) does not satisfy the data model; the message names the field, what was expected and got."""
 
 

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Iterator
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.scene import HostScene
 
 
@@ -80,11 +81,11 @@ class SyntheticSource(SceneSource):
 
     def __init__(self, count: int, seed: int = 0, num_proposals: int = 16):
         if count < 1:
-            raise ValueError(f"--count: expected a positive number of scenes, got {count}")
+            raise UserInputError(f"--count: expected a positive number of scenes, got {count}")
         if not 1 <= num_proposals <= 256:
-            raise ValueError(f"--num-proposals: expected 1..256 proposals per synthetic scene, got {num_proposals}")
+            raise UserInputError(f"--num-proposals: expected 1..256 proposals per synthetic scene, got {num_proposals}")
         if seed < 0:
-            raise ValueError(f"--seed: expected a non-negative integer, got {seed}")
+            raise UserInputError(f"--seed: expected a non-negative integer, got {seed}")
         self.count, self.seed, self.num_proposals = count, seed, num_proposals
 
     def __len__(self) -> int:
@@ -129,10 +130,10 @@ class SceneDirSource(SceneSource):
         try:
             self.files = scene_files(self.directory)
         except SceneFileError as e:
-            raise ValueError(f"--scenes {e}") from None
+            raise UserInputError(f"--scenes {e}") from None
         self.skipped = [str(p.relative_to(self.directory)) for p in not_scene_files(self.directory)]
         if not self.files:
-            raise ValueError(f"--scenes {self.directory}: no *.json scene files found (searched recursively)")
+            raise UserInputError(f"--scenes {self.directory}: no *.json scene files found (searched recursively)")
 
     def __len__(self) -> int:
         return len(self.files)
