@@ -218,6 +218,10 @@ def _check_polygon(scene_id: str, field: str, poly: np.ndarray) -> None:
     if poly.shape[0] < 3:
         _fail(scene_id, field, "a polygon with at least 3 vertices", f"{poly.shape[0]} vertices")
     _check_finite(scene_id, field, poly)
+    if np.any(np.abs(poly) > MAX_ABS_COORD):  # (the area test below would overflow)
+        row, col = np.argwhere(np.abs(poly) > MAX_ABS_COORD)[0]
+        _fail(scene_id, f"{field}[{row}][{col}] ({'xy'[col]})", f"|{'xy'[col]}| <= {MAX_ABS_COORD:g} m",
+              repr(float(poly[row, col])))
     scale = max(1.0, float(np.ptp(poly, axis=0).max()) ** 2)
     if abs(_polygon_area(poly - poly[0])) <= 1e-9 * scale:
         _fail(scene_id, field, "a polygon of non-zero area", "a degenerate (zero-area) polygon")
