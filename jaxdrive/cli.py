@@ -1,6 +1,7 @@
 """jaxdrive: rule-grounded scoring of driving trajectories (EPDMS kernels in JAX) and post-training of driving VLMs.
 
-Exit status: 0 success; 1 failure during the run; 2 bad usage or input (reported before the run starts);
+Exit status: 0 success; 1 failure during the run (a bug or an environment problem: the traceback and a request to
+report it); 2 bad usage or input (jaxdrive's own input checks, one line);
 3 finished, but some scenes could not be read (score: named in OUT/errors.jsonl) or none was scored; 130 interrupted
 (Ctrl-C; a scoring run continues with --resume --out OUT).
 """
@@ -12,15 +13,19 @@ import json
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from jaxdrive import interrupts, xla_cache
+from jaxdrive.errors import UserInputError
 
 EXIT_OK = 0
 EXIT_FAILURE = 1  # an error during the run (a traceback is printed: it is a bug or an environment problem)
 EXIT_USAGE = 2
 EXIT_PARTIAL = 3  # the run finished, but some scenes could not be read (named in errors.jsonl), or none was scored
 EXIT_INTERRUPTED = 130
+REPORT_BUG = ("unexpected error: this is a bug in jaxdrive (or a problem of its environment), not a mistake in your "
+              "input; please report it to the jaxdrive maintainers with the command line and the traceback above")
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
@@ -46,6 +51,9 @@ def _add_score(sub) -> None:
                      "NaN and EPDMS its /14 form)")
     src.add_argument("--predictions", type=Path, help="with --scenes (converted metric caches): .npz or .parquet of "
                      "token -> (8, 3) agent poses at 2 Hz; NAVSIM's official per-token evaluation and summary table")
+    src.add_argument("--allow-offset-start", action="store_true",
+                     help="score proposals whose first state is not the ego's current state (beyond 50 m or "
+                          "pi/2 rad; refused by default), with a note on stderr naming each such scene")
     p.add_argument("--out", type=Path, help="output directory (default: runs/score-<time>)")
     p.add_argument("--resume", action="store_true", help="continue the run recorded in --out (needs --out)")
     p.add_argument("--batch-size", type=int, default=16,
@@ -94,7 +102,7 @@ def _load_json(path: Path, what: str):
     try:
         return json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"{what} {path}: cannot read JSON ({e})") from None
+        raise UserInputError(f"{what} {path}: cannot read JSON ({e})") from None
 
 
 def _run_score(args) -> int:
@@ -111,21 +119,21 @@ def _run_score(args) -> int:
     from jaxdrive.scoring.summary import plot_summary, summary_table, whole_run_stats
 
     if args.resume and not args.out:
-        raise ValueError("--resume: name the run to continue with --out DIR")
+        raise UserInputError("--resume: name the run to continue with --out DIR")
     synthetic_defaults(args, {"--count": 1024, "--seed": 0, "--num-proposals": 16})
     if args.proposals and not args.scenes:
-        raise ValueError("--proposals: needs --scenes DIR (the scenes the arrays belong to)")
+        raise UserInputError("--proposals: needs --scenes DIR (the scenes the arrays belong to)")
     if args.proposals and is_store(args.scenes):
-        raise ValueError(f"--proposals: pairs arrays with a folder of scene JSON files; {args.scenes} is a scene "
+        raise UserInputError(f"--proposals: pairs arrays with a folder of scene JSON files; {args.scenes} is a scene "
                          f"store (score its scenes' own proposals with --scenes alone)")
     if args.proposals:
         from jaxdrive.scoring.proposal_files import SceneDirProposalSource
 
-        source = SceneDirProposalSource(args.scenes, args.proposals)
+        source = SceneDirProposalSource(args.scenes, args.proposals, allow_offset_start=args.allow_offset_start)
     elif args.scenes and is_store(args.scenes):
         source = SceneStoreSource(args.scenes)
     else:
-        source = (SceneDirSource(args.scenes) if args.scenes
+        source = (SceneDirSource(args.scenes, allow_offset_start=args.allow_offset_start) if args.scenes
                   else SyntheticSource(args.count, args.seed, args.num_proposals))
     if isinstance(source, SceneDirSource) and source.skipped:
         print(f"--scenes {args.scenes}: skipped {len(source.skipped)} .json file(s) that are not scene files "
@@ -159,7 +167,7 @@ def _run_score(args) -> int:
     try:
         live = score_source(source, out, options, resume=args.resume, progress=not args.no_progress)
     except RunDirError as e:
-        raise ValueError(str(e)) from None
+        raise UserInputError(str(e)) from None
     except KeyboardInterrupt:
         print(f"\ninterrupted: completed shards are kept in {out}; continue with the same arguments plus "
               f"--resume --out {out}", file=sys.stderr)
@@ -191,7 +199,7 @@ def synthetic_defaults(args, defaults: dict[str, int]) -> None:
     attr = {flag: flag.lstrip("-").replace("-", "_") for flag in defaults}
     given = [flag for flag in defaults if getattr(args, attr[flag]) is not None]
     if args.scenes and given:
-        raise ValueError(f"{', '.join(given)}: only for the built-in synthetic scenes; --scenes {args.scenes} "
+        raise UserInputError(f"{', '.join(given)}: only for the built-in synthetic scenes; --scenes {args.scenes} "
                          f"scores the files' scenes")
     for flag, value in defaults.items():
         if getattr(args, attr[flag]) is None:
@@ -247,11 +255,11 @@ def _run_generate(args) -> int:
     from jaxdrive.output_paths import output_dir
 
     if args.count < 1:
-        raise ValueError(f"--count: expected a positive number of scenes, got {args.count}")
+        raise UserInputError(f"--count: expected a positive number of scenes, got {args.count}")
     if args.proposals < 1:
-        raise ValueError(f"--num-proposals: expected a positive number of proposals per scene, got {args.proposals}")
+        raise UserInputError(f"--num-proposals: expected a positive number of proposals per scene, got {args.proposals}")
     if args.seed < 0:
-        raise ValueError(f"--seed: expected a non-negative integer, got {args.seed}")
+        raise UserInputError(f"--seed: expected a non-negative integer, got {args.seed}")
     output_dir("--out", args.out)
     if args.store:
         from jaxdrive.data.store import write_store
@@ -314,7 +322,7 @@ def _force_cpu_devices(n: int | None) -> None:
     if n is None:
         return
     if n < 1:
-        raise ValueError(f"--cpu-devices: expected a positive number of devices, got {n}")
+        raise UserInputError(f"--cpu-devices: expected a positive number of devices, got {n}")
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device_count")]
     os.environ["XLA_FLAGS"] = " ".join(flags + [f"--xla_force_host_platform_device_count={n}"])
 
@@ -347,7 +355,7 @@ def _main(argv: list[str] | None) -> int:
 
         try:
             reexec_with_malloc_tunables()
-        except ValueError as e:
+        except UserInputError as e:
             print(f"jaxdrive {sys.argv[1]}: {e}", file=sys.stderr)
             return EXIT_USAGE
     from jaxdrive import distributed
@@ -363,7 +371,7 @@ def _main(argv: list[str] | None) -> int:
         code = args.func(args)
         distributed.mark_finished(code in (EXIT_OK, EXIT_PARTIAL), code)
         return code
-    except ValueError as e:
+    except UserInputError as e:  # jaxdrive's own input checks: the user's mistake, one line
         print(f"jaxdrive {args.command}: {e}", file=sys.stderr)
         distributed.mark_finished(False, EXIT_USAGE)
         return EXIT_USAGE
@@ -371,6 +379,11 @@ def _main(argv: list[str] | None) -> int:
         print(f"\njaxdrive {args.command}: interrupted", file=sys.stderr)
         distributed.mark_finished(False, EXIT_INTERRUPTED, interrupted=True)
         return EXIT_INTERRUPTED
+    except Exception:  # anything else (a ValueError of numpy's or JAX's included) is a bug, not bad usage
+        traceback.print_exc()
+        print(f"jaxdrive {args.command}: {REPORT_BUG}", file=sys.stderr)
+        distributed.mark_finished(False, EXIT_FAILURE)
+        return EXIT_FAILURE
 
 
 if __name__ == "__main__":

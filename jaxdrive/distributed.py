@@ -32,6 +32,8 @@ import time
 
 import numpy as np
 
+from jaxdrive.errors import UserInputError
+
 EXIT_PEER = 1
 _BEAT_S = 1.0
 
@@ -57,7 +59,7 @@ def _env_int(name: str, default: int | None = None) -> int | None:
     try:
         return int(raw)
     except ValueError:
-        raise ValueError(f"{name}: expected an integer, got {raw!r}") from None
+        raise UserInputError(f"{name}: expected an integer, got {raw!r}") from None
 
 
 def initialize_from_env() -> bool:
@@ -67,7 +69,7 @@ def initialize_from_env() -> bool:
         return _STATE.process_count > 1
     auto = os.environ.get("JAXDRIVE_DISTRIBUTED", "").lower()
     if auto not in ("", "auto", "off"):
-        raise ValueError(f"JAXDRIVE_DISTRIBUTED: expected 'auto' or 'off', got {auto!r}")
+        raise UserInputError(f"JAXDRIVE_DISTRIBUTED: expected 'auto' or 'off', got {auto!r}")
     count = _env_int("JAX_NUM_PROCESSES")
     if auto == "off" or (auto != "auto" and (count is None or count == 1)):
         _STATE.initialized = True
@@ -75,15 +77,15 @@ def initialize_from_env() -> bool:
     peer_timeout = _env_int("JAXDRIVE_PEER_TIMEOUT_S", 60)
     init_timeout = _env_int("JAXDRIVE_INIT_TIMEOUT_S", 300)
     if peer_timeout < 2:
-        raise ValueError(f"JAXDRIVE_PEER_TIMEOUT_S: expected >= 2 seconds, got {peer_timeout}")
+        raise UserInputError(f"JAXDRIVE_PEER_TIMEOUT_S: expected >= 2 seconds, got {peer_timeout}")
     kwargs = dict(initialization_timeout=init_timeout, heartbeat_timeout_seconds=2 * peer_timeout + 10)
     if auto != "auto":
         address, pid = os.environ.get("JAX_COORDINATOR_ADDRESS"), _env_int("JAX_PROCESS_ID")
         if not address or ":" not in address:
-            raise ValueError(f"JAX_COORDINATOR_ADDRESS: expected host:port of process 0, got {address!r} "
+            raise UserInputError(f"JAX_COORDINATOR_ADDRESS: expected host:port of process 0, got {address!r} "
                              f"(JAX_NUM_PROCESSES={count} asks for a multi-process run)")
         if pid is None or not 0 <= pid < count:
-            raise ValueError(f"JAX_PROCESS_ID: expected 0..{count - 1}, got {os.environ.get('JAX_PROCESS_ID')!r}")
+            raise UserInputError(f"JAX_PROCESS_ID: expected 0..{count - 1}, got {os.environ.get('JAX_PROCESS_ID')!r}")
         kwargs.update(coordinator_address=address, num_processes=count, process_id=pid)
     import jax
     from jax._src import distributed as jax_distributed
@@ -218,7 +220,7 @@ def global_array(x, sharding):
         lo, hi = min(starts), max(stops)
         covered = sum(b - a for a, b in {(idx[axis].indices(size)[:2]) for idx in index_map.values()})
         if covered != hi - lo:
-            raise ValueError(f"global_array: this process's devices hold a non-contiguous part of axis {axis} "
+            raise UserInputError(f"global_array: this process's devices hold a non-contiguous part of axis {axis} "
                              f"(shape {x.shape}, sharding {sharding}); build the mesh from jax.devices()")
         local.append(slice(lo, hi))
     return jax.make_array_from_process_local_data(sharding, x[tuple(local)], x.shape)
@@ -228,5 +230,5 @@ def require_single_process(what: str) -> None:
     """A ValueError (a one-line usage error) when ``what`` runs under a multi-process launcher: it writes one set of
     files and has no per-process sharding, so N processes would overwrite each other's outputs."""
     if process_count() > 1:
-        raise ValueError(f"{what} runs as one process (it is not sharded across processes); start it without the "
+        raise UserInputError(f"{what} runs as one process (it is not sharded across processes); start it without the "
                          f"launcher (got {process_count()} processes)")

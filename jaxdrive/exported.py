@@ -18,6 +18,7 @@ import jax
 import numpy as np
 
 from jaxdrive import atomic
+from jaxdrive.errors import UserInputError
 
 _SOURCES_HASH: str | None = None
 # Environment variables that jaxdrive reads while tracing a program (the edge-tile kernel, the broad phase's
@@ -211,7 +212,7 @@ def cached_jit(name: str, fn: Callable, key: str, in_sharding: jax.sharding.Shar
                 out = fn(*jax.tree_util.tree_unflatten(tree, flat_leaves))
                 got, got_tree = jax.tree_util.tree_flatten(out)
                 if got_tree != out_tree:
-                    raise ValueError(f"cached_jit({name!r}): output {got_tree} does not match out_shardings {out_tree}")
+                    raise UserInputError(f"cached_jit({name!r}): output {got_tree} does not match out_shardings {out_tree}")
                 return tuple(got)
 
             try:

@@ -26,6 +26,8 @@ import os
 import platform
 import sys
 
+from jaxdrive.errors import UserInputError
+
 TUNABLES = {"glibc.malloc.arena_max": "1", "glibc.malloc.mmap_threshold": str(4 << 30),
             "glibc.malloc.trim_threshold": str(4 << 30)}
 OPT_OUT = "JAXDRIVE_MALLOC_TUNABLES"  # "0" / "false" / "no" / "off": never re-execute
@@ -35,7 +37,7 @@ _OFF, _ON = ("0", "false", "no", "off"), ("", "1", "true", "yes", "on")
 def _opted_out(env: dict[str, str]) -> bool:
     value = env.get(OPT_OUT, "").strip().lower()
     if value not in _OFF + _ON:
-        raise ValueError(f"{OPT_OUT}: expected 0 / false / no / off (opt out of the malloc settings) or "
+        raise UserInputError(f"{OPT_OUT}: expected 0 / false / no / off (opt out of the malloc settings) or "
                          f"1 / true / yes / on, got {env[OPT_OUT]!r}")
     return value in _OFF
 

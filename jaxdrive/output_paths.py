@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from jaxdrive.errors import UserInputError
+
 
 def output_file(flag: str, path: str | Path | None, *, make_parents: bool = False) -> Path | None:
     """``path`` (None: the flag was not given) for a file to write: not an existing directory, in a folder that
@@ -13,11 +15,11 @@ def output_file(flag: str, path: str | Path | None, *, make_parents: bool = Fals
         return None
     path = Path(path)
     if path.is_dir():
-        raise ValueError(f"{flag} {path}: is a directory; expected the path of a file to write")
+        raise UserInputError(f"{flag} {path}: is a directory; expected the path of a file to write")
     if make_parents:
         _below_no_file(flag, path)
     elif not path.parent.is_dir():
-        raise ValueError(f"{flag} {path}: folder {path.parent} does not exist")
+        raise UserInputError(f"{flag} {path}: folder {path.parent} does not exist")
     return path
 
 
@@ -25,7 +27,7 @@ def output_dir(flag: str, path: str | Path) -> Path:
     """``path`` for an output directory (made by the run if missing): not an existing file, nor below one."""
     path = Path(path)
     if path.exists() and not path.is_dir():
-        raise ValueError(f"{flag} {path}: is a file; expected an output directory")
+        raise UserInputError(f"{flag} {path}: is a file; expected an output directory")
     if not path.exists():
         _below_no_file(flag, path)
     return path
@@ -35,7 +37,7 @@ def _below_no_file(flag: str, path: Path) -> None:
     """A ValueError when the nearest existing folder above ``path`` is a file (no folder can be made for it)."""
     existing = next((p for p in path.absolute().parents if p.exists()), None)
     if existing is not None and not existing.is_dir():
-        raise ValueError(f"{flag} {path}: {existing} is a file, so no directory can be made below it")
+        raise UserInputError(f"{flag} {path}: {existing} is a file, so no directory can be made below it")
 
 
 def output_not_input(flag: str, out: Path | None, inputs: dict[str, list[Path]]) -> None:
@@ -46,4 +48,4 @@ def output_not_input(flag: str, out: Path | None, inputs: dict[str, list[Path]])
     for in_flag, paths in inputs.items():
         for path in paths:
             if Path(path).exists() and Path(out).samefile(path):
-                raise ValueError(f"{flag} {out}: is the {in_flag} file {path}; writing it would replace that input")
+                raise UserInputError(f"{flag} {out}: is the {in_flag} file {path}; writing it would replace that input")

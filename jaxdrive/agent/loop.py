@@ -29,6 +29,7 @@ from typing import Callable, Sequence
 
 from jaxdrive.agent.tools import ToolContext, ToolRegistry
 from jaxdrive.agent.tools.registry import failure_kind
+from jaxdrive.errors import UserInputError
 
 MAX_TOOL_TURNS = 7
 # counter of each kind of failed tool call (``registry.failure_kind``)
@@ -207,7 +208,7 @@ def read_trajectories(path, fields: dict | None = None, check=None) -> list[dict
 
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"{path}: {'is a directory; expected' if path.is_dir() else 'no such file'} (trajectories "
+        raise UserInputError(f"{path}: {'is a directory; expected' if path.is_dir() else 'no such file'} (trajectories "
                          "JSONL)")
     out, first = [], {}
     for where, obj in read_jsonl_file(path):
@@ -217,5 +218,5 @@ def read_trajectories(path, fields: dict | None = None, check=None) -> list[dict
         first_use(first, obj["id"], where)
         out.append(obj)
     if not out:
-        raise ValueError(f"{path}: no trajectories (expected one JSON object per line)")
+        raise UserInputError(f"{path}: no trajectories (expected one JSON object per line)")
     return out

@@ -10,6 +10,7 @@ import numpy as np
 
 from jaxdrive.agent.tools import ToolContext, driving
 from jaxdrive.data.synthetic import generate_scene
+from jaxdrive.errors import UserInputError
 
 KINDS = {
     "leading": ("Is there a leading object in the ego lane within 10 m ahead?", ("Yes", "No")),
@@ -36,7 +37,7 @@ def gold_text(kind: str, ctx: ToolContext) -> str:
         return "below 2 m/s" if v < 2 else "2 to 8 m/s" if v < 8 else "8 to 15 m/s" if v < 15 else "above 15 m/s"
     if kind == "drivable_left":
         return "Yes" if driving.drivable(ctx, [[-3.5, 0.0]])[0]["drivable"] else "No"
-    raise ValueError(f"kind: expected one of {sorted(KINDS)}, got {kind!r}")
+    raise UserInputError(f"kind: expected one of {sorted(KINDS)}, got {kind!r}")
 
 
 def make_item(seed: int, kind: str, rng: np.random.Generator, ctx: ToolContext | None = None, scene=None) -> dict:

@@ -22,6 +22,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from jaxtyping import Array, Bool, Float, Int
 
+from jaxdrive.errors import UserInputError
+
 LAMBDA = 0.1  # weight of the normalised utility (the paper does not publish its value)
 TOP_K = 4  # the paper retrieves the top 4 entries
 _AXIS = "data"
@@ -76,22 +78,22 @@ def entry_mesh(devices: int | None = None) -> Mesh:
     devs = jax.devices()
     n = len(devs) if devices is None else devices
     if not 1 <= n <= len(devs):
-        raise ValueError(f"devices: expected 1..{len(devs)} (available devices), got {n}")
+        raise UserInputError(f"devices: expected 1..{len(devs)} (available devices), got {n}")
     return Mesh(np.asarray(devs[:n], dtype=object), (_AXIS,))
 
 
 def _check(query, entries, utility, k: int, exclude) -> None:
     if query.ndim != 2 or entries.ndim != 2 or query.shape[1] != entries.shape[1]:
-        raise ValueError(f"query/entries: expected [Q, D] and [N, D] with the same D, got {query.shape} and "
+        raise UserInputError(f"query/entries: expected [Q, D] and [N, D] with the same D, got {query.shape} and "
                          f"{entries.shape}")
     n = entries.shape[0]
     if utility.shape != (n,):
-        raise ValueError(f"utility: expected shape ({n},) (one per entry), got {utility.shape}")
+        raise UserInputError(f"utility: expected shape ({n},) (one per entry), got {utility.shape}")
     _check_finite_utility(utility)
     if not 1 <= k <= n:
-        raise ValueError(f"k: expected 1 <= k <= {n} (the number of entries), got {k}")
+        raise UserInputError(f"k: expected 1 <= k <= {n} (the number of entries), got {k}")
     if exclude is not None and exclude.shape != (query.shape[0], n):
-        raise ValueError(f"exclude: expected a bool mask of shape {(query.shape[0], n)}, got {exclude.shape}")
+        raise UserInputError(f"exclude: expected a bool mask of shape {(query.shape[0], n)}, got {exclude.shape}")
 
 
 def _check_finite_utility(utility) -> None:
@@ -100,19 +102,19 @@ def _check_finite_utility(utility) -> None:
     u = np.asarray(utility, np.float32)
     bad = np.flatnonzero(~np.isfinite(u))
     if bad.size:
-        raise ValueError(f"utility: expected finite values (float32), entry {int(bad[0])} has {float(u[bad[0]])}")
+        raise UserInputError(f"utility: expected finite values (float32), entry {int(bad[0])} has {float(u[bad[0]])}")
 
 
 def _check_lam(lam: float) -> None:
     if not np.isfinite(np.float32(lam)):
-        raise ValueError(f"lam: expected a finite utility weight (float32), got {lam}")
+        raise UserInputError(f"lam: expected a finite utility weight (float32), got {lam}")
 
 
 def _check_unit(name: str, x) -> None:
     norms = np.linalg.norm(np.asarray(x[: min(len(x), 4096)], np.float64), axis=-1)
     if norms.size and not np.allclose(norms, 1.0, atol=1e-3):
         bad = int(np.argmax(np.abs(norms - 1.0)))
-        raise ValueError(f"{name}: expected unit-norm rows (normalised embeddings), row {bad} has norm "
+        raise UserInputError(f"{name}: expected unit-norm rows (normalised embeddings), row {bad} has norm "
                          f"{norms[bad]:.4f}")
 
 
@@ -167,7 +169,7 @@ class MemoryIndex:
         d = self.mesh.size
         n, dim = entries.shape
         if np.shape(utility) != (n,):
-            raise ValueError(f"utility: expected shape ({n},) (one per entry), got {np.shape(utility)}")
+            raise UserInputError(f"utility: expected shape ({n},) (one per entry), got {np.shape(utility)}")
         _check_finite_utility(utility)
         self.n, self.dim = n, dim
         pad = (-n) % d
@@ -182,7 +184,7 @@ class MemoryIndex:
         g = np.full((n + pad,), -1, np.int32) if groups is None else np.pad(np.asarray(groups, np.int32), (0, pad),
                                                                             constant_values=-1)
         if g.shape != (n + pad,):
-            raise ValueError(f"groups: expected shape ({n},) (one per entry), got {np.shape(groups)}")
+            raise UserInputError(f"groups: expected shape ({n},) (one per entry), got {np.shape(groups)}")
         self.groups = jax.device_put(g, row)
 
     def search(self, query: Float[Array, "Q D"], *, k: int = TOP_K, lam: float = LAMBDA,
@@ -192,16 +194,16 @@ class MemoryIndex:
         (combined with ``exclude``). Queries go ``batch`` at a time (bounded [batch, N] score memory)."""
         query = np.asarray(query, np.float32)
         if query.ndim != 2 or query.shape[1] != self.dim:
-            raise ValueError(f"query: expected [Q, {self.dim}], got {query.shape}")
+            raise UserInputError(f"query: expected [Q, {self.dim}], got {query.shape}")
         if not 1 <= k <= self.n:
-            raise ValueError(f"k: expected 1 <= k <= {self.n} (the number of entries), got {k}")
+            raise UserInputError(f"k: expected 1 <= k <= {self.n} (the number of entries), got {k}")
         _check_lam(lam)
         _check_unit("query", query)
         q_n = query.shape[0]
         if exclude is not None and np.shape(exclude) != (q_n, self.n):
-            raise ValueError(f"exclude: expected a bool mask of shape {(q_n, self.n)}, got {np.shape(exclude)}")
+            raise UserInputError(f"exclude: expected a bool mask of shape {(q_n, self.n)}, got {np.shape(exclude)}")
         if query_groups is not None and np.shape(query_groups) != (q_n,):
-            raise ValueError(f"query_groups: expected shape ({q_n},), got {np.shape(query_groups)}")
+            raise UserInputError(f"query_groups: expected shape ({q_n},), got {np.shape(query_groups)}")
         out_s, out_i = [], []
         for start in range(0, q_n, batch):
             stop = min(q_n, start + batch)

@@ -5,6 +5,8 @@ import json
 import sys
 from pathlib import Path
 
+from jaxdrive.errors import UserInputError
+
 
 def add_memory_subcommands(sub) -> None:
     p = sub.add_parser("memory", help="long-term memory store: build, query, consolidate")
@@ -43,15 +45,15 @@ def _run_build(args) -> int:
     from jaxdrive.output_paths import output_dir
 
     if not args.entries.is_file():
-        raise ValueError(f"--entries {args.entries}: {_not_a_file(args.entries)}")
+        raise UserInputError(f"--entries {args.entries}: {_not_a_file(args.entries)}")
     output_dir("--out", args.out)  # a store is a directory
     previous = current_generation(args.out) if args.out.is_dir() else None
     try:
         entries = read_entries_jsonl(args.entries)
     except ValueError as e:  # each message starts with the file's path
-        raise ValueError(f"--entries {e}") from None
+        raise UserInputError(f"--entries {e}") from None
     if not entries:
-        raise ValueError(f"--entries {args.entries}: no entries (a store needs at least one to retrieve from)")
+        raise UserInputError(f"--entries {args.entries}: no entries (a store needs at least one to retrieve from)")
     gen = save(build(entries, minilm()), args.out)
     if previous:  # consolidation's utilities and added entries are replaced too: say so, and where they still are
         print(f"jaxdrive memory build: replaced the store in {args.out}; its previous generation {previous} (with "
@@ -66,11 +68,11 @@ def _check_query_flags(args) -> None:
     import numpy as np
 
     if not args.question.strip():
-        raise ValueError("--question: expected a non-empty question text")
+        raise UserInputError("--question: expected a non-empty question text")
     if args.lam is not None and not 0 <= args.lam <= np.finfo(np.float32).max:  # NaN fails; retrieval uses float32
-        raise ValueError(f"--lam: expected a finite utility weight >= 0, got {args.lam}")
+        raise UserInputError(f"--lam: expected a finite utility weight >= 0, got {args.lam}")
     if args.devices is not None and not 1 <= args.devices <= len(jax.devices()):
-        raise ValueError(f"--devices: expected 1..{len(jax.devices())} (available devices), got {args.devices}")
+        raise UserInputError(f"--devices: expected 1..{len(jax.devices())} (available devices), got {args.devices}")
 
 
 def _run_query(args) -> int:
@@ -81,17 +83,17 @@ def _run_query(args) -> int:
     from jaxdrive.agent.store import load
 
     if args.stm is not None and not args.stm.is_file():
-        raise ValueError(f"--stm {args.stm}: {_not_a_file(args.stm)}")
+        raise UserInputError(f"--stm {args.stm}: {_not_a_file(args.stm)}")
     _check_query_flags(args)
     store = load(args.store)
     check_store_width(store, args.store)
     k = min(memory.TOP_K, len(store.entries)) if args.k is None else args.k
     if not 1 <= k <= len(store.entries):
-        raise ValueError(f"-k: expected 1..{len(store.entries)} (entries in the store), got {k}")
+        raise UserInputError(f"-k: expected 1..{len(store.entries)} (entries in the store), got {k}")
     try:
         stm = args.stm.read_text(encoding="utf-8") if args.stm else ""
     except UnicodeDecodeError as e:
-        raise ValueError(f"--stm {args.stm}: not UTF-8 text ({e})") from None
+        raise UserInputError(f"--stm {args.stm}: not UTF-8 text ({e})") from None
     q = minilm()([compose_query(args.question, stm)])
     lam = memory.LAMBDA if args.lam is None else args.lam
     mesh = memory.entry_mesh(args.devices) if args.devices is not None else None

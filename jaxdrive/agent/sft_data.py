@@ -22,6 +22,7 @@ import numpy as np
 
 from jaxdrive.agent.consolidate import verify
 from jaxdrive.agent.loop import parse_reply
+from jaxdrive.errors import UserInputError
 
 
 def _accepted(messages: list[dict]) -> list[int]:
@@ -45,7 +46,7 @@ def _seg(m: dict, train: bool, text: str | None = None) -> dict:
 def stepwise_records(traj: dict, phase: int) -> list[dict]:
     """The phase-1 or phase-2 records of one trajectory (see the module docstring)."""
     if phase not in (1, 2):
-        raise ValueError(f"phase: expected 1 or 2, got {phase}")
+        raise UserInputError(f"phase: expected 1 or 2, got {phase}")
     msgs = traj["messages"]
     records = []
     for j in _accepted(msgs):
@@ -128,7 +129,7 @@ def read_records(path) -> list[dict]:
 
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"data.path: no such file {path} (records JSONL from `jaxdrive agent convert`)")
+        raise UserInputError(f"data.path: no such file {path} (records JSONL from `jaxdrive agent convert`)")
     out = []
     for where, r in read_jsonl_file(path):
         require(r, where, {"segments": list})
@@ -149,7 +150,7 @@ def records_dataset(cfg, tokenizer) -> list[dict]:
     ``jaxdrive agent convert``) with the pretrained model's tokenizer: ``prompt`` = the context tokens, ``answer`` =
     the supervised target (its content and ``<|im_end|>``); observations are in the prompt, so never in the loss."""
     if tokenizer is None:
-        raise ValueError("data.kind='agent_sft_records' needs a pretrained model directory with a tokenizer "
+        raise UserInputError("data.kind='agent_sft_records' needs a pretrained model directory with a tokenizer "
                          "(model.kind='pretrained', model.path)")
     out = []
     for r in read_records(cfg.path):

@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.json_values import is_finite_number
 
 TEXT_FIELDS = ("conditions", "risks", "success_pattern", "tool_strategy")
@@ -76,14 +77,14 @@ class MemoryEntry:
         non-empty ``id`` / ``conditions`` strings, string text fields, ``kind`` rule | experience, a finite number
         ``utility``, an integer ``support`` >= 1 and lists of strings ``sources`` and ``scenes``."""
         if not isinstance(d, dict):
-            raise ValueError(f"{where}: expected a JSON object (one entry), got {type(d).__name__}")
+            raise UserInputError(f"{where}: expected a JSON object (one entry), got {type(d).__name__}")
         known = {f.name for f in dataclasses.fields(MemoryEntry)}
         unknown = sorted(set(d) - known)
         if unknown:
-            raise ValueError(f"{where}: unknown field(s) {unknown} (known: {sorted(known)})")
+            raise UserInputError(f"{where}: unknown field(s) {unknown} (known: {sorted(known)})")
         for f in ("id", "conditions"):
             if not isinstance(d.get(f), str) or not d[f].strip():
-                raise ValueError(f"{where}: field {f!r}: expected a non-empty string, got {d.get(f)!r}")
+                raise UserInputError(f"{where}: field {f!r}: expected a non-empty string, got {d.get(f)!r}")
         _check_fields(d, where)
         e = MemoryEntry(**d)
         e.utility, e.sources, e.scenes = float(e.utility), list(e.sources), list(e.scenes)
@@ -94,19 +95,19 @@ def _check_fields(d: dict, where: str) -> None:
     """The optional fields of an entry dict have their types (see ``MemoryEntry.from_dict``)."""
     for f in TEXT_FIELDS[1:] + ("scene_id", "answer"):
         if not isinstance(d.get(f, ""), str):
-            raise ValueError(f"{where}: field {f!r}: expected a string, got {d[f]!r}")
+            raise UserInputError(f"{where}: field {f!r}: expected a string, got {d[f]!r}")
     if d.get("kind", "experience") not in ("rule", "experience"):
-        raise ValueError(f"{where}: field 'kind': expected 'rule' or 'experience', got {d['kind']!r}")
+        raise UserInputError(f"{where}: field 'kind': expected 'rule' or 'experience', got {d['kind']!r}")
     u = d.get("utility", 0.0)
     if not is_finite_number(u):
-        raise ValueError(f"{where}: field 'utility': expected a finite number, got {u!r}")
+        raise UserInputError(f"{where}: field 'utility': expected a finite number, got {u!r}")
     n = d.get("support", 1)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"{where}: field 'support': expected an integer >= 1, got {n!r}")
+        raise UserInputError(f"{where}: field 'support': expected an integer >= 1, got {n!r}")
     for f in ("sources", "scenes"):
         values = d.get(f, [])
         if not isinstance(values, list) or not all(isinstance(x, str) for x in values):
-            raise ValueError(f"{where}: field {f!r}: expected a list of strings, got {values!r}")
+            raise UserInputError(f"{where}: field {f!r}: expected a list of strings, got {values!r}")
 
 
 def format_entries(entries: Sequence[MemoryEntry]) -> str:
@@ -131,12 +132,12 @@ class MemoryStore:
     def __post_init__(self):
         self.embeddings = np.asarray(self.embeddings, np.float32)
         if self.embeddings.ndim != 2 or self.embeddings.shape[0] != len(self.entries):
-            raise ValueError(f"embeddings: expected [{len(self.entries)}, D] (one row per entry), got "
+            raise UserInputError(f"embeddings: expected [{len(self.entries)}, D] (one row per entry), got "
                              f"{self.embeddings.shape}")
         ids = [e.id for e in self.entries]
         if len(set(ids)) != len(ids):
             dup = next(i for i in ids if ids.count(i) > 1)
-            raise ValueError(f"entries: ids must be unique, {dup!r} repeats")
+            raise UserInputError(f"entries: ids must be unique, {dup!r} repeats")
 
     @property
     def utility(self) -> np.ndarray:
@@ -187,11 +188,11 @@ def current_generation(root: Path) -> str | None:
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"memory store {root}: CURRENT is unreadable ({e})") from None
+        raise UserInputError(f"memory store {root}: CURRENT is unreadable ({e})") from None
     if not name:
         return None
     if not _GENERATION.fullmatch(name):
-        raise ValueError(f"memory store {root}: CURRENT names {name[:80]!r}, not a generation (gen-NNNNNN)")
+        raise UserInputError(f"memory store {root}: CURRENT names {name[:80]!r}, not a generation (gen-NNNNNN)")
     return name
 
 
@@ -232,7 +233,7 @@ def load(root: str | os.PathLike, mmap: bool = False) -> MemoryStore:
     root = Path(root)
     cur = current_generation(root)
     if cur is None:
-        raise ValueError(f"memory store {root}: no committed generation (missing CURRENT; build one with "
+        raise UserInputError(f"memory store {root}: no committed generation (missing CURRENT; build one with "
                          "`jaxdrive memory build`)")
     gen = root / cur
     try:
@@ -240,21 +241,21 @@ def load(root: str | os.PathLike, mmap: bool = False) -> MemoryStore:
         table = pq.read_table(gen / "entries.parquet")
         emb = np.load(gen / "embeddings.npy", allow_pickle=False, mmap_mode="r" if mmap else None)
     except (OSError, ValueError) as e:
-        raise ValueError(f"memory store {root}: generation {cur} is unreadable ({e})") from None
+        raise UserInputError(f"memory store {root}: generation {cur} is unreadable ({e})") from None
     where = f"memory store {root}: {cur}"
     if not isinstance(meta, dict) or isinstance(meta.get("count"), bool) or not isinstance(meta.get("count"), int):
-        raise ValueError(f"{where}/meta.json: expected an object with an integer 'count'")
+        raise UserInputError(f"{where}/meta.json: expected an object with an integer 'count'")
     present = [c for c in _COLUMNS if c in table.column_names]
     missing = [c for c in _COLUMNS if c not in present and c not in _OPTIONAL_COLUMNS]
     if missing:
-        raise ValueError(f"{where}/entries.parquet: missing column(s) {missing}")
+        raise UserInputError(f"{where}/entries.parquet: missing column(s) {missing}")
     entries = [MemoryEntry(**r) for r in table.select(present).to_pylist()]
     if len(entries) != meta["count"]:
-        raise ValueError(f"{where} holds {len(entries)} entries, meta.json says {meta['count']}")
+        raise UserInputError(f"{where} holds {len(entries)} entries, meta.json says {meta['count']}")
     try:
         return MemoryStore(entries, emb, list(meta.get("consolidated", [])), meta.get("embedder", ""))
     except ValueError as e:
-        raise ValueError(f"{where}: {e}") from None
+        raise UserInputError(f"{where}: {e}") from None
 
 
 def read_entries_jsonl(path: str | os.PathLike) -> list[MemoryEntry]:

@@ -20,6 +20,7 @@ from jaxtyping import Array, Bool, Float, Int
 from jaxdrive.broadphase.blocks import block_size, covering
 from jaxdrive.broadphase.host import ContactPairs, group_rows
 from jaxdrive.broadphase.segments import sorted_segment_min
+from jaxdrive.errors import UserInputError
 from jaxdrive.scene import Agents
 
 TRIPLE_BLOCK = 512  # triples per loop step over a group's used triples (CPU; see ``broadphase.blocks``)
@@ -88,7 +89,7 @@ def over_groups(fn: Callable, agents: Agents, pairs: ContactPairs, states: Float
     b, k = states.shape[:2]
     g = pairs.groups
     if pairs.owner.shape[0] != b or agents.valid.shape[0] != b or b % g:
-        raise ValueError(f"PackedAgents: packed for {agents.valid.shape[0]} scenes in {g} groups, got states of "
+        raise UserInputError(f"PackedAgents: packed for {agents.valid.shape[0]} scenes in {g} groups, got states of "
                          f"{b} scenes; pack the batch for these states (jaxdrive.broadphase.pack_batch)")
     grouped = lambda x: group_rows(x, g)  # [B, n, ...] -> [G, B / G * n, ...]
     by_scene = lambda x: x.reshape((g, b // g) + x.shape[1:])  # [B, ...] -> [G, B / G, ...]

@@ -35,6 +35,7 @@ from jaxdrive.broadphase.host import (CENTERLINE_REACH_M, CONTACT_STEPS, EGO_RAD
                                       NC_STEPS, TILE_EDGES, TTC_FRAMES_AHEAD, TTC_HORIZON_S, TTC_STEPS, ContactPairs,
                                       EdgeTiles, PackedAgents, PackedMap, PackSpec, ego_chunk_bboxes, overlaps,
                                       kept_edges, polygon_bboxes, swept_bboxes)
+from jaxdrive.errors import UserInputError
 from jaxdrive.exported import files_hash
 from jaxdrive.geometry import EGO_LENGTH, EGO_REAR_AXLE_TO_CENTER, EGO_WIDTH, heading_unit
 from jaxdrive.materialize import materialize
@@ -346,7 +347,7 @@ def pack_on_device(scene: Scene, proposals: Proposals, spec: PackSpec,
     states, valid = proposals.states, proposals.valid
     nb = states.shape[0]
     if groups < 1 or nb % groups:
-        raise ValueError(f"pack_on_device: groups: expected a positive divisor of the batch size {nb}, got {groups}")
+        raise UserInputError(f"pack_on_device: groups: expected a positive divisor of the batch size {nb}, got {groups}")
     packed_map, map_over = _pack_map(scene, states, valid, spec, groups)
     agents, agent_over = _cull_agents(scene.agents, states, valid, spec.agents)
     nc, nc_over = _contact_pairs(agents, states, valid, NC_STEPS, 0, 0.0, spec.nc_pairs, groups)
@@ -376,11 +377,11 @@ def needs(scene: Scene, proposals: Proposals, groups: int = 1) -> PackSpec:
     check_batch_shapes(scene, proposals, "needs")
     nb = np.shape(proposals.valid)[0]
     if groups < 1 or nb % groups:
-        raise ValueError(f"needs: groups: expected a positive divisor of the batch size {nb}, got {groups}")
+        raise UserInputError(f"needs: groups: expected a positive divisor of the batch size {nb}, got {groups}")
     try:
         rows = scene_needs(scene, proposals)
     except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-        raise ValueError("needs: measures a host batch, outside jax.jit (inside a trace its counts are not values): "
+        raise UserInputError("needs: measures a host batch, outside jax.jit (inside a trace its counts are not values): "
                          "call it before your jitted step and pass capacity_for(needs(...)) to jaxdrive.score as its "
                          "static capacity") from None
     return needs_of(rows, np.arange(nb) // (nb // groups), nb // groups)

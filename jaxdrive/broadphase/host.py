@@ -45,6 +45,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.constants import (EGO_LENGTH, EGO_REAR_AXLE_TO_CENTER, EGO_WIDTH, LK_DEVIATION_M, NC_STEPS,
                                 TTC_FRAMES_AHEAD, TTC_HORIZON_S, TTC_STEPS)
+from jaxdrive.errors import UserInputError
 from jaxdrive.scene import FAR, Agents, AreaKind, Polygons, Scene
 
 MARGIN_M = 0.05  # added to the swept bbox; device rounding of ego corners is ~1e-5 m at ego-centred scales
@@ -315,11 +316,11 @@ def pack_map(scene: Scene, states: np.ndarray, spec: PackSpec = PackSpec(),
     m = scene.map
     states = np.asarray(states)
     if states.ndim != 4:
-        raise ValueError(f"pack_map: states: expected shape (B, K, T, 11), got {states.shape}")
+        raise UserInputError(f"pack_map: states: expected shape (B, K, T, 11), got {states.shape}")
     if not hasattr(m, "area_kind") or np.asarray(m.area_kind).ndim != 2:
-        raise ValueError(f"pack_map: scene.map: expected an unpacked batch MapData (area_kind [B, A]), got {type(m)}")
+        raise UserInputError(f"pack_map: scene.map: expected an unpacked batch MapData (area_kind [B, A]), got {type(m)}")
     if groups < 1 or states.shape[0] % groups:
-        raise ValueError(f"pack_map: groups: expected a positive divisor of the batch size {states.shape[0]}, "
+        raise UserInputError(f"pack_map: groups: expected a positive divisor of the batch size {states.shape[0]}, "
                          f"got {groups}")
     box = ego_chunk_bboxes(states, MAP_CHUNK_STEPS)  # [B, K, C, 4]
     shape = box.shape[:3]

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Int
 
 from jaxdrive.broadphase.blocks import search_method
+from jaxdrive.errors import UserInputError
 
 IMPLEMENTATIONS = ("scatter", "scan")
 
@@ -37,7 +38,7 @@ def implementation() -> str:
     """The sorted segment reductions ``JAXDRIVE_SEGMENTS`` names (module docstring), "scatter" when unset."""
     impl = os.environ.get("JAXDRIVE_SEGMENTS", "scatter")
     if impl not in IMPLEMENTATIONS:
-        raise ValueError(f"JAXDRIVE_SEGMENTS: expected one of {IMPLEMENTATIONS}, got {impl!r}")
+        raise UserInputError(f"JAXDRIVE_SEGMENTS: expected one of {IMPLEMENTATIONS}, got {impl!r}")
     return impl
 
 

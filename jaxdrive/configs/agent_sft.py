@@ -12,6 +12,7 @@ and selection by validation loss (select with ``checkpoint.best_metric`` on a he
 import ml_collections
 
 from jaxdrive.configs import sft_tiny
+from jaxdrive.errors import UserInputError
 
 RECORDS = {1: 13_679, 2: 20_062}  # the paper's record counts (steps below = epochs * records / 16)
 EPOCHS = {1: 3, 2: 20}
@@ -22,7 +23,7 @@ SAVE_EVERY = {1: 200, 2: 1000}
 def get_config(phase: str = "1") -> ml_collections.ConfigDict:
     p = int(phase)
     if p not in (1, 2):
-        raise ValueError(f"phase: expected 1 or 2, got {phase!r}")
+        raise UserInputError(f"phase: expected 1 or 2, got {phase!r}")
     c = sft_tiny.get_config()
     c.seed = 42
     c.steps = EPOCHS[p] * RECORDS[p] // 16

@@ -14,6 +14,7 @@ import copy
 
 import ml_collections
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.parallel import LOGICAL_AXIS_RULES
 
 _QWEN25_VISION = dict(
@@ -90,7 +91,7 @@ PRESETS = {
 def get_config(name: str = "tiny_qwen2_5_vl") -> ml_collections.ConfigDict:
     """The preset ``name`` (one of :data:`PRESETS`) as a ConfigDict."""
     if name not in PRESETS:
-        raise ValueError(f"model preset: expected one of {sorted(PRESETS)}, got {name!r}")
+        raise UserInputError(f"model preset: expected one of {sorted(PRESETS)}, got {name!r}")
     hf_config, mesh, dtype = PRESETS[name]
     cfg = ml_collections.ConfigDict()
     cfg.name = name

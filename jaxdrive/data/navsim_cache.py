@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.scene import (NUM_STEPS, STATE_DIM, Agent, AgentType, Area, AreaKind, HostScene, Lane, LaneKind,
                             StateIndex)
 
@@ -130,7 +131,7 @@ class CacheUnpickler(pickle.Unpickler):
         return ALLOWED[key]
 
 
-class CacheFileError(ValueError):
+class CacheFileError(UserInputError):
     """A metric-cache file cannot be read or does not hold what a MetricCache holds; the message names the file."""
 
 
@@ -444,23 +445,23 @@ def run_from_navsim(args) -> int:
     from jaxdrive.data.scene_json import write_scene
 
     if args.resume and args.store:
-        raise ValueError("--resume: not with --store (the store is written whole at the end, so an interrupted --store "
+        raise UserInputError("--resume: not with --store (the store is written whole at the end, so an interrupted --store "
                          "run leaves nothing to continue); run the same command without --resume")
     try:
         caches = find_caches(args.cache_dir)
     except CacheFileError as e:
-        raise ValueError(f"CACHE_DIR: {e}") from None
+        raise UserInputError(f"CACHE_DIR: {e}") from None
     if not caches:
-        raise ValueError(f"CACHE_DIR {args.cache_dir}: no {CACHE_FILE} found under it")
+        raise UserInputError(f"CACHE_DIR {args.cache_dir}: no {CACHE_FILE} found under it")
     if args.store:
         from jaxdrive.data.store import is_store, write_store
 
         if is_store(args.out):
-            raise ValueError(f"--out {args.out}: already holds a scene store; choose another directory")
+            raise UserInputError(f"--out {args.out}: already holds a scene store; choose another directory")
     try:
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise ValueError(f"--out {args.out}: cannot create the directory ({e.strerror})") from None
+        raise UserInputError(f"--out {args.out}: cannot create the directory ({e.strerror})") from None
     done = converted_tokens(caches, args.out) if args.resume else set()
     if args.resume:
         print(f"skipped {len(done)} caches already converted in {args.out}")

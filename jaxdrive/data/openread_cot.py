@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from jaxdrive.datasets.base import source_path
+from jaxdrive.errors import UserInputError
 from jaxdrive.eval.cot_format import format_cot
 from jaxdrive.eval.trajectory_text import NUM_POINTS, format_trajectory, parse_trajectory
 from jaxdrive.scene import AgentType, HostScene, StateIndex
@@ -230,7 +231,7 @@ def synthetic_records(num_scenes: int, seed: int = 0, tasks=(KNOWLEDGE, PLANNING
     from jaxdrive.data.synthetic import iter_scenes
 
     if planning not in PLANNING_VARIANTS:
-        raise ValueError(f"planning: expected one of {PLANNING_VARIANTS}, got {planning!r}")
+        raise UserInputError(f"planning: expected one of {PLANNING_VARIANTS}, got {planning!r}")
     speeds = np.random.default_rng([seed, 1]).choice(RULE_SPEEDS, num_scenes)
 
     rng = np.random.default_rng(seed)
@@ -283,7 +284,7 @@ def _lingoqa_answers(row: dict, where: str) -> list[str]:
     answers = row.get("answers")
     refs = list(answers) if answers is not None else [row.get("answer")]
     if not refs or any(not isinstance(a, str) or not a.strip() for a in refs):
-        raise ValueError(f"{where}: field 'answer'/'answers': expected non-empty text, got {refs!r:.80}")
+        raise UserInputError(f"{where}: field 'answer'/'answers': expected non-empty text, got {refs!r:.80}")
     return refs
 
 
@@ -302,17 +303,17 @@ def load_lingoqa_file(path: Path, root: Path, rationale_column: str = "rationale
     cols = set(pq.read_schema(path).names)
     for need in ("question_id", "question", "answer|answers"):
         if not cols & set(need.split("|")):
-            raise ValueError(f"{path}: missing field (column) {need.replace('|', ' or ')!r}")
+            raise UserInputError(f"{path}: missing field (column) {need.replace('|', ' or ')!r}")
     groups: dict[str, dict] = {}
     for i, row in enumerate(pq.read_table(path).to_pylist()):
         where, qid, question = f"{path} row {i}", row["question_id"], row["question"]
         if not isinstance(qid, str) or not qid or not isinstance(question, str) or not question.strip():
-            raise ValueError(f"{where}: fields 'question_id' and 'question': expected non-empty text, got "
+            raise UserInputError(f"{where}: fields 'question_id' and 'question': expected non-empty text, got "
                              f"{qid!r:.40} and {question!r:.40}")
         refs = _lingoqa_answers(row, where)
         if qid in groups:
             if groups[qid]["question"] != question:
-                raise ValueError(f"{where}: question_id {qid!r} repeats with another question text")
+                raise UserInputError(f"{where}: question_id {qid!r} repeats with another question text")
             groups[qid]["references"] += refs
             continue
         images = _lingoqa_images(row, root, where)
@@ -327,13 +328,13 @@ def lingoqa_files(root: Path, split: str | None = None) -> list[Path]:
     """The parquet files under ``root`` (``*/*.parquet``, then ``*.parquet``) of ``split`` (None: all); fails when
     there is none."""
     if split is not None and split not in LINGOQA_SPLITS:
-        raise ValueError(f"LingoQA split: expected one of {LINGOQA_SPLITS} or None, got {split!r}")
+        raise UserInputError(f"LingoQA split: expected one of {LINGOQA_SPLITS} or None, got {split!r}")
     files = sorted(root.glob("*/*.parquet")) + sorted(root.glob("*.parquet"))
     if not files:
-        raise ValueError(f"LingoQA root {root}: no parquet files (expected action/train.parquet, ...)")
+        raise UserInputError(f"LingoQA root {root}: no parquet files (expected action/train.parquet, ...)")
     files = [f for f in files if split is None or lingoqa_split(f) == split]
     if not files:
-        raise ValueError(f"LingoQA root {root}: no parquet files of split {split!r}")
+        raise UserInputError(f"LingoQA root {root}: no parquet files of split {split!r}")
     return files
 
 
@@ -364,16 +365,16 @@ def load_omnidrive(root: str | Path, split: str = "train", kinds=("vqa", "conv")
             try:
                 items = json.loads(path.read_text(encoding="utf-8"))
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise ValueError(f"OmniDrive file {path}: invalid JSON ({e})") from None
+                raise UserInputError(f"OmniDrive file {path}: invalid JSON ({e})") from None
             if not isinstance(items, list):
-                raise ValueError(f"OmniDrive file {path}: expected a JSON list of {{question, answer}} objects, got "
+                raise UserInputError(f"OmniDrive file {path}: expected a JSON list of {{question, answer}} objects, got "
                                  f"{type(items).__name__}")
             for i, qa in enumerate(items):
                 if not isinstance(qa, dict) or "question" not in qa or "answer" not in qa:
-                    raise ValueError(f"OmniDrive file {path}: item {i} is not a {{question, answer}} object")
+                    raise UserInputError(f"OmniDrive file {path}: item {i} is not a {{question, answer}} object")
                 out.append(_omnidrive_qa(str(qa["question"]), str(qa["answer"]), f"omnidrive/{kind}/{path.stem}/{i}"))
     if not out:
-        raise ValueError(f"OmniDrive root {root}: no QA files under {[f'{k}/{split}' for k in kinds]}")
+        raise UserInputError(f"OmniDrive root {root}: no QA files under {[f'{k}/{split}' for k in kinds]}")
     return out
 
 
@@ -381,5 +382,5 @@ def trajectory_array(rec: dict) -> np.ndarray:
     """The planning record's GT [6, 2] as float32."""
     t = np.asarray(rec["trajectory"], np.float32)
     if t.shape != (NUM_POINTS, 2):
-        raise ValueError(f"record {rec.get('id')}: trajectory must be [6, 2], got {t.shape}")
+        raise UserInputError(f"record {rec.get('id')}: trajectory must be [6, 2], got {t.shape}")
     return t

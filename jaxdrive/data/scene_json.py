@@ -19,6 +19,7 @@ import orjson
 from jaxdrive import atomic
 from jaxdrive import constants as C
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.scene import (NUM_STEPS, STATE_DIM, STATE_FIELDS, Agent, AgentType, Area, AreaKind, HostScene, Lane,
                             LaneKind, SceneValidationError, validate_host_scene)
 
@@ -31,7 +32,7 @@ _VEHICLE = {"length": C.EGO_LENGTH, "width": C.EGO_WIDTH, "height": C.EGO_HEIGHT
 _TRACK_FIELDS = ["x", "y", "heading", "velocity_x", "velocity_y"]
 
 
-class SceneFileError(ValueError):
+class SceneFileError(UserInputError):
     """A scene file is malformed. The message names the file and the key path."""
 
 
@@ -139,8 +140,35 @@ _AREA_KINDS = {"roadblock": AreaKind.ROADBLOCK, "intersection": AreaKind.INTERSE
                "drivable_area": AreaKind.DRIVABLE_AREA}
 
 
-def scene_from_dict(d: dict, source: str = "<dict>", validate: bool = True) -> HostScene:
-    """Parse one scene dict; ``source`` names it in errors."""
+#: the time grid every scene uses (jaxdrive reads no other): where a file states its times, they must be these
+_TIMES = {"time.dt": 0.1, "time.num_future_steps": NUM_STEPS - 1, "time.history_times": [-1.5, -1.0, -0.5, 0.0],
+          "time.previous_plan_start": -0.5, "ego.history.times": [-1.5, -1.0, -0.5, 0.0]}
+TIME_TOLERANCE = 1e-6  # s
+
+
+def _check_times(r: "_Reader", d: dict) -> None:
+    """The optional time fields (``_TIMES``), where given, state the grid jaxdrive scores on (a file written on
+    another grid would be scored as if it were on this one)."""
+    for path, want in _TIMES.items():
+        obj = d
+        for key in path.split("."):
+            obj = obj.get(key) if isinstance(obj, dict) else None
+        if obj is None:
+            continue
+        try:
+            got = np.asarray(obj, np.float64)
+            ok = got.shape == np.shape(want) and bool(np.all(np.abs(got - np.asarray(want)) <= TIME_TOLERANCE))
+        except (TypeError, ValueError, OverflowError):
+            ok = False
+        if not ok:
+            r.fail(path, f"expected {want} (jaxdrive's time grid: {NUM_STEPS} states at 0.1 s, history at -1.5, -1.0, "
+                         f"-0.5, 0.0 s), got {obj!r}")
+
+
+def scene_from_dict(d: dict, source: str = "<dict>", validate: bool = True,
+                    allow_offset_start: bool = False) -> HostScene:
+    """Parse one scene dict; ``source`` names it in errors. ``allow_offset_start``: proposals need not start at the
+    ego's current state (``jaxdrive.scene.host.start_offset_problem``)."""
     r = _Reader(source)
     if not isinstance(d, dict):
         raise SceneFileError(f"{source}: expected a JSON object at top level, got {type(d).__name__}")
@@ -152,6 +180,7 @@ def scene_from_dict(d: dict, source: str = "<dict>", validate: bool = True) -> H
     fields = ego.get("state_fields")
     if fields is not None and list(fields) != list(STATE_FIELDS):
         r.fail("ego.state_fields", f"expected {list(STATE_FIELDS)}, got {fields}")
+    _check_times(r, d)
     hist = r.get(ego, "history", "ego", dict)
     history = r.array(r.get(hist, "states", "ego.history"), "ego.history.states", (4, STATE_DIM))
 
@@ -231,7 +260,7 @@ def scene_from_dict(d: dict, source: str = "<dict>", validate: bool = True) -> H
     )
     if validate:
         try:
-            validate_host_scene(scene)
+            validate_host_scene(scene, allow_offset_start=allow_offset_start)
         except SceneValidationError as e:
             raise SceneFileError(f"{source}: {e}") from None
     return scene
@@ -296,14 +325,16 @@ def _parse_json(data: bytes, path: Path) -> Any:
         raise SceneFileError(f"{path}: not valid JSON ({e})") from None
 
 
-def read_scene(path: str | os.PathLike, validate: bool = True) -> HostScene:
-    """Read one scene file. Raises ``SceneFileError`` naming the file (and key) on any problem."""
+def read_scene(path: str | os.PathLike, validate: bool = True, allow_offset_start: bool = False) -> HostScene:
+    """Read one scene file. Raises ``SceneFileError`` naming the file (and key) on any problem (``validate``: every
+    field checked, ranges included; ``allow_offset_start``: proposals may start away from the ego's current state)."""
     path = Path(path)
     try:
         data = path.read_bytes()
     except OSError as e:
         raise SceneFileError(f"{path}: cannot read ({e.strerror})") from None
-    return scene_from_dict(_parse_json(data, path), source=str(path), validate=validate)
+    return scene_from_dict(_parse_json(data, path), source=str(path), validate=validate,
+                           allow_offset_start=allow_offset_start)
 
 
 def write_scene(scene: HostScene, path: str | os.PathLike) -> None:

@@ -33,6 +33,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from jaxdrive import atomic
+from jaxdrive.errors import UserInputError
 from jaxdrive.scene import (NUM_HISTORY, NUM_STEPS, STATE_DIM, Agent, AgentType, Area, AreaKind, HostScene, Lane,
                             LaneKind, PadSpec, validate_host_scene)
 
@@ -162,10 +163,10 @@ def write_store(scenes: Iterable[HostScene], out: str | os.PathLike, *, progress
 
     out = output_dir("--out", out)
     if is_store(out):
-        raise ValueError(f"--out {out}: already holds a scene store; choose another directory")
+        raise UserInputError(f"--out {out}: already holds a scene store; choose another directory")
     held = scene_files(out) if out.is_dir() else []
     if held:  # the folder of a store is skipped when scenes are listed (scene_json.NOT_SCENE_FOLDER_MARKS)
-        raise ValueError(f"--out {out}: holds scene JSON files (e.g. {held[0]}), which a store written there would "
+        raise UserInputError(f"--out {out}: holds scene JSON files (e.g. {held[0]}), which a store written there would "
                          f"hide from every command that lists a folder's scenes; choose another directory")
     before = set(out.iterdir()) if out.is_dir() else None
     try:
@@ -198,7 +199,7 @@ def _write_store(scenes: Iterable[HostScene], out: Path, progress: bool, padded:
             validate_host_scene(scene)
             with_proposals += scene.num_proposals > 0
             if scene.id in first:
-                raise ValueError(f"scene store: scene id {scene.id!r} is in two inputs: {label(first[scene.id])} and "
+                raise UserInputError(f"scene store: scene id {scene.id!r} is in two inputs: {label(first[scene.id])} and "
                                  f"{label(i)}")
             first[scene.id] = i
             fit = PadSpec.fit([scene], multiple=1)
@@ -211,7 +212,7 @@ def _write_store(scenes: Iterable[HostScene], out: Path, progress: bool, padded:
                              splits={"train": examples()}, description="jaxdrive ego-centred EPDMS scenes",
                              module_name=__name__, records_per_shard=SCENES_PER_SHARD, progress=progress)["train"]
     except EmptySplitError:
-        raise ValueError("scenes convert: no scene to write") from None
+        raise UserInputError("scenes convert: no scene to write") from None
     meta = {"format": "jaxdrive-scene-store/1", "scenes": written["examples"], "sha256": written["sha256"],
             "max_sizes": {k: getattr(sizes, k) for k in sizes.__dataclass_fields__}, "with_proposals": with_proposals}
     atomic.write_text(out / STORE_META, json.dumps(meta, indent=1))
@@ -409,16 +410,16 @@ class SceneStore:
 
         self.path = Path(path)
         if not is_store(self.path):
-            raise ValueError(f"{flag} {self.path}: not a jaxdrive scene store (no {STORE_META})")
+            raise UserInputError(f"{flag} {self.path}: not a jaxdrive scene store (no {STORE_META})")
         try:
             self.meta = json.loads((self.path / STORE_META).read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:  # e.g. a partial copy
-            raise ValueError(f"{flag} {self.path}: cannot read {self.path / STORE_META} ({e})") from None
+            raise UserInputError(f"{flag} {self.path}: cannot read {self.path / STORE_META} ({e})") from None
         builder = tfds.builder_from_directory(str(self.path))
         shards = [str(p) for p in builder.info.splits["train"].filepaths]
         missing = [p for p in shards if not os.path.isfile(p)]
         if missing:  # a partial copy: a RuntimeError of array_record's from deep inside the first read before
-            raise ValueError(f"{flag} {self.path}: {len(missing)} of its {len(shards)} record files are missing "
+            raise UserInputError(f"{flag} {self.path}: {len(missing)} of its {len(shards)} record files are missing "
                              f"({Path(missing[0]).name}{', ...' if len(missing) > 1 else ''}); copy the whole store "
                              f"again or convert its scenes anew")
         self.source = builder.as_data_source(split="train")
@@ -484,11 +485,11 @@ def _run_convert(args) -> int:
 
     src = Path(args.json_dir)
     if not src.is_dir():
-        raise ValueError(f"JSON_DIR {src}: " + ("is a file, not a directory" if src.exists() else "does not exist")
+        raise UserInputError(f"JSON_DIR {src}: " + ("is a file, not a directory" if src.exists() else "does not exist")
                          + "; expected a directory of *.json scene files")
     files = scene_files(src)
     if not files:
-        raise ValueError(f"JSON_DIR {src}: no *.json scene files found")
+        raise UserInputError(f"JSON_DIR {src}: no *.json scene files found")
     meta = write_store((read_scene(f) for f in files), Path(args.out), progress=not args.no_progress,
                        label=lambda i: str(files[i]))  # a bad file stops the conversion, leaving no store behind
     print(f"wrote {meta['scenes']} scenes to {args.out}")

@@ -24,6 +24,7 @@ import numpy as np
 from jaxdrive.data import synthetic_proposals as props
 from jaxdrive.data.synthetic_actors import build_actors
 from jaxdrive.data.synthetic_roads import RoadMap, build_junction, build_linear
+from jaxdrive.errors import UserInputError
 from jaxdrive.scene import (Agent, Area, HostScene, Lane, PadSpec, StateIndex, batch_scenes, validate_host_scene,
                             wrap_angle)
 
@@ -88,7 +89,7 @@ def _profile(profile: str | Profile) -> Profile:
     if isinstance(profile, Profile):
         return profile
     if profile not in PROFILES:
-        raise ValueError(f"profile: expected one of {sorted(PROFILES)}, got {profile!r}")
+        raise UserInputError(f"profile: expected one of {sorted(PROFILES)}, got {profile!r}")
     return PROFILES[profile]
 
 
@@ -147,9 +148,9 @@ def generate_scene(seed: int, *, num_proposals: int = 16, profile: str | Profile
     ``num_proposals < 1`` or ``seed < 0``.
     """
     if num_proposals < 1:
-        raise ValueError(f"num_proposals: expected >= 1, got {num_proposals}")
+        raise UserInputError(f"num_proposals: expected >= 1, got {num_proposals}")
     if seed < 0:  # numpy's SeedSequence said only "expected non-negative integer"
-        raise ValueError(f"seed: expected a non-negative integer, got {seed}")
+        raise UserInputError(f"seed: expected a non-negative integer, got {seed}")
     prof = _profile(profile)
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), GENERATOR_VERSION]))
     road = build_junction(rng, prof) if rng.random() < prof.p_intersection else build_linear(rng, prof)

@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from jaxdrive.data.synthetic_motion import Paths, integrate_curvature, polyline_paths, smoothstep
+from jaxdrive.errors import UserInputError
 from jaxdrive.scene import Area, AreaKind, Lane, LaneKind, NUM_STEPS
 
 DS = 0.5  # m, spacing of dense paths
@@ -243,7 +244,7 @@ def light_status(phase: str, change: int) -> str:
         return "Y" * change + "R" * (NUM_STEPS - change)
     if phase == "red_to_green":
         return "R" * change + "G" * (NUM_STEPS - change)
-    raise ValueError(f"unknown light phase {phase!r}")
+    raise UserInputError(f"unknown light phase {phase!r}")
 
 
 _CROSS = str.maketrans({"G": "R", "Y": "R", "R": "G"})

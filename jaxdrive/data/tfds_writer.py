@@ -15,11 +15,13 @@ import re
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from jaxdrive.errors import UserInputError
+
 RECORDS_PER_SHARD = 4096
 _SPLIT_NAME = re.compile(r"[\w-]+")  # what TFDS's split parser reads back (``tfds.core.splits._SUB_SPEC_RE``)
 
 
-class EmptySplitError(ValueError):
+class EmptySplitError(UserInputError):
     """A split given to ``write_tfds`` had no example."""
 
 
@@ -27,7 +29,7 @@ def check_split_name(split: str) -> None:
     """Fails unless TFDS can read ``split`` back: letters, digits, '_' and '-', and not "all" (TFDS's union of
     every split). Names such as "train.v2" or "my split" were written and then unreadable."""
     if not isinstance(split, str) or not _SPLIT_NAME.fullmatch(split) or split == "all":
-        raise ValueError(f"split {split!r}: TFDS split names are letters, digits, '_' and '-', and not 'all'")
+        raise UserInputError(f"split {split!r}: TFDS split names are letters, digits, '_' and '-', and not 'all'")
 
 
 def write_tfds(out: str | os.PathLike, *, name: str, version: str, features, splits: Mapping[str, Iterable[dict]],

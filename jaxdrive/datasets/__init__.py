@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib
 
+from jaxdrive.errors import UserInputError
+
 #: kind -> "module:class" of its builder (imported on use).
 BUILDERS = {
     "drivejudge": "jaxdrive.datasets.drivejudge:DriveJudgeRecords",
@@ -22,6 +24,6 @@ BUILDERS = {
 def get_builder(kind: str):
     """A builder instance of ``kind`` (one of ``BUILDERS``)."""
     if kind not in BUILDERS:
-        raise ValueError(f"dataset kind {kind!r}: expected one of {', '.join(sorted(BUILDERS))}")
+        raise UserInputError(f"dataset kind {kind!r}: expected one of {', '.join(sorted(BUILDERS))}")
     module, _, cls = BUILDERS[kind].partition(":")
     return getattr(importlib.import_module(module), cls)()

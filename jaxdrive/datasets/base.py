@@ -33,6 +33,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from jaxdrive import atomic
+from jaxdrive.errors import UserInputError
 from jaxdrive.output_paths import output_dir
 
 DATASET_META = "jaxdrive_dataset.json"
@@ -42,7 +43,7 @@ _UNFINISHED_BUILD = re.compile(r"dataset_info\.json|features\.json|jaxdrive_\w+-
                                rf"|{re.escape(DATASET_META)}\.\d+{re.escape(atomic.TMP_SUFFIX)}")
 
 
-class SourceError(ValueError):
+class SourceError(UserInputError):
     """A malformed source directory (the message names the file, and the field or line)."""
 
 
@@ -194,18 +195,18 @@ class Builder:
 def _check_out(out: Path) -> None:
     """Fails unless ``out`` is new, an empty folder, or a build an earlier version left unfinished."""
     if (out / DATASET_META).exists():
-        raise ValueError(f"--out {out}: already holds a dataset; choose another directory")
+        raise UserInputError(f"--out {out}: already holds a dataset; choose another directory")
     if not out.exists():
         output_dir("--out", out)  # a file on the way (--out FILE/sub) is named
         return
     if not out.is_dir():
-        raise ValueError(f"--out {out}: not a directory; choose a new or empty directory")
+        raise UserInputError(f"--out {out}: not a directory; choose a new or empty directory")
     other = sorted(p.name for p in out.iterdir() if not _UNFINISHED_BUILD.fullmatch(p.name))
     if other and (out / "dataset_info.json").exists():  # another TFDS dataset (a scene store, ...)
-        raise ValueError(f"--out {out}: already holds a dataset; choose another directory")
+        raise UserInputError(f"--out {out}: already holds a dataset; choose another directory")
     if other:
         listed = ", ".join(other[:3]) + (", ..." if len(other) > 3 else "")
-        raise ValueError(f"--out {out}: holds other files ({listed}); choose a new or empty directory")
+        raise UserInputError(f"--out {out}: holds other files ({listed}); choose a new or empty directory")
 
 
 @contextlib.contextmanager
@@ -269,7 +270,7 @@ def _running(pid: int) -> bool:
 def dataset_meta(path: str | os.PathLike) -> dict:
     p = Path(path) / DATASET_META
     if not p.is_file():
-        raise ValueError(f"{path}: not a dataset built by `jaxdrive data build` (no {DATASET_META})")
+        raise UserInputError(f"{path}: not a dataset built by `jaxdrive data build` (no {DATASET_META})")
     return json.loads(p.read_text())
 
 
@@ -287,7 +288,7 @@ class DecodedSource:
         self.path, self.split = str(path), split
         meta = dataset_meta(path)
         if split not in meta["splits"]:
-            raise ValueError(f"split {split!r}: {path} holds splits {sorted(meta['splits'])}")
+            raise UserInputError(f"split {split!r}: {path} holds splits {sorted(meta['splits'])}")
         self.builder = get_builder(meta["kind"])
         self.raw = tfds.builder_from_directory(self.path).as_data_source(split=split)
 

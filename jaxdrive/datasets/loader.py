@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
+from jaxdrive.errors import UserInputError
+
 
 def process_shard(shard_index: int | None = None, shard_count: int | None = None) -> tuple[int, int]:
     """``(index, count)``: the given values, else this process's ``jax.process_index()`` / ``jax.process_count()``."""
@@ -26,7 +28,7 @@ def process_shard(shard_index: int | None = None, shard_count: int | None = None
         shard_index = jax.process_index() if shard_index is None else shard_index
         shard_count = jax.process_count() if shard_count is None else shard_count
     if not 0 <= shard_index < shard_count:
-        raise ValueError(f"shard_index: expected 0 <= shard_index < shard_count={shard_count}, got {shard_index}")
+        raise UserInputError(f"shard_index: expected 0 <= shard_index < shard_count={shard_count}, got {shard_index}")
     return shard_index, shard_count
 
 
@@ -78,14 +80,14 @@ def grain_loader(path: str | os.PathLike, split: str = "train", *, seed: int = 0
     index, count = process_shard(shard_index, shard_count)
     full = DecodedSource(path, split)
     if len(full) < count:
-        raise ValueError(f"{path} split {split!r}: {len(full)} records cannot be sharded over {count} processes")
+        raise UserInputError(f"{path} split {split!r}: {len(full)} records cannot be sharded over {count} processes")
     source = ShardView(full, index, count, drop_remainder)
     sampler = gp.IndexSampler(num_records=len(source), shuffle=shuffle, seed=seed if shuffle else None,
                               num_epochs=num_epochs)
     ops = list(operations)
     if batch_size is not None:
         if batch_size < 1:
-            raise ValueError(f"batch_size: expected >= 1, got {batch_size}")
+            raise UserInputError(f"batch_size: expected >= 1, got {batch_size}")
         ops.append(gp.Batch(batch_size, drop_remainder=drop_remainder, batch_fn=list))
     if worker_count > 0:
         from absl import flags

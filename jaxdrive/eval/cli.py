@@ -16,6 +16,7 @@ import math
 from pathlib import Path
 
 from jaxdrive import atomic
+from jaxdrive.errors import UserInputError
 from jaxdrive.output_paths import output_file, output_not_input
 from jaxdrive.eval import dqc
 
@@ -68,7 +69,7 @@ def _check_column_types(schema, names, flag: str, path: Path) -> None:
         t = schema.field(name).type
         expected, holds = COLUMN_TYPES[name]
         if not holds(t.value_type if types.is_dictionary(t) else t):
-            raise ValueError(f"{flag} {path}: {name}: expected {expected}, got {t}")
+            raise UserInputError(f"{flag} {path}: {name}: expected {expected}, got {t}")
 
 
 def _read(path: Path, columns: tuple[str, ...], flag: str = "--predictions") -> dict:
@@ -76,21 +77,21 @@ def _read(path: Path, columns: tuple[str, ...], flag: str = "--predictions") -> 
     import pyarrow.parquet as pq
 
     if Path(path).is_dir():
-        raise ValueError(f"{flag} {path}: is a directory; expected a parquet file")
+        raise UserInputError(f"{flag} {path}: is a directory; expected a parquet file")
     if not Path(path).is_file():
-        raise ValueError(f"{flag} {path}: no such file")
+        raise UserInputError(f"{flag} {path}: no such file")
     try:
         table = pq.read_table(path)
     except Exception as e:  # pyarrow raises several types for a file that is not parquet
-        raise ValueError(f"{flag} {path}: cannot read parquet ({type(e).__name__}: {e})") from None
+        raise UserInputError(f"{flag} {path}: cannot read parquet ({type(e).__name__}: {e})") from None
     missing = [c for c in columns if c not in table.column_names]
     if missing:
-        raise ValueError(f"{flag} {path}: missing column(s) {missing} (has {table.column_names})")
+        raise UserInputError(f"{flag} {path}: missing column(s) {missing} (has {table.column_names})")
     _check_column_types(table.schema, [*columns, *(["id"] if "id" in table.column_names else [])], flag, path)
     if "id" in table.column_names:  # a repeated id would count one sample twice
         repeated = sorted(str(i) for i, n in collections.Counter(table.column("id").to_pylist()).items() if n > 1)
         if repeated:
-            raise ValueError(f"{flag} {path}: id(s) {repeated[:5]} appear in more than one row (each sample once)")
+            raise UserInputError(f"{flag} {path}: id(s) {repeated[:5]} appear in more than one row (each sample once)")
     return {c: table.column(c).to_numpy(zero_copy_only=False) for c in columns}
 
 
@@ -162,7 +163,7 @@ def _name(path: Path, names: list[str] | None, i: int) -> str:
 
 def _check_names(args) -> None:
     if args.names and len(args.names) != len(args.predictions):
-        raise ValueError(f"--names: expected {len(args.predictions)} names (one per --predictions file), "
+        raise UserInputError(f"--names: expected {len(args.predictions)} names (one per --predictions file), "
                          f"got {len(args.names)}")
 
 
@@ -178,9 +179,9 @@ def run_dqc(args) -> int:
         try:
             metrics = dqc.dqc_metrics(s, y)  # checks the columns' types and values first
         except ValueError as e:
-            raise ValueError(f"--predictions {path}: {e}") from None
+            raise UserInputError(f"--predictions {path}: {e}") from None
         if ((s < 0) | (s > 1)).any():
-            raise ValueError(f"--predictions {path}: column 'score' must lie in [0, 1], got min {s.min()}, "
+            raise UserInputError(f"--predictions {path}: column 'score' must lie in [0, 1], got min {s.min()}, "
                              f"max {s.max()}")
         rows.append((_name(path, args.names, i), metrics))
         curves.append((_name(path, args.names, i), y.astype(int), s.astype(float)))
@@ -215,7 +216,7 @@ def run_tps(args) -> int:
         try:
             acc = dqc.tps_accuracy(frame["score_a"], frame["score_b"], frame["preferred"])
         except ValueError as e:
-            raise ValueError(f"--predictions {path}: {e}") from None
+            raise UserInputError(f"--predictions {path}: {e}") from None
         rows.append((_name(path, args.names, i), acc))
     for path, (_, acc) in zip(args.predictions, rows):  # only once every file is valid
         atomic.write_text(metric_files(path)[2], json.dumps({"accuracy": round(acc, 6)}, indent=2) + "\n")

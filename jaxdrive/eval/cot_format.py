@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from jaxdrive.errors import UserInputError
+
 TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _WHOLE = re.compile(r"\s*<think>(.*?)</think>\s*<answer>(.*?)</answer>\s*", re.DOTALL)
@@ -25,7 +27,7 @@ def format_cot(think: str, answer: str) -> str:
     """``"<think> {think} </think>\\n<answer> {answer} </answer>"`` (tags inside the parts are an error)."""
     for name, part in (("think", think), ("answer", answer)):
         if any(t in part for t in TAGS):
-            raise ValueError(f"{name}: must not contain the tags {TAGS}, got {part[:80]!r}")
+            raise UserInputError(f"{name}: must not contain the tags {TAGS}, got {part[:80]!r}")
     return f"<think> {think.strip()} </think>\n<answer> {answer.strip()} </answer>"
 
 

@@ -19,6 +19,8 @@ import numpy as np
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
+from jaxdrive.errors import UserInputError
+
 #: The critic's user message (our wording of OpenREAD's Fig. 8 right panel, which is not released as text).
 CRITIC_PROMPT = (
     "You are an expert judge of answers about driving scenes.\n"
@@ -86,7 +88,7 @@ class QwenCritic:
         self.model, self.tokenizer, self.prompt, self.mesh = model, tokenizer, prompt, mesh
         yes, no = first_token_ids(tokenizer, yes_words), first_token_ids(tokenizer, no_words)
         if not yes or not no or set(yes) & set(no):
-            raise ValueError(f"critic: yes words {yes_words} and no words {no_words} must have distinct first tokens "
+            raise UserInputError(f"critic: yes words {yes_words} and no words {no_words} must have distinct first tokens "
                              f"(got {yes} / {no})")
         self.ids = jnp.asarray(yes + no, jnp.int32)
         self.is_yes = jnp.asarray([1.0] * len(yes) + [0.0] * len(no), jnp.float32)
@@ -105,7 +107,7 @@ class QwenCritic:
         try:
             tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         except (OSError, ValueError) as e:
-            raise ValueError(f"critic path {path!r}: cannot load its tokenizer ({e})") from None
+            raise UserInputError(f"critic path {path!r}: cannot load its tokenizer ({e})") from None
         return cls(from_pretrained(path, dtype, mesh=mesh), tokenizer, mesh=mesh, **kw)
 
     def render(self, question: str, reference: str, prediction: str) -> list[int]:
@@ -118,7 +120,7 @@ class QwenCritic:
         """[N] float64 probability that each prediction matches its reference."""
         n = len(predictions)
         if not (len(questions) == len(references) == n):
-            raise ValueError(f"critic: {len(questions)} questions, {len(references)} references, {n} predictions")
+            raise UserInputError(f"critic: {len(questions)} questions, {len(references)} references, {n} predictions")
         prompts = [self.render(q, r, p) for q, r, p in zip(questions, references, predictions)]
         out = np.zeros(n, np.float64)
         for s in range(0, n, self.batch_size):
@@ -150,7 +152,7 @@ def pair_separation(critic: "QwenCritic", pairs: Sequence[dict], threshold: floa
                              [x["prediction"] for x in pairs])
     y = np.asarray([bool(x["match"]) for x in pairs])
     if y.all() or not y.any():
-        raise ValueError("pairs: need both matching and non-matching pairs")
+        raise UserInputError("pairs: need both matching and non-matching pairs")
     pos, neg = p[y], p[~y]
     auc = float(((pos[:, None] > neg[None]).mean() + 0.5 * (pos[:, None] == neg[None]).mean()))
     return {"p_yes_match": float(pos.mean()), "p_yes_mismatch": float(neg.mean()),

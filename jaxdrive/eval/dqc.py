@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from jaxdrive.errors import UserInputError
+
 DQC_TAUS = (0.7, 0.8, 0.9)
 
 
@@ -27,16 +29,16 @@ def _check_binary(labels, scores) -> tuple[np.ndarray, np.ndarray]:
     y = np.asarray(labels)
     s = np.asarray(scores)
     if not (np.issubdtype(s.dtype, np.number) and not np.issubdtype(s.dtype, np.complexfloating)):
-        raise ValueError(f"score: expected numbers, got dtype {s.dtype}")
+        raise UserInputError(f"score: expected numbers, got dtype {s.dtype}")
     s = s if np.issubdtype(s.dtype, np.floating) else s.astype(np.float64)
     if y.ndim != 1 or s.shape != y.shape:
-        raise ValueError(f"label/score: expected two 1-D columns of one length, got {y.shape} and {s.shape}")
+        raise UserInputError(f"label/score: expected two 1-D columns of one length, got {y.shape} and {s.shape}")
     if y.size == 0:
-        raise ValueError("predictions: expected at least one row, got none")
+        raise UserInputError("predictions: expected at least one row, got none")
     if not np.isin(y, (0, 1)).all():
-        raise ValueError(f"label: expected 0/1 (1 = reasonable, 0 = failure), got values {np.unique(y)[:5]}")
+        raise UserInputError(f"label: expected 0/1 (1 = reasonable, 0 = failure), got values {np.unique(y)[:5]}")
     if not np.isfinite(s).all():
-        raise ValueError(f"score: expected finite values, got {int((~np.isfinite(s)).sum())} NaN/inf")
+        raise UserInputError(f"score: expected finite values, got {int((~np.isfinite(s)).sum())} NaN/inf")
     return y.astype(np.int64), s
 
 
@@ -112,17 +114,17 @@ def tps_accuracy(score_a, score_b, preferred) -> float:
     for name, col in (("score_a", score_a), ("score_b", score_b)):
         dtype = np.asarray(col).dtype
         if not np.issubdtype(dtype, np.number) or np.issubdtype(dtype, np.complexfloating):
-            raise ValueError(f"{name}: expected numbers, got dtype {dtype}")
+            raise UserInputError(f"{name}: expected numbers, got dtype {dtype}")
     a, b = np.asarray(score_a, np.float64), np.asarray(score_b, np.float64)
     pref = np.asarray(preferred).astype(str)
     if a.ndim != 1 or a.shape != b.shape or pref.shape != a.shape:
-        raise ValueError(f"score_a/score_b/preferred: expected three 1-D columns of one length, got {a.shape}, "
+        raise UserInputError(f"score_a/score_b/preferred: expected three 1-D columns of one length, got {a.shape}, "
                          f"{b.shape}, {pref.shape}")
     if a.size == 0:
-        raise ValueError("predictions: expected at least one row, got none")
+        raise UserInputError("predictions: expected at least one row, got none")
     if not np.isin(pref, ("a", "b")).all():
-        raise ValueError(f"preferred: expected 'a' or 'b', got values {np.unique(pref)[:5]}")
+        raise UserInputError(f"preferred: expected 'a' or 'b', got values {np.unique(pref)[:5]}")
     if not (np.isfinite(a).all() and np.isfinite(b).all()):
-        raise ValueError("score_a/score_b: expected finite values")
+        raise UserInputError("score_a/score_b: expected finite values")
     correct = np.where(pref == "a", a > b, b > a)
     return 100.0 * float(np.mean(correct))

@@ -35,6 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
+from jaxdrive.errors import UserInputError
+
 GRID = 200
 RESOLUTION = 0.5  # m per cell
 ORIGIN = -49.75  # centre of cell 0, both axes (m)
@@ -87,31 +89,31 @@ def _validate(pred, gt, occupancy, gt_mask) -> tuple[np.ndarray, ...]:
     pred, gt = np.asarray(pred), np.asarray(gt)
     for name, a in (("pred", pred), ("gt", gt)):
         if not np.issubdtype(a.dtype, np.number):
-            raise ValueError(f"{name}: expected float coordinates (metres), got dtype {a.dtype}")
+            raise UserInputError(f"{name}: expected float coordinates (metres), got dtype {a.dtype}")
     if pred.ndim != 3 or pred.shape[2] != 2:
-        raise ValueError(f"pred: expected float [N, T, 2] (metres, x right / y forward), got shape {pred.shape}")
+        raise UserInputError(f"pred: expected float [N, T, 2] (metres, x right / y forward), got shape {pred.shape}")
     if pred.shape[0] == 0:
-        raise ValueError("pred: no samples (N = 0): the rates would divide by zero")
+        raise UserInputError("pred: no samples (N = 0): the rates would divide by zero")
     if pred.shape[1] < STEPS:
-        raise ValueError(f"pred: expected {STEPS} steps (0.5 .. 3.0 s) per trajectory, got {pred.shape[1]}")
+        raise UserInputError(f"pred: expected {STEPS} steps (0.5 .. 3.0 s) per trajectory, got {pred.shape[1]}")
     if gt.shape != pred.shape:
-        raise ValueError(f"gt: expected shape {pred.shape} (as pred), got {gt.shape}")
+        raise UserInputError(f"gt: expected shape {pred.shape} (as pred), got {gt.shape}")
     n, t = pred.shape[:2]
     occ = np.asarray(occupancy)
     if occ.shape != (n, t, GRID, GRID):
-        raise ValueError(f"occupancy: expected bool [{n}, {t}, {GRID}, {GRID}], got shape {occ.shape}")
+        raise UserInputError(f"occupancy: expected bool [{n}, {t}, {GRID}, {GRID}], got shape {occ.shape}")
     if occ.dtype != bool:
         if not np.isin(occ, (0, 1)).all():
-            raise ValueError(f"occupancy: expected bool (or 0/1) cells, got dtype {occ.dtype} with other values")
+            raise UserInputError(f"occupancy: expected bool (or 0/1) cells, got dtype {occ.dtype} with other values")
         occ = occ.astype(bool)
     mask = np.ones((n, t), np.float32) if gt_mask is None else np.asarray(gt_mask, np.float32)
     if mask.shape != (n, t):
-        raise ValueError(f"gt_mask: expected [{n}, {t}] (1 = GT step valid), got shape {mask.shape}")
+        raise UserInputError(f"gt_mask: expected [{n}, {t}] (1 = GT step valid), got shape {mask.shape}")
     if not np.isin(mask, (0, 1)).all():  # a NaN made every L2 NaN, a 2 scaled an error: both silently
-        raise ValueError(f"gt_mask: expected 0/1 (1 = GT step valid), got values {np.unique(mask)[:5]}")
+        raise UserInputError(f"gt_mask: expected 0/1 (1 = GT step valid), got values {np.unique(mask)[:5]}")
     for name, a in (("pred", pred), ("gt", gt)):
         if not np.isfinite(a).all():
-            raise ValueError(f"{name}: non-finite coordinates at sample {int(np.argwhere(~np.isfinite(a))[0, 0])}")
+            raise UserInputError(f"{name}: non-finite coordinates at sample {int(np.argwhere(~np.isfinite(a))[0, 0])}")
     return pred.astype(np.float32), gt.astype(np.float32), occ, mask
 
 
@@ -121,9 +123,9 @@ def _footprint(footprint) -> np.ndarray:
         return FOOTPRINT
     fp = np.asarray(footprint)
     if fp.ndim != 2 or fp.shape[0] == 0 or fp.shape[1] != 2:
-        raise ValueError(f"footprint: expected [P >= 1, 2] (row, col) ego pixels at the origin, got shape {fp.shape}")
+        raise UserInputError(f"footprint: expected [P >= 1, 2] (row, col) ego pixels at the origin, got shape {fp.shape}")
     if not np.issubdtype(fp.dtype, np.integer):
-        raise ValueError(f"footprint: expected integer pixel offsets, got dtype {fp.dtype}")
+        raise UserInputError(f"footprint: expected integer pixel offsets, got dtype {fp.dtype}")
     return fp
 
 
@@ -131,7 +133,7 @@ def horizon_values(per_step: Float[np.ndarray, "T"], convention: str) -> dict[in
     """{seconds: value} for 1, 2, 3 s: "uniad" takes the value at step 2s-1 (indices 1, 3, 5), "stp3" and "vad" the
     mean of steps 0..2s-1."""
     if convention not in CONVENTIONS:
-        raise ValueError(f"convention: expected one of {CONVENTIONS}, got {convention!r}")
+        raise UserInputError(f"convention: expected one of {CONVENTIONS}, got {convention!r}")
     v = np.asarray(per_step, np.float64)
     k = int(round(1 / STEP_SECONDS))
     if convention == "uniad":
@@ -169,16 +171,16 @@ def planning_metrics(
        (floats), "num_samples" (N; "vad": the complete samples), "num_excluded" (samples "vad" left out, else 0)}.
     """
     if convention not in CONVENTIONS:
-        raise ValueError(f"convention: expected one of {CONVENTIONS}, got {convention!r}")
+        raise UserInputError(f"convention: expected one of {CONVENTIONS}, got {convention!r}")
     pred, gt, occ, mask = _validate(pred, gt, occupancy, gt_mask)
     fp = jnp.asarray(_footprint(footprint), jnp.int32)
     if isinstance(chunk, bool) or not isinstance(chunk, numbers.Integral) or chunk < 1:
-        raise ValueError(f"chunk: expected a positive number of samples per device call, got {chunk!r}")
+        raise UserInputError(f"chunk: expected a positive number of samples per device call, got {chunk!r}")
     total = len(pred)
     if convention == "vad":  # VAD averages over the samples with fut_valid_flag (all future steps present) only
         complete = (mask == 1).all(1)
         if not complete.any():
-            raise ValueError("gt_mask: no sample has a complete GT future (all steps 1), VAD's mean is over none")
+            raise UserInputError("gt_mask: no sample has a complete GT future (all steps 1), VAD's mean is over none")
         pred, gt, occ, mask = pred[complete], gt[complete], occ[complete], mask[complete]
     n, t = pred.shape[:2]
     l2_sum = np.zeros(t, np.float64)
@@ -209,10 +211,10 @@ def obstacle_occupancy(layers: dict[str, np.ndarray], variant: str = "vehicle") 
 
     ``variant``: "vehicle" (UniAD, vehicle-only) or "vehicle+pedestrian" (ST-P3). A missing layer is an error."""
     if variant not in OBSTACLE_VARIANTS:
-        raise ValueError(f"obstacles: expected one of {sorted(OBSTACLE_VARIANTS)}, got {variant!r}")
+        raise UserInputError(f"obstacles: expected one of {sorted(OBSTACLE_VARIANTS)}, got {variant!r}")
     missing = [c for c in OBSTACLE_VARIANTS[variant] if c not in layers]
     if missing:
-        raise ValueError(f"obstacles {variant!r}: needs occupancy layers {missing}, have {sorted(layers)}")
+        raise UserInputError(f"obstacles {variant!r}: needs occupancy layers {missing}, have {sorted(layers)}")
     out = None
     for c in OBSTACLE_VARIANTS[variant]:
         layer = np.asarray(layers[c]).astype(bool)
@@ -254,10 +256,10 @@ def in_layout(pred: Float[np.ndarray, "N T 2"], gt: Float[np.ndarray, "N T 2"], 
     a GT occupancy stored in ``layout`` (:data:`OCCUPANCY_LAYOUTS`): its flips of the stored ``[..., 200, 200]``
     grid and, for the ST-P3 variant, x negated in both trajectories (L2 is unchanged by that)."""
     if layout not in OCCUPANCY_LAYOUTS:
-        raise ValueError(f"occupancy layout: expected one of {sorted(OCCUPANCY_LAYOUTS)}, got {layout!r}")
+        raise UserInputError(f"occupancy layout: expected one of {sorted(OCCUPANCY_LAYOUTS)}, got {layout!r}")
     for name, traj in (("pred", pred), ("gt", gt)):
         if np.ndim(traj) < 1 or np.shape(traj)[-1] != 2:  # a [N, T, 1] array broadcast to (x, x) silently
-            raise ValueError(f"{name}: expected [..., 2] (x, y) points, got shape {np.shape(traj)}")
+            raise UserInputError(f"{name}: expected [..., 2] (x, y) points, got shape {np.shape(traj)}")
     flip_rows, flip_cols, negate_x = OCCUPANCY_LAYOUTS[layout]
     occ = np.asarray(occupancy)
     if flip_rows:

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from jaxdrive import atomic
+from jaxdrive.errors import UserInputError
 from jaxdrive.eval import planning
 from jaxdrive.eval.trajectory_text import parse_trajectory
 
@@ -64,10 +65,10 @@ def _check_array(arrays: dict, key: str, shape: tuple, what: str, *, numeric: bo
     ok = a.ndim == len(shape) and all(want is None or got == want for got, want in zip(a.shape, shape))
     if not ok:
         dims = ", ".join("N" if d is None else str(d) for d in shape)
-        raise ValueError(f"{what}: '{key}' expected shape [{dims}], got {a.shape}")
+        raise UserInputError(f"{what}: '{key}' expected shape [{dims}], got {a.shape}")
     real = (np.issubdtype(a.dtype, np.number) or a.dtype == bool) and not np.iscomplexobj(a)
     if numeric and not real:
-        raise ValueError(f"{what}: '{key}' expected numbers, got dtype {a.dtype}")
+        raise UserInputError(f"{what}: '{key}' expected numbers, got dtype {a.dtype}")
     return a
 
 
@@ -76,10 +77,10 @@ def _check_gt_file(gt: dict, path: Path) -> None:
     array [N, 6, 200, 200] (an array of another length was an IndexError, a 0-d 'gt' a TypeError)."""
     what = f"--gt {path}"
     if "gt" not in gt:
-        raise ValueError(f"{what}: no 'gt' array (have {sorted(gt)})")
+        raise UserInputError(f"{what}: no 'gt' array (have {sorted(gt)})")
     n = len(_check_array(gt, "gt", (None, planning.STEPS, 2), what))
     if n == 0:
-        raise ValueError(f"{what}: 'gt' holds no samples")
+        raise UserInputError(f"{what}: 'gt' holds no samples")
     if "gt_mask" in gt:
         _check_array(gt, "gt_mask", (n, planning.STEPS), what)
     if "tokens" in gt:
@@ -93,7 +94,7 @@ def _unique_tokens(tokens, what: str) -> list[str]:
     tokens = list(map(str, tokens))
     repeated = sorted(t for t, count in collections.Counter(tokens).items() if count > 1)
     if repeated:
-        raise ValueError(f"{what}: token(s) {repeated[:5]} appear more than once (each sample once)")
+        raise UserInputError(f"{what}: token(s) {repeated[:5]} appear more than once (each sample once)")
     return tokens
 
 
@@ -126,11 +127,11 @@ def load_predictions(path: Path, frame: str) -> tuple[dict | np.ndarray, dict[st
         try:
             raw = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_no_repeated_keys)
         except UnicodeDecodeError as e:
-            raise ValueError(f"--predictions {path}: not UTF-8 text ({e})") from None
+            raise UserInputError(f"--predictions {path}: not UTF-8 text ({e})") from None
         except (OSError, json.JSONDecodeError) as e:
-            raise ValueError(f"--predictions {path}: cannot read JSON ({e})") from None
+            raise UserInputError(f"--predictions {path}: cannot read JSON ({e})") from None
         if not isinstance(raw, dict):
-            raise ValueError(f"--predictions {path}: expected a JSON object {{token: trajectory}}")
+            raise UserInputError(f"--predictions {path}: expected a JSON object {{token: trajectory}}")
         out = {}
         for token, v in raw.items():
             if isinstance(v, str):
@@ -148,7 +149,7 @@ def load_predictions(path: Path, frame: str) -> tuple[dict | np.ndarray, dict[st
         return out, errors
     z = _load_npz(path, "--predictions")
     if "pred" not in z:
-        raise ValueError(f"--predictions {path}: no 'pred' array (have {sorted(z)})")
+        raise UserInputError(f"--predictions {path}: no 'pred' array (have {sorted(z)})")
     n = len(_check_array(z, "pred", (None, planning.STEPS, 2), f"--predictions {path}"))
     pred = planning.text_to_lidar(z["pred"]) if frame == "text" else z["pred"]
     if "tokens" in z:
@@ -162,10 +163,10 @@ def _align(pred, unusable: dict[str, str], gt: dict, what: Path) -> tuple[np.nda
     n = len(gt["gt"])
     if not isinstance(pred, dict):
         if len(pred) != n:
-            raise ValueError(f"--predictions: {len(pred)} trajectories but --gt {what} has {n} samples (add tokens)")
+            raise UserInputError(f"--predictions: {len(pred)} trajectories but --gt {what} has {n} samples (add tokens)")
         return np.asarray(pred, np.float32), np.arange(n), []
     if "tokens" not in gt:
-        raise ValueError(f"--gt {what}: predictions are keyed by token but the GT file has no 'tokens' array")
+        raise UserInputError(f"--gt {what}: predictions are keyed by token but the GT file has no 'tokens' array")
     tokens = _unique_tokens(gt["tokens"], f"--gt {what}")
     keep = [i for i, t in enumerate(tokens) if t in pred]
     report = [f"{t}: {unusable.get(t, 'no prediction')}" for t in tokens if t not in pred]
@@ -173,7 +174,7 @@ def _align(pred, unusable: dict[str, str], gt: dict, what: Path) -> tuple[np.nda
     report += [f"{t}: a prediction for a token not in --gt" for t in list(pred) + list(unusable) if t not in known]
     if not keep:
         why = f" ({len(report)} reported, e.g. {report[0]})" if report else ""
-        raise ValueError(f"--predictions: no usable prediction for a token of --gt {what}{why}")
+        raise UserInputError(f"--predictions: no usable prediction for a token of --gt {what}{why}")
     return np.stack([pred[tokens[i]] for i in keep]).astype(np.float32), np.asarray(keep), report
 
 
@@ -181,12 +182,12 @@ def _occupancy(gt: dict, args) -> np.ndarray:
     """The stored GT occupancy [N, 6, 200, 200] of the obstacle classes ``--obstacles`` names."""
     if "occupancy" in gt:
         if args.obstacles is not None:
-            raise ValueError(f"--obstacles {args.obstacles}: --gt {args.gt} holds one combined 'occupancy' array, "
+            raise UserInputError(f"--obstacles {args.obstacles}: --gt {args.gt} holds one combined 'occupancy' array, "
                              f"not per-class 'occupancy_<class>' layers to choose from")
         return gt["occupancy"]
     layers = {k[len("occupancy_"):]: v for k, v in gt.items() if k.startswith("occupancy_")}
     if not layers:
-        raise ValueError(f"--gt {args.gt}: no 'occupancy' or 'occupancy_<class>' arrays (have {sorted(gt)})")
+        raise UserInputError(f"--gt {args.gt}: no 'occupancy' or 'occupancy_<class>' arrays (have {sorted(gt)})")
     return planning.obstacle_occupancy(layers, args.obstacles or "vehicle")
 
 
@@ -216,7 +217,7 @@ def _metrics(pred, truth, occ, mask, args) -> dict[str, dict]:
                 print(f"jaxdrive eval planning: vad left out: {e}", file=sys.stderr)
                 continue
             flag = f"--predictions {args.predictions}" if str(e).startswith("pred") else f"--gt {args.gt}"
-            raise ValueError(f"{flag}: {e}") from None
+            raise UserInputError(f"{flag}: {e}") from None
     return results
 
 

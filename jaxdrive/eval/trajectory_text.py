@@ -15,6 +15,7 @@ import re
 
 import numpy as np
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.eval.cot_format import extract_answer
 
 NUM_POINTS = 6
@@ -31,9 +32,9 @@ def format_trajectory(points, decimals: int = DECIMALS) -> str:
     GT strings are. Negative zero is written as 0."""
     pts = np.asarray(points, np.float64)
     if pts.ndim != 2 or pts.shape[1] != 2:
-        raise ValueError(f"points: expected [k, 2], got shape {pts.shape}")
+        raise UserInputError(f"points: expected [k, 2], got shape {pts.shape}")
     if not np.isfinite(pts).all():
-        raise ValueError("points: non-finite coordinates")
+        raise UserInputError("points: non-finite coordinates")
     pts = np.round(pts, decimals) + 0.0  # + 0.0 turns -0.0 into 0.0
     return ", ".join(f"({x:.{decimals}f}, {y:.{decimals}f})" for x, y in pts)
 

@@ -27,6 +27,7 @@ import re
 from collections import defaultdict
 from typing import Callable, Iterable, Iterator, Sequence
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.json_values import is_finite_number
 
 
@@ -34,12 +35,12 @@ def _need(row, fields: dict[str, type]) -> None:
     """Raise ValueError naming the first of ``fields`` (name -> JSON type) that ``row`` lacks or holds as another
     type (or saying that ``row`` is not a JSON object)."""
     if not isinstance(row, dict):
-        raise ValueError(f"expected a JSON object, got {type(row).__name__} ({row!r:.40})")
+        raise UserInputError(f"expected a JSON object, got {type(row).__name__} ({row!r:.40})")
     for name, kind in fields.items():
         if name not in row:
-            raise ValueError(f"lacks the field {name!r}")
+            raise UserInputError(f"lacks the field {name!r}")
         if not isinstance(row[name], kind):
-            raise ValueError(f"{name}: expected {kind.__name__}, got {type(row[name]).__name__} ({row[name]!r:.40})")
+            raise UserInputError(f"{name}: expected {kind.__name__}, got {type(row[name]).__name__} ({row[name]!r:.40})")
 
 
 def _rows(rows: Iterable, check: Callable) -> Iterator[tuple]:
@@ -48,7 +49,7 @@ def _rows(rows: Iterable, check: Callable) -> Iterator[tuple]:
         try:
             checked = check(r)
         except ValueError as e:
-            raise ValueError(f"row {i}: {e}") from None
+            raise UserInputError(f"row {i}: {e}") from None
         yield r, checked
 
 
@@ -62,10 +63,10 @@ def check_row(benchmark: str, row) -> None:
     elif benchmark == "drivemllm":
         _need(row, {"task": str})
         if row["task"] not in DRIVEMLLM_TASKS:
-            raise ValueError(f"task: expected one of {DRIVEMLLM_TASKS}, got {row['task']!r}")
+            raise UserInputError(f"task: expected one of {DRIVEMLLM_TASKS}, got {row['task']!r}")
         _drivemllm_gt(row["task"], row)
     else:
-        raise ValueError(f"benchmark: expected drivelmm, drivemllm or stsbench, got {benchmark!r}")
+        raise UserInputError(f"benchmark: expected drivelmm, drivemllm or stsbench, got {benchmark!r}")
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -84,7 +85,7 @@ def drivelmm_is_mcq(idx: str) -> bool:
     try:
         number = int(str(idx).rsplit("_", 1)[-1])
     except ValueError:
-        raise ValueError(f"idx: expected '<scene>_<sample>_<question number>', got {idx!r}") from None
+        raise UserInputError(f"idx: expected '<scene>_<sample>_<question number>', got {idx!r}") from None
     return number in DRIVELMM_MCQ_NUMBERS
 
 
@@ -178,7 +179,7 @@ def _numbers(v, n: int, name: str) -> list[float]:
     ``n`` finite numbers (a NaN or infinite ground truth makes its task's mean error NaN or inf)."""
     ok = isinstance(v, (list, tuple)) and len(v) >= n
     if not (ok and all(is_finite_number(x) for x in v[:n])):
-        raise ValueError(f"{name}: expected a list of at least {n} numbers, all finite, got {v!r:.60}")
+        raise UserInputError(f"{name}: expected a list of at least {n} numbers, all finite, got {v!r:.60}")
     return [float(x) for x in v[:n]]
 
 
@@ -187,7 +188,7 @@ def _image_size(item: dict) -> None:
     numbers: another value made every answer of the item invalid, silently."""
     for name in ("width", "height"):
         if name in item and not (is_finite_number(item[name]) and item[name] > 0):
-            raise ValueError(f"{name}: expected a positive number of pixels, got {item[name]!r:.40}")
+            raise UserInputError(f"{name}: expected a positive number of pixels, got {item[name]!r:.40}")
 
 
 def _gt(task: str, item: dict):
@@ -198,7 +199,7 @@ def _gt(task: str, item: dict):
     if task in ("left", "right"):
         pair = item["objects"]
         if len(pair) != 2 or not all(isinstance(o, (list, tuple)) and len(o) == 2 for o in pair):
-            raise ValueError(f"objects: expected [[description, [x, y]], [description, [x, y]]], got {pair!r:.60}")
+            raise UserInputError(f"objects: expected [[description, [x, y]], [description, [x, y]]], got {pair!r:.60}")
         (d1, p1), (d2, p2) = pair
         x1, x2 = _numbers(p1, 1, "objects")[0], _numbers(p2, 1, "objects")[0]
         return d1 if (x1 < x2 if task == "left" else x1 > x2) else d2
@@ -231,7 +232,7 @@ def drivemllm_task_score(task: str, items: Sequence[dict], expected: int | None 
     effective_ratio (percent of ``expected``; None when it is 0)}; ValueError naming the item (1-based) and the field
     when a field is missing or malformed."""
     if task not in DRIVEMLLM_TASKS:
-        raise ValueError(f"task: expected one of {DRIVEMLLM_TASKS}, got {task!r}")
+        raise UserInputError(f"task: expected one of {DRIVEMLLM_TASKS}, got {task!r}")
     matched, valid = 0, []
     for it, gt in _rows(items, lambda r: _drivemllm_gt(task, r)):
         m = _FORMAT.search(it["output"])
@@ -278,7 +279,7 @@ def drivemllm_columns(task_scores: dict[str, float | None]) -> dict[str, float |
 def accs(scores: Sequence[float]) -> float:
     """AccS: the arithmetic mean of the eight column scores."""
     if len(scores) != 8:
-        raise ValueError(f"AccS: expected the 8 column scores, got {len(scores)}")
+        raise UserInputError(f"AccS: expected the 8 column scores, got {len(scores)}")
     return sum(scores) / 8
 
 
@@ -288,7 +289,7 @@ def drivemllm(items_by_task: dict[str, Sequence[dict]]) -> dict:
     ``accs_columns`` (not the paper's AccS unless all eight are)."""
     unknown = sorted(set(items_by_task) - set(DRIVEMLLM_TASKS))
     if unknown:
-        raise ValueError(f"unknown task(s) {unknown} (known: {list(DRIVEMLLM_TASKS)})")
+        raise UserInputError(f"unknown task(s) {unknown} (known: {list(DRIVEMLLM_TASKS)})")
     per = {t: drivemllm_task_score(t, items_by_task[t]) if items_by_task.get(t) else None for t in DRIVEMLLM_TASKS}
     cols = drivemllm_columns({t: v["score"] for t, v in per.items() if v is not None})
     return {"tasks": per, "columns": cols, "accs_columns": [c for c in PAPER_COLUMNS if cols[c] is not None],
@@ -315,9 +316,9 @@ def _stsbench_row(row) -> None:
     first character is the ground truth's letter)."""
     _need(row, {"answer": str, "gt": str, "group": str, "scenario": str})
     if row["group"] not in STS_GROUPS:
-        raise ValueError(f"group: expected one of {STS_GROUPS}, got {row['group']!r}")
+        raise UserInputError(f"group: expected one of {STS_GROUPS}, got {row['group']!r}")
     if not _STS_GT.match(row["gt"]):
-        raise ValueError(f"gt: expected the letter of one of the {len(STS_OPTIONS)} options "
+        raise UserInputError(f"gt: expected the letter of one of the {len(STS_OPTIONS)} options "
                          f"({STS_OPTIONS[0]}-{STS_OPTIONS[-1]}), got {row['gt']!r:.40}")
 
 

@@ -14,6 +14,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from jaxdrive.errors import UserInputError
+
 
 def add_eval_vqa_subcommand(sub) -> None:
     p = sub.add_parser("vqa", help="score VQA predictions: DriveLMM-o1 MCQ, DriveMLLM (AccS), STSBench")
@@ -34,14 +36,14 @@ def _read_rows(path: Path, benchmark: str) -> list[dict]:
             try:
                 vqa.check_row(benchmark, row)
             except ValueError as e:
-                raise ValueError(f"{where}: {e}") from None
+                raise UserInputError(f"{where}: {e}") from None
             if benchmark == "drivelmm":  # an item given twice would be scored twice
                 first_use(first, row["idx"], where, "idx")
             rows.append(row)
     except ValueError as e:  # each names FILE:LINE
-        raise ValueError(f"--predictions {e}") from None
+        raise UserInputError(f"--predictions {e}") from None
     if not rows:
-        raise ValueError(f"--predictions {path}: no rows (expected one JSON object per line)")
+        raise UserInputError(f"--predictions {path}: no rows (expected one JSON object per line)")
     return rows
 
 
@@ -80,9 +82,9 @@ def _run(args) -> int:
     from jaxdrive.eval import vqa
 
     if args.predictions.is_dir():
-        raise ValueError(f"--predictions {args.predictions}: is a directory; expected a JSONL file")
+        raise UserInputError(f"--predictions {args.predictions}: is a directory; expected a JSONL file")
     if not args.predictions.is_file():
-        raise ValueError(f"--predictions {args.predictions}: no such file")
+        raise UserInputError(f"--predictions {args.predictions}: no such file")
     rows = _read_rows(args.predictions, args.benchmark)
     if args.benchmark == "drivelmm":
         out = vqa.drivelmm_mcq(rows)

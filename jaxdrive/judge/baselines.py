@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdrive import atomic
+from jaxdrive.errors import UserInputError
 from jaxdrive.eval.cli import metric_files
 from jaxdrive.judge.dataset import SUBSCORE_KEYS, Pair, Record, check_pair_records, item_name, read_image, \
     read_pairs, read_records, read_scenes, record_images
@@ -45,10 +46,10 @@ def check_rule_fields(root: Path, records: list[Record], subscores: bool = True)
         named = item_name(root, r)
         missing = [k for k in SUBSCORE_KEYS if subscores and k != "ec" and r.subscores.get(k) is None]
         if missing:
-            raise ValueError(f"{named}: field 'subscores': no value for {missing} (the rule-based baselines read "
+            raise UserInputError(f"{named}: field 'subscores': no value for {missing} (the rule-based baselines read "
                              "every sub-score; only 'ec' may be null)")
         if not r.gates:
-            raise ValueError(f"{named}: field 'gates': empty (the oracle baselines read the gate labels)")
+            raise UserInputError(f"{named}: field 'gates': empty (the oracle baselines read the gate labels)")
 
 
 def subscores_of(records: list[Record]) -> SubScores:
@@ -74,7 +75,7 @@ def dqc_scores(records: list[Record], method: str) -> np.ndarray:
         return np.array([r.subscores["epdms"] for r in records], np.float64)
     if method == "oracle":
         return np.asarray(rule_gated_score(subscores_of(records), oracle_gates(records)), np.float64)
-    raise ValueError(f"method: expected 'epdms' or 'oracle', got {method!r}")
+    raise UserInputError(f"method: expected 'epdms' or 'oracle', got {method!r}")
 
 
 def direct_scores(model_dir: str | Path, root: Path, records: list[Record], *, describe: bool | None = None,
@@ -118,7 +119,7 @@ def _displacements(scenes: dict, pairs: list[Pair]) -> tuple[np.ndarray, np.ndar
     for i, p in enumerate(pairs):
         scene = scenes[p.scene]
         if scene.human_states is None:
-            raise ValueError(f"pair {p.id}: scene {p.scene} has no human trajectory (needed by ADE/FDE)")
+            raise UserInputError(f"pair {p.id}: scene {p.scene} has no human trajectory (needed by ADE/FDE)")
         for j, k in enumerate((p.a, p.b)):
             d = np.linalg.norm(scene.proposal_states[k, :, :2] - scene.human_states[:, :2], axis=-1)
             ade[i, j], fde[i, j] = d.mean(), d[-1]

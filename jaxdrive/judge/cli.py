@@ -12,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.judge.bev import IMAGE_SIZE
 from jaxdrive.judge.run import add_run
 from jaxdrive.output_paths import output_dir
@@ -19,7 +20,7 @@ from jaxdrive.output_paths import output_dir
 
 def _positive(name: str, value: int) -> None:
     if value < 0:
-        raise ValueError(f"{name}: expected >= 0, got {value}")
+        raise UserInputError(f"{name}: expected >= 0, got {value}")
 
 
 MAX_IMAGE_SIZE = 4096  # BEV pixels per side (--image-size 100000 was killed for memory, 30 GB per image)
@@ -29,15 +30,15 @@ def run_labelled_data(args) -> int:
     from jaxdrive.judge.labelled import build_labelled_dataset
 
     if args.labels is None:
-        raise ValueError("--scenes needs --labels LABELS.jsonl (one {scene_id, proposal, label} per line)")
+        raise UserInputError("--scenes needs --labels LABELS.jsonl (one {scene_id, proposal, label} per line)")
     given = [f for f, v in (("--train", args.train), ("--test", args.test), ("--per-scene", args.per_scene)) if v is not None]
     if given:
-        raise ValueError(f"{', '.join(given)}: options of the synthetic set; with --scenes the split is --test-scenes")
+        raise UserInputError(f"{', '.join(given)}: options of the synthetic set; with --scenes the split is --test-scenes")
     if args.test_scenes < 0 or args.pairs_per_scene < 0 or args.batch_size < 1 or args.seed < 0:
-        raise ValueError(f"--test-scenes, --pairs-per-scene, --seed >= 0 and --batch-size >= 1 expected, got "
+        raise UserInputError(f"--test-scenes, --pairs-per-scene, --seed >= 0 and --batch-size >= 1 expected, got "
                          f"{args.test_scenes}, {args.pairs_per_scene}, {args.seed}, {args.batch_size}")
     if not 8 <= args.image_size <= MAX_IMAGE_SIZE:
-        raise ValueError(f"--image-size: expected 8..{MAX_IMAGE_SIZE}, got {args.image_size}")
+        raise UserInputError(f"--image-size: expected 8..{MAX_IMAGE_SIZE}, got {args.image_size}")
     output_dir("--out", args.out)
     meta = build_labelled_dataset(args.out, args.scenes, args.labels, test_scenes=args.test_scenes, seed=args.seed,
                                   image_size=args.image_size, pairs_per_scene=args.pairs_per_scene,
@@ -55,7 +56,7 @@ def run_data(args) -> int:
 
     if args.scenes is not None or args.labels is not None:
         if args.scenes is None:
-            raise ValueError("--labels needs --scenes DIR (the labelled scene files)")
+            raise UserInputError("--labels needs --scenes DIR (the labelled scene files)")
         return run_labelled_data(args)
     args.train = 200 if args.train is None else args.train
     args.test = 60 if args.test is None else args.test
@@ -64,10 +65,10 @@ def run_data(args) -> int:
     _positive("--test", args.test)
     check_seeds(args.seed, args.train)  # before the folders are made
     if args.per_scene < 1 or not 8 <= args.image_size <= MAX_IMAGE_SIZE:
-        raise ValueError(f"--per-scene >= 1 and --image-size in 8..{MAX_IMAGE_SIZE} expected, got {args.per_scene}, "
+        raise UserInputError(f"--per-scene >= 1 and --image-size in 8..{MAX_IMAGE_SIZE} expected, got {args.per_scene}, "
                          f"{args.image_size}")
     if args.batch_size < 1:
-        raise ValueError(f"--batch-size: expected >= 1, got {args.batch_size}")
+        raise UserInputError(f"--batch-size: expected >= 1, got {args.batch_size}")
     output_dir("--out", args.out)
     if holds_set(args.out):
         print(f"judge data: replacing the set in {args.out} (its scenes, images and the predictions in baselines/ "
@@ -84,11 +85,11 @@ def run_baselines(args) -> int:
     from jaxdrive.judge.dataset import read_pairs, read_records
 
     if not (Path(args.data) / "records.jsonl").is_file():
-        raise ValueError(f"--data {args.data}: no records.jsonl (make one with 'jaxdrive judge data --out DIR')")
+        raise UserInputError(f"--data {args.data}: no records.jsonl (make one with 'jaxdrive judge data --out DIR')")
     if not read_records(args.data, args.split) and not read_pairs(args.data, args.split):
-        raise ValueError(f"--split {args.split}: no records or pairs in {args.data}")
+        raise UserInputError(f"--split {args.split}: no records or pairs in {args.data}")
     if args.direct_model and not (Path(args.direct_model) / "config.json").is_file():
-        raise ValueError(f"--direct-model {args.direct_model}: not a pretrained model directory (no config.json)")
+        raise UserInputError(f"--direct-model {args.direct_model}: not a pretrained model directory (no config.json)")
     if args.out:
         output_dir("--out", args.out)
     for path in write_baselines(args.data, args.split, args.out, direct_model=args.direct_model,

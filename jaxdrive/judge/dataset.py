@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.judge.gates import RULE_LABELS
 from jaxdrive.json_values import is_finite_number
 
@@ -66,32 +67,32 @@ def _check_text(item, fields: tuple[str, ...], where: str) -> None:
     for f in fields:
         v = getattr(item, f)
         if not isinstance(v, str):
-            raise ValueError(f"{where}: {f}: expected a string, got {v!r}")
+            raise UserInputError(f"{where}: {f}: expected a string, got {v!r}")
     if not item.id:
-        raise ValueError(f"{where}: id: expected a non-empty string")
+        raise UserInputError(f"{where}: id: expected a non-empty string")
 
 
 def _check_record(r: Record, where: str) -> Record:
     _check_text(r, ("id", "scene", "proposal_name", "split", "image", "justification"), where)
     if not _is_index(r.proposal):
-        raise ValueError(f"{where}: proposal: expected a proposal index (an integer >= 0), got {r.proposal!r}")
+        raise UserInputError(f"{where}: proposal: expected a proposal index (an integer >= 0), got {r.proposal!r}")
     if isinstance(r.label, bool) or r.label not in (0, 1):
-        raise ValueError(f"{where}: label: expected 0 or 1 (1 = reasonable), got {r.label!r}")
+        raise UserInputError(f"{where}: label: expected 0 or 1 (1 = reasonable), got {r.label!r}")
     for f in ("subscores", "gates", "context"):
         if not isinstance(getattr(r, f), dict):
-            raise ValueError(f"{where}: {f}: expected a JSON object, got {getattr(r, f)!r}")
+            raise UserInputError(f"{where}: {f}: expected a JSON object, got {getattr(r, f)!r}")
     for k, v in r.subscores.items():
         if k not in SUBSCORE_KEYS:
-            raise ValueError(f"{where}: subscores: unknown key {k!r} (expected some of {SUBSCORE_KEYS})")
+            raise UserInputError(f"{where}: subscores: unknown key {k!r} (expected some of {SUBSCORE_KEYS})")
         if v is not None and not is_finite_number(v):
-            raise ValueError(f"{where}: subscores: {k}: expected a finite number or null, got {v!r}")
+            raise UserInputError(f"{where}: subscores: {k}: expected a finite number or null, got {v!r}")
         if v is not None and not 0.0 <= v <= 1.0:  # e.g. percent: gated scores of 1e8 before, without a word
-            raise ValueError(f"{where}: subscores: {k}: expected a score in [0, 1], got {v!r}")
+            raise UserInputError(f"{where}: subscores: {k}: expected a score in [0, 1], got {v!r}")
     if r.gates and set(r.gates) != set(RULE_LABELS):
-        raise ValueError(f"{where}: gates: expected keys {RULE_LABELS}, got {sorted(r.gates)}")
+        raise UserInputError(f"{where}: gates: expected keys {RULE_LABELS}, got {sorted(r.gates)}")
     for k, v in r.gates.items():
         if isinstance(v, str) or v not in (0, 1):
-            raise ValueError(f"{where}: gates: {k}: expected 0 or 1 (1 = rule invoked), got {v!r}")
+            raise UserInputError(f"{where}: gates: {k}: expected 0 or 1 (1 = rule invoked), got {v!r}")
     return r
 
 
@@ -99,9 +100,9 @@ def _check_pair(p: Pair, where: str) -> Pair:
     _check_text(p, ("id", "scene", "split", "a_record", "b_record", "justification"), where)
     for f in ("a", "b"):
         if not _is_index(getattr(p, f)):
-            raise ValueError(f"{where}: {f}: expected a proposal index (an integer >= 0), got {getattr(p, f)!r}")
+            raise UserInputError(f"{where}: {f}: expected a proposal index (an integer >= 0), got {getattr(p, f)!r}")
     if p.preferred not in ("a", "b"):
-        raise ValueError(f"{where}: preferred: expected 'a' or 'b', got {p.preferred!r}")
+        raise UserInputError(f"{where}: preferred: expected 'a' or 'b', got {p.preferred!r}")
     return p
 
 
@@ -115,11 +116,11 @@ def _read_jsonl(path: Path, cls, check) -> list:
     for where, d in read_jsonl_file(Path(path)):
         unknown = set(d) - names
         if unknown:
-            raise ValueError(f"{where}: unknown field(s) {sorted(unknown)}")
+            raise UserInputError(f"{where}: unknown field(s) {sorted(unknown)}")
         try:
             item = cls(**d)
         except TypeError as e:
-            raise ValueError(f"{where}: {e}") from None
+            raise UserInputError(f"{where}: {e}") from None
         out.append(check(item, where))
         first_use(lines, item.id, where)
     return out
@@ -130,7 +131,7 @@ def read_records(root: str | Path, split: str | None = None) -> list[Record]:
     there is none (a FileNotFoundError traceback before, e.g. ``jaxdrive train`` with a wrong ``data.path``)."""
     path = Path(root) / "records.jsonl"
     if not path.is_file():
-        raise ValueError(f"{path}: no such file (a DriveJudge set holds one: `jaxdrive judge data --out DIR`)")
+        raise UserInputError(f"{path}: no such file (a DriveJudge set holds one: `jaxdrive judge data --out DIR`)")
     rows = _read_jsonl(path, Record, _check_record)
     return [r for r in rows if split is None or r.split == split]
 
@@ -150,9 +151,9 @@ def read_meta(root: str | Path) -> dict:
     try:
         meta = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: cannot read JSON ({e})") from None
+        raise UserInputError(f"{path}: cannot read JSON ({e})") from None
     if not isinstance(meta, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(meta).__name__}")
+        raise UserInputError(f"{path}: expected a JSON object, got {type(meta).__name__}")
     return meta
 
 
@@ -165,7 +166,7 @@ def dataset_thresholds(root: str | Path) -> np.ndarray:
         return PAPER_THRESHOLDS
     if not isinstance(saved, dict) or set(saved) != set(RULE_LABELS) or not all(
             is_finite_number(v) and abs(v) <= np.finfo(np.float32).max for v in saved.values()):
-        raise ValueError(f"{Path(root) / 'meta.json'}: thresholds: expected a finite number for each of "
+        raise UserInputError(f"{Path(root) / 'meta.json'}: thresholds: expected a finite number for each of "
                          f"{RULE_LABELS}, got {saved!r:.200}")
     return np.array([saved[r] for r in RULE_LABELS], np.float32)
 
@@ -175,7 +176,7 @@ def dataset_image_size(root: str | Path) -> int | None:
     --image-size``), or None when the set does not record it."""
     size = read_meta(root).get("image_size")
     if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
-        raise ValueError(f"{Path(root) / 'meta.json'}: image_size: expected a positive integer (pixels), got {size!r}")
+        raise UserInputError(f"{Path(root) / 'meta.json'}: image_size: expected a positive integer (pixels), got {size!r}")
     return size
 
 
@@ -204,7 +205,7 @@ def read_image(path: Path, where: str) -> np.ndarray:
         with Image.open(path) as img:
             return np.asarray(img.convert("RGB"))
     except OSError as e:
-        raise ValueError(f"{where}: field 'image': {path}: not a readable image ({e})") from None
+        raise UserInputError(f"{where}: field 'image': {path}: not a readable image ({e})") from None
 
 
 def read_scenes(root: str | Path, items: list) -> dict:
@@ -226,15 +227,15 @@ def read_scenes(root: str | Path, items: list) -> dict:
             try:
                 scenes[it.scene] = read_scene(path, validate=False)
             except ValueError as e:
-                raise ValueError(f"{named}: field 'scene': {e}") from None
+                raise UserInputError(f"{named}: field 'scene': {e}") from None
         names = scenes[it.scene].proposal_names
         for field in ("proposal",) if is_record else ("a", "b"):
             k = getattr(it, field)
             if k >= len(names):
-                raise ValueError(f"{named}: field {field!r}: proposal {k} out of range (scene {it.scene} has "
+                raise UserInputError(f"{named}: field {field!r}: proposal {k} out of range (scene {it.scene} has "
                                  f"{len(names)})")
         if is_record and names[it.proposal] != it.proposal_name:
-            raise ValueError(f"{named}: field 'proposal_name': {it.proposal_name!r} but proposal {it.proposal} of "
+            raise UserInputError(f"{named}: field 'proposal_name': {it.proposal_name!r} but proposal {it.proposal} of "
                              f"{it.scene} is {names[it.proposal]!r}")
     return scenes
 
@@ -252,9 +253,9 @@ def check_pair_records(root: str | Path, pairs: list[Pair], records: list[Record
             named = f"{item_name(root, p)}: field {field!r}"
             r = by_id.get(rid)
             if r is None:
-                raise ValueError(f"{named}: no record {rid!r} in records.jsonl")
+                raise UserInputError(f"{named}: no record {rid!r} in records.jsonl")
             if (r.scene, r.proposal, r.split) != (p.scene, k, p.split):
-                raise ValueError(f"{named}: record {rid!r} is proposal {r.proposal} of {r.scene} ({r.split}), the "
+                raise UserInputError(f"{named}: record {rid!r} is proposal {r.proposal} of {r.scene} ({r.split}), the "
                                  f"pair's is proposal {k} of {p.scene} ({p.split})")
 
 

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.rules.epdms import METRICS, SubScores, gated_score
 
 RULES = ("lk", "nc", "dac", "ddc", "ttc", "comfort", "ep")
@@ -43,7 +44,7 @@ def expand_gates(gates: Bool[Array, "*b 7"]) -> Bool[Array, "*b 9"]:
     """Rule gates (``RULES`` order) -> EPDMS gates (``METRICS`` order): COMFORT -> HC and EC, TLC always on."""
     g = jnp.asarray(gates, jnp.float32)
     if g.shape[-1] != NUM_RULES:
-        raise ValueError(f"gates: expected a last axis of {NUM_RULES} rules {RULE_LABELS}, got shape {g.shape}")
+        raise UserInputError(f"gates: expected a last axis of {NUM_RULES} rules {RULE_LABELS}, got shape {g.shape}")
     return (g @ _EXPAND.T > 0.5) | _ALWAYS
 
 

@@ -20,6 +20,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.train import grpo
 from jaxdrive.train.data import EpochSampler
 from jaxdrive.train.grpo_trainer import reward_metrics
@@ -58,7 +59,7 @@ def select_groups(rewards, group_size: int, num_groups: int, atol: float = 1e-6)
     (their advantages are 0: they add only the KL term)."""
     rg = np.asarray(rewards, np.float32).reshape(-1, group_size)
     if rg.shape[0] < num_groups:
-        raise ValueError(f"select_groups: {rg.shape[0]} candidate groups < {num_groups}")
+        raise UserInputError(f"select_groups: {rg.shape[0]} candidate groups < {num_groups}")
     varied = (rg.max(-1) - rg.min(-1)) > atol
     order = np.concatenate([np.flatnonzero(varied), np.flatnonzero(~varied)])
     return order[:num_groups]
@@ -128,10 +129,10 @@ class GateRollouts:
         self.yes_no = jnp.asarray(yes_no, jnp.int32)
         self.temperature = float(cfg.get("temperature", 1.0))
         if not self.temperature > 0.0:
-            raise ValueError(f"grpo.temperature: expected > 0, got {self.temperature}")
+            raise UserInputError(f"grpo.temperature: expected > 0, got {self.temperature}")
         self.oversample = int(cfg.get("oversample", 1))
         if self.oversample < 1:
-            raise ValueError(f"grpo.oversample: expected >= 1, got {self.oversample}")
+            raise UserInputError(f"grpo.oversample: expected >= 1, got {self.oversample}")
         self.sampler = EpochSampler(len(examples), cfg.prompts_per_step * self.oversample, seed=cfg.seed,
                                     name="grpo.prompts_per_step x grpo.oversample")
         adv = grpo.resolve_advantage_convention(cfg.advantage) if cfg.get("advantage") else {}
@@ -179,7 +180,7 @@ class GateRollouts:
                  "advantages": adv, "old_logp": rollout_logp(probs, samples, G)}
         if cfg.beta != 0.0:
             if self.reference is None:
-                raise ValueError("grpo.beta != 0 needs the reference policy (GateRollouts(reference=...))")
+                raise UserInputError("grpo.beta != 0 needs the reference policy (GateRollouts(reference=...))")
             ref = _probs_jit(*self.reference, inputs, positions, self.yes_no, T)
             batch["ref_logp"] = rollout_logp(ref, samples, G)
         metrics = {**pool,

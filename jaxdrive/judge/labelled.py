@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from jaxdrive import atomic
 from jaxdrive.data.scene_json import read_scene
+from jaxdrive.errors import UserInputError
 from jaxdrive.judge.bev import IMAGE_SIZE, BevConfig, render_bev_batch, save_png
 from jaxdrive.judge.dataset import SUBSCORE_KEYS, Pair, Record, write_jsonl
 from jaxdrive.judge.gates import RULE_LABELS
@@ -41,7 +42,7 @@ GENERATOR = "jaxdrive.judge.labelled"  # meta.json "generator" of the sets this 
 HARD = ("nc", "dac", "tlc")  # a trajectory breaking one of these is never reasonable (the labelling guideline)
 
 
-class LabelError(ValueError):
+class LabelError(UserInputError):
     """A label file that does not fit its scenes; the message names the file, the line and the field."""
 
 

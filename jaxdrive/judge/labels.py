@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.judge.gates import NUM_RULES, RULE_LABELS, RULES, rule_gated_score
 from jaxdrive.rules.epdms import SubScores
 
@@ -103,9 +104,9 @@ def fit_thresholds(s: SubScores, labels, *, tau: float = 0.8, grid=DEFAULT_GRID,
     """
     labels = np.asarray(labels)
     if labels.ndim != 1 or labels.shape != np.shape(s.nc):
-        raise ValueError(f"labels: expected shape {np.shape(s.nc)} (one per sub-score row), got {labels.shape}")
+        raise UserInputError(f"labels: expected shape {np.shape(s.nc)} (one per sub-score row), got {labels.shape}")
     if not np.isin(labels, (0, 1)).all():
-        raise ValueError("labels: expected 0/1 (1 = reasonable)")
+        raise UserInputError("labels: expected 0/1 (1 = reasonable)")
     labels = labels.astype(bool)
     values = np.asarray(rule_values(s))
     grid = np.unique(np.asarray(grid, np.float32))

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.judge import prompt as P
 from jaxdrive.judge.bev import IMAGE_SIZE, TILE, BevConfig, render_bev_batch, render_shape
 from jaxdrive.judge.gates import RULE_LABELS, expected_score, rule_gated_score
@@ -70,7 +71,7 @@ def answer_slots(encoder: ChatEncoder) -> AnswerSlots:
         yes.add(base[i])
         no.add(other[i])
     if len(yes) != 1 or len(no) != 1:
-        raise ValueError(f"tokenizer: the yes/no answers do not start with one token each (yes {yes}, no {no})")
+        raise UserInputError(f"tokenizer: the yes/no answers do not start with one token each (yes {yes}, no {no})")
     return AnswerSlots(tuple(offsets), yes.pop(), no.pop())
 
 
@@ -119,7 +120,7 @@ def check_slot_tokens(tokens: np.ndarray, yes_id: int) -> None:
     content (an empty ``<think></think>`` block, as Qwen3 thinking templates do) moves the answer block, and the
     slots would read (and SFT would train) the logits of other tokens."""
     if (np.asarray(tokens) != yes_id).any():
-        raise ValueError("chat template: the answer block does not start at the first assistant token (a template "
+        raise UserInputError("chat template: the answer block does not start at the first assistant token (a template "
                          "that writes e.g. an empty <think></think> block first?), so the yes/no slots would read "
                          "other tokens; use a template that renders the assistant content as given")
 
@@ -182,7 +183,7 @@ class TrainedAs:
             return cls(int(d["image_size"]), bool(d["describe"]),
                        None if thresholds is None else tuple(float(thresholds[r]) for r in RULE_LABELS))
         except (ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"{file}: expected {{\"image_size\": N, \"describe\": bool[, \"thresholds\": "
+            raise UserInputError(f"{file}: expected {{\"image_size\": N, \"describe\": bool[, \"thresholds\": "
                              f"{{rule: tolerance}}]}} ({type(e).__name__}: {e})") from None
 
 
@@ -208,15 +209,15 @@ def trained_settings(path: str | os.PathLike, *, image_size: int | None = None, 
              "thresholds": "thresholds", **(given or {})}
     trained = f"{os.fspath(path)} was trained"
     if image_size is not None and int(image_size) != rec.image_size:
-        raise ValueError(f"{names['image_size']}: {trained} on {rec.image_size}-pixel BEV images ({JUDGE_META})")
+        raise UserInputError(f"{names['image_size']}: {trained} on {rec.image_size}-pixel BEV images ({JUDGE_META})")
     if describe is not None and bool(describe) != rec.describe:
-        raise ValueError(f"{names['describe']}: {trained} {'with' if rec.describe else 'without'} the text scene "
+        raise UserInputError(f"{names['describe']}: {trained} {'with' if rec.describe else 'without'} the text scene "
                          f"description ({JUDGE_META})")
     if not rec.describe:  # the thresholds only name the broken rules in the description
         return rec.image_size, False, PAPER_THRESHOLDS if thresholds is None else np.asarray(thresholds, np.float32)
     recorded = PAPER_THRESHOLDS if rec.thresholds is None else np.asarray(rec.thresholds, np.float32)
     if thresholds is not None and not np.array_equal(np.asarray(thresholds, np.float32), recorded):
-        raise ValueError(f"{names['thresholds']}: {trained} with the rule-check thresholds {_tolerances(recorded)} "
+        raise UserInputError(f"{names['thresholds']}: {trained} with the rule-check thresholds {_tolerances(recorded)} "
                          f"({JUDGE_META}), not {_tolerances(thresholds)}")
     return rec.image_size, True, recorded
 
@@ -260,7 +261,7 @@ def judged_rows(scenes: Sequence[HostScene], trajectories: Sequence[int | np.nda
         raise TypeError(f"DriveJudge.score: trajectories: expected a list (one per scene), got "
                         f"{type(trajectories).__name__}")
     if len(scenes) != len(trajectories):
-        raise ValueError(f"trajectories: expected one per scene ({len(scenes)}), got {len(trajectories)}")
+        raise UserInputError(f"trajectories: expected one per scene ({len(scenes)}), got {len(trajectories)}")
     scenes, proposals = list(scenes), []
     for i, (s, t) in enumerate(zip(scenes, trajectories)):
         if np.ndim(t) == 0:
@@ -268,14 +269,14 @@ def judged_rows(scenes: Sequence[HostScene], trajectories: Sequence[int | np.nda
                 raise TypeError(f"trajectories[{i}]: expected a proposal index (an int) or states "
                                 f"{s.proposal_states.shape[1:]}, got {t!r}")
             if not 0 <= int(t) < s.num_proposals:
-                raise ValueError(f"trajectories[{i}]: proposal index {t} out of range [0, {s.num_proposals})")
+                raise UserInputError(f"trajectories[{i}]: proposal index {t} out of range [0, {s.num_proposals})")
             proposals.append(int(t))
             continue
         t = np.asarray(t, np.float64)
         if t.shape != s.proposal_states.shape[1:]:
-            raise ValueError(f"trajectories[{i}]: expected states {s.proposal_states.shape[1:]}, got {t.shape}")
+            raise UserInputError(f"trajectories[{i}]: expected states {s.proposal_states.shape[1:]}, got {t.shape}")
         if not np.isfinite(t).all():  # else named as the scene's appended proposals[*].states
-            raise ValueError(f"trajectories[{i}]: states hold non-finite values (first at index "
+            raise UserInputError(f"trajectories[{i}]: states hold non-finite values (first at index "
                              f"{tuple(int(j) for j in np.argwhere(~np.isfinite(t))[0])})")
         scenes[i] = with_trajectory(s, t)
         proposals.append(s.num_proposals)

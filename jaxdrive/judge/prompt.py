@@ -23,6 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.judge.bev import COLOR_LEGEND
 from jaxdrive.judge.gates import RULE_LABELS
 from jaxdrive.scene import AgentType, HostScene, LaneKind, StateIndex
@@ -179,7 +180,7 @@ def messages(scene: HostScene, proposal: int, *, describe: bool = False, answer:
 def answer_text(gates: Sequence[bool | int], reason: str = "") -> str:
     """``Reason: ...`` (if given) then ``LK: yes`` ... ``EP: no``, one line per rule."""
     if len(gates) != len(RULE_LABELS):
-        raise ValueError(f"gates: expected {len(RULE_LABELS)} values ({RULE_LABELS}), got {len(gates)}")
+        raise UserInputError(f"gates: expected {len(RULE_LABELS)} values ({RULE_LABELS}), got {len(gates)}")
     lines = ([f"Reason: {reason.strip()}"] if reason else []) + [
         f"{r}: {'yes' if g else 'no'}" for r, g in zip(RULE_LABELS, gates)]
     return "\n".join(lines)
@@ -202,5 +203,5 @@ def parse_answer(text: str) -> tuple[np.ndarray, str]:
             found[m.group(1).upper()] = m.group(2).lower() == "yes"
     missing = [r for r in RULE_LABELS if r not in found]
     if missing:
-        raise ValueError(f"answer: no 'RULE: yes|no' line for {missing}")
+        raise UserInputError(f"answer: no 'RULE: yes|no' line for {missing}")
     return np.array([found[r] for r in RULE_LABELS]), reason

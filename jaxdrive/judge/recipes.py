@@ -25,6 +25,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.judge import prompt as P
 from jaxdrive.judge.baselines import subscores_of
 from jaxdrive.judge.dataset import check_pair_records, dataset_image_size, dataset_thresholds, item_name, \
@@ -42,7 +43,7 @@ from jaxdrive.rules.epdms import METRICS as _METRICS  # noqa: E402  (gate order)
 def _model_path(cfg) -> str:
     """The data block's ``model_path``, which the judge recipes need."""
     if not cfg.get("model_path"):
-        raise ValueError("data.model_path: the judge recipes need the pretrained model directory (chat template, "
+        raise UserInputError("data.model_path: the judge recipes need the pretrained model directory (chat template, "
                          "image processor); set data.model_path = model.path")
     return cfg.model_path
 
@@ -91,7 +92,7 @@ def _pair_records(root: Path, pairs) -> list[tuple]:
     by_id = {r.id: r for r in records}
     for p in pairs:
         if not (p.a_record and p.b_record):
-            raise ValueError(f"{item_name(root, p)}: fields 'a_record' / 'b_record': judge_pairs "
+            raise UserInputError(f"{item_name(root, p)}: fields 'a_record' / 'b_record': judge_pairs "
                              f"trains on both trajectories' records, got {p.a_record!r} / {p.b_record!r}")
     return [(by_id[p.a_record], by_id[p.b_record]) for p in pairs]
 
@@ -115,14 +116,14 @@ def gate_examples(cfg, tokenizer=None) -> list[dict]:
     root = Path(cfg.path)
     records = _limit(read_records(root, cfg.get("split", "train")), cfg)
     if not records:
-        raise ValueError(f"data.path {root}: no records in split {cfg.get('split', 'train')!r}")
+        raise UserInputError(f"data.path {root}: no records in split {cfg.get('split', 'train')!r}")
     if cfg.get("balance", False):
         records = balance_records(records)
     target = cfg.get("target", "answer")
     if target not in ("answer", "slots"):
-        raise ValueError(f"data.target: expected 'answer' or 'slots', got {target!r}")
+        raise UserInputError(f"data.target: expected 'answer' or 'slots', got {target!r}")
     if target == "slots" and cfg.get("reason", False):
-        raise ValueError("data.reason: the 'slots' target trains the all-yes answer block only (no Reason: line)")
+        raise UserInputError("data.reason: the 'slots' target trains the all-yes answer block only (no Reason: line)")
     settings = training_settings(cfg)
     scenes, images = read_scenes(root, records), record_images(root, records)
     encoder, image_cfg = encoder_for(cfg, tokenizer), load_image_config(cfg.model_path)
@@ -160,7 +161,7 @@ def direct_examples(cfg, tokenizer=None) -> list[dict]:
     root = Path(cfg.path)
     records = _limit(read_records(root, cfg.get("split", "train")), cfg)
     if not records:
-        raise ValueError(f"data.path {root}: no records in split {cfg.get('split', 'train')!r}")
+        raise UserInputError(f"data.path {root}: no records in split {cfg.get('split', 'train')!r}")
     settings = training_settings(cfg)
     scenes, images = read_scenes(root, records), record_images(root, records)
     encoder, image_cfg = encoder_for(cfg, tokenizer), load_image_config(cfg.model_path)
@@ -189,7 +190,7 @@ def pair_examples(cfg, tokenizer=None) -> list[dict]:
     root = Path(cfg.path)
     pairs = _limit(read_pairs(root, cfg.get("split", "train")), cfg)
     if not pairs:
-        raise ValueError(f"data.path {root}: no pairs in split {cfg.get('split', 'train')!r}")
+        raise UserInputError(f"data.path {root}: no pairs in split {cfg.get('split', 'train')!r}")
     pair_records = _pair_records(root, pairs)
     settings = training_settings(cfg)
     used = [r for recs in pair_records for r in recs]
@@ -272,7 +273,7 @@ def margin_reward_from_config(cfg) -> Reward:
 def answer_decoder(cfg, tokenizer):
     """``decoder.kind = "judge_answer"``: completion ids -> text (stops at the first masked slot)."""
     if tokenizer is None:
-        raise ValueError("decoder.kind='judge_answer' needs the pretrained model's tokenizer (model.path)")
+        raise UserInputError("decoder.kind='judge_answer' needs the pretrained model's tokenizer (model.path)")
 
     def fn(ids, mask=None) -> str:
         ids = np.asarray(ids)

@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from jaxdrive import atomic
 from jaxdrive.data.synthetic import pad_spec
+from jaxdrive.errors import UserInputError
 from jaxdrive.eval.cli import metric_files
 from jaxdrive.judge.bev import BevConfig
 from jaxdrive.judge.dataset import check_pair_records, dataset_image_size, dataset_thresholds, read_pairs, \
@@ -152,7 +153,7 @@ def _committed_batches(out: Path, identity: dict, resume: bool):
     try:
         parts = RunDir(path, identity, resume=resume)
     except RunDirError as e:
-        raise ValueError(str(e)) from None
+        raise UserInputError(str(e)) from None
     parts.say_scored_again()
     return parts
 
@@ -165,13 +166,13 @@ def run(args) -> int:
 
     root = Path(args.data)
     if args.batch_size < 1:
-        raise ValueError(f"--batch-size: expected >= 1, got {args.batch_size}")
+        raise UserInputError(f"--batch-size: expected >= 1, got {args.batch_size}")
     if args.limit < 0:
-        raise ValueError(f"--limit: expected >= 0 (0 = every record), got {args.limit}")
+        raise UserInputError(f"--limit: expected >= 0 (0 = every record), got {args.limit}")
     if not (root / "records.jsonl").is_file():
-        raise ValueError(f"--data {root}: no records.jsonl")
+        raise UserInputError(f"--data {root}: no records.jsonl")
     if not (Path(args.model) / "config.json").is_file():
-        raise ValueError(f"--model {args.model}: not a pretrained model directory (no config.json)")
+        raise UserInputError(f"--model {args.model}: not a pretrained model directory (no config.json)")
     out = output_dir("--out", Path(args.out or root / "judge"))
     if args.report:
         output_file("--report", Path(args.report))
@@ -179,7 +180,7 @@ def run(args) -> int:
     if args.limit:
         records = records[:args.limit]
     if not records:
-        raise ValueError(f"--split {args.split}: no records in {root}")
+        raise UserInputError(f"--split {args.split}: no records in {root}")
     scenes = read_scenes(root, records)
     all_pairs = read_pairs(root, args.split)
     check_pair_records(root, all_pairs, read_records(root))

@@ -22,6 +22,7 @@ import numpy as np
 from tqdm import tqdm
 
 from jaxdrive import atomic
+from jaxdrive.errors import UserInputError
 from jaxdrive.judge.bev import BevConfig
 from jaxdrive.judge.gates import expand_gates
 from jaxdrive.judge.progress import noting_first_compile
@@ -42,10 +43,10 @@ def parse_spec(spec: str) -> tuple[Path, bool, int]:
         elif opt.startswith("size=") and opt[5:].isdigit() and int(opt[5:]) >= 8:
             size = int(opt[5:])
         else:
-            raise ValueError(f"--gates {spec}: expected judge:DIR[,describe][,size=N] (N >= 8 pixels), got option "
+            raise UserInputError(f"--gates {spec}: expected judge:DIR[,describe][,size=N] (N >= 8 pixels), got option "
                              f"{opt!r}")
     if not (Path(path) / "config.json").is_file():
-        raise ValueError(f"--gates {spec}: {path!r} is not a pretrained judge directory (no config.json)")
+        raise UserInputError(f"--gates {spec}: {path!r} is not a pretrained judge directory (no config.json)")
     size, describe, _ = trained_settings(path, image_size=size, describe=describe,
                                          given={"image_size": f"--gates {spec}", "describe": f"--gates {spec}"})
     return Path(path), describe, size

@@ -12,6 +12,8 @@ import math
 
 import numpy as np
 
+from jaxdrive.errors import UserInputError
+
 
 _DRAWS_PER_CHUNK = 1 << 22  # resampled indices held at once by the bootstrap (32 MiB of int64)
 
@@ -20,7 +22,7 @@ def _correctness(values, name: str) -> np.ndarray:
     """``values`` as bool, or ValueError naming ``name`` unless they are bools or 0/1 (a score of 0.3 became True)."""
     v = np.asarray(values)
     if v.dtype != bool and not (np.issubdtype(v.dtype, np.number) and np.isin(v, (0, 1)).all()):
-        raise ValueError(f"{name}: expected per-pair correctness (bool or 0/1), got values {np.unique(v)[:5]}")
+        raise UserInputError(f"{name}: expected per-pair correctness (bool or 0/1), got values {np.unique(v)[:5]}")
     return v.astype(bool)
 
 
@@ -29,7 +31,7 @@ def mcnemar_exact(correct_a, correct_b) -> dict:
     difference B - A in percent points and the two-sided p-value (1 when there is no discordant pair)."""
     a, b_ = _correctness(correct_a, "correct_a"), _correctness(correct_b, "correct_b")
     if a.shape != b_.shape or a.ndim != 1:
-        raise ValueError(f"correct_a, correct_b: expected two 1-d arrays of one length, got {a.shape}, {b_.shape}")
+        raise UserInputError(f"correct_a, correct_b: expected two 1-d arrays of one length, got {a.shape}, {b_.shape}")
     b, c = int(np.sum(a & ~b_)), int(np.sum(~a & b_))
     m, k = b + c, min(b, c)
     tail = sum(math.comb(m, i) for i in range(k + 1)) / (1 << m) if m else 1.0  # exact ints: no overflow
@@ -43,7 +45,7 @@ def paired_bootstrap(correct_a, correct_b, *, num: int = 10_000, seed: int = 0, 
     difference <= 0 (a one-sided bootstrap p-value for "B is better")."""
     a, b = _correctness(correct_a, "correct_a").astype(float), _correctness(correct_b, "correct_b").astype(float)
     if a.shape != b.shape or a.ndim != 1 or a.size == 0:
-        raise ValueError(f"correct_a, correct_b: expected two non-empty 1-d arrays of one length, got {a.shape}, "
+        raise UserInputError(f"correct_a, correct_b: expected two non-empty 1-d arrays of one length, got {a.shape}, "
                          f"{b.shape}")
     d = b - a
     rng = np.random.default_rng(seed)

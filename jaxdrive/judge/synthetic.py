@@ -33,6 +33,7 @@ from tqdm import tqdm
 from jaxdrive import atomic
 from jaxdrive.data.scene_json import write_scene
 from jaxdrive.data.synthetic import PROFILES, generate_scene, pad_spec
+from jaxdrive.errors import UserInputError
 from jaxdrive.judge import prompt as P
 from jaxdrive.judge.bev import IMAGE_SIZE, BevConfig, render_bev_batch, save_png
 from jaxdrive.judge.dataset import SUBSCORE_KEYS, Pair, Record, read_meta, write_jsonl
@@ -122,9 +123,9 @@ def check_seeds(seed: int, num_train: int) -> None:
     test scenes start: otherwise the train scenes of this set would be the test scenes of another (``--seed 100``'s
     train split was ``--seed 0``'s test split), and a judge trained on one set would be evaluated on scenes it saw."""
     if seed < 0:
-        raise ValueError(f"--seed: expected >= 0, got {seed}")
+        raise UserInputError(f"--seed: expected >= 0, got {seed}")
     if seed * SEEDS_PER_SET + num_train > TEST_SEED_OFFSET:
-        raise ValueError(f"--seed {seed} with --train {num_train}: the train scenes' generator seeds (seed x "
+        raise UserInputError(f"--seed {seed} with --train {num_train}: the train scenes' generator seeds (seed x "
                          f"{SEEDS_PER_SET:,} + i) would reach {TEST_SEED_OFFSET:,}, where the test scenes of every set "
                          f"start, so they would be another set's test scenes; use --seed <= "
                          f"{max(0, (TEST_SEED_OFFSET - num_train) // SEEDS_PER_SET)}"

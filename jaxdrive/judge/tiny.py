@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.models.image_processing import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
 from jaxdrive.models.tokenizer_testing import (QWEN_SPECIAL_TOKENS, QWEN_VL_CHAT_TEMPLATE, TEST_TOKEN_IDS,
                                                TEST_VOCAB_SIZE, _bytes_to_unicode, build_test_tokenizer)
@@ -83,9 +84,9 @@ def tiny_judge_config(hidden: int = 64, layers: int = 2, vision_depth: int = 2, 
     import transformers as tf
 
     if hidden < 32 or hidden % 16:
-        raise ValueError(f"hidden: expected a multiple of 16, >= 32 (4 heads of an even size), got {hidden}")
+        raise UserInputError(f"hidden: expected a multiple of 16, >= 32 (4 heads of an even size), got {hidden}")
     if layers < 1:
-        raise ValueError(f"layers: expected >= 1, got {layers}")
+        raise UserInputError(f"layers: expected >= 1, got {layers}")
     half = hidden // 8  # head_dim / 2, what the three M-RoPE sections share
     height = width = 3 * half // 8
     ids = {k.strip("<|>"): v for k, v in TEST_TOKEN_IDS.items()}
@@ -109,7 +110,7 @@ def save_tiny_judge(path: str | os.PathLike, *, seed: int = 0, hidden: int = 64,
     from jaxdrive.models.testing import build_hf_model
 
     if tokenizer not in ("judge", "bytes"):
-        raise ValueError(f"tokenizer: expected 'judge' or 'bytes', got {tokenizer!r}")
+        raise UserInputError(f"tokenizer: expected 'judge' or 'bytes', got {tokenizer!r}")
     path = os.fspath(path)
     tok = build_judge_tokenizer(path) if tokenizer == "judge" else build_test_tokenizer(path)
     build_hf_model(tiny_judge_config(hidden, layers, vocab_size=len(tok)), seed=seed).save_pretrained(path)

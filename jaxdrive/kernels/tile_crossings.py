@@ -21,6 +21,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
+from jaxdrive.errors import UserInputError
+
 ON_WEIGHT = 4096  # > any polygon's edge count: boundary hits and crossings share one integer sum
 BLOCK_TILES = 16
 LANES = 128
@@ -83,4 +85,4 @@ def tile_counts(px, py, ax, ay, bx, by) -> Int[Array, "NT N"]:
         return tile_counts_jnp(px, py, ax, ay, bx, by)
     if impl == "pallas":
         return tile_counts_pallas(px, py, ax, ay, bx, by)
-    raise ValueError(f"JAXDRIVE_KERNELS: expected 'jnp' or 'pallas', got {impl!r}")
+    raise UserInputError(f"JAXDRIVE_KERNELS: expected 'jnp' or 'pallas', got {impl!r}")

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 from jaxtyping import Bool, Int
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.models.config import read_json_object
 from jaxdrive.models.image_processing import read_preprocessor_config
 
@@ -43,7 +44,7 @@ class ChatEncoding:
 def _token_id(tokenizer, token: str) -> int:
     idx = tokenizer.convert_tokens_to_ids(token)
     if idx is None or idx == tokenizer.unk_token_id:
-        raise ValueError(f"tokenizer has no {token!r} token; is this a Qwen-VL checkpoint tokenizer?")
+        raise UserInputError(f"tokenizer has no {token!r} token; is this a Qwen-VL checkpoint tokenizer?")
     return int(idx)
 
 
@@ -67,20 +68,20 @@ class ChatEncoder:
         try:
             tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         except (OSError, ValueError) as e:  # no tokenizer files, one cut short: transformers' words, several lines
-            raise ValueError(f"{path}: cannot load its tokenizer ({' '.join(str(e).split())})") from None
+            raise UserInputError(f"{path}: cannot load its tokenizer ({' '.join(str(e).split())})") from None
         if not tokenizer.chat_template:
             json_path, jinja_path = os.path.join(path, "chat_template.json"), os.path.join(path, "chat_template.jinja")
             if os.path.exists(json_path):
                 template = read_json_object(json_path).get("chat_template")
                 if not isinstance(template, str) or not template:
-                    raise ValueError(f"{json_path}: chat_template: expected the template text (a string), "
+                    raise UserInputError(f"{json_path}: chat_template: expected the template text (a string), "
                                      f"got {template!r:.60}")
                 tokenizer.chat_template = template
             elif os.path.exists(jinja_path):
                 with open(jinja_path) as f:
                     tokenizer.chat_template = f.read()
             else:
-                raise ValueError(f"{path}: tokenizer has no chat_template and no chat_template.json/.jinja was found")
+                raise UserInputError(f"{path}: tokenizer has no chat_template and no chat_template.json/.jinja was found")
         pre = read_preprocessor_config(path)
         return cls(tokenizer, pre.merge_size if pre else 2)
 
@@ -97,7 +98,7 @@ class ChatEncoder:
             prefix = self.render(messages[:i], add_generation_prompt=True)
             upto = self.render(messages[: i + 1])
             if not (upto.startswith(prefix) and text.startswith(upto)):
-                raise ValueError(f"messages[{i}]: the chat template does not render turns as a prefix-stable "
+                raise UserInputError(f"messages[{i}]: the chat template does not render turns as a prefix-stable "
                                  "sequence, so assistant tokens cannot be located")
             chunk = upto[len(prefix):]
             end = chunk.rfind(IM_END)
@@ -117,7 +118,7 @@ class ChatEncoder:
             ids += piece
             mask += [k % 2 == 1] * len(piece)
         if ids != self.tokenizer(text, add_special_tokens=False)["input_ids"]:
-            raise ValueError("tokenizing the assistant turns separately changed the token ids; the tokenizer merges "
+            raise UserInputError("tokenizing the assistant turns separately changed the token ids; the tokenizer merges "
                              "across turn boundaries, so the target mask would be misaligned")
         return ids, mask
 
@@ -142,28 +143,28 @@ class ChatEncoder:
           max_length: S is padded to this; a longer prompt is an error (truncation would cut image tokens).
         """
         if padding_side not in ("left", "right"):
-            raise ValueError(f"padding_side: expected 'left' or 'right', got {padding_side!r}")
+            raise UserInputError(f"padding_side: expected 'left' or 'right', got {padding_side!r}")
         if isinstance(conversations, dict) or (len(conversations) and isinstance(conversations[0], dict)):
-            raise ValueError("conversations: expected a list of conversations (lists of messages); wrap one in [...]")
+            raise UserInputError("conversations: expected a list of conversations (lists of messages); wrap one in [...]")
         grids = np.zeros((0, 3), np.int64) if image_grid_thw is None else np.asarray(image_grid_thw, np.int64)
         if grids.ndim != 2 or grids.shape[1] != 3 or (grids.size and grids.min() < 1):
-            raise ValueError(f"image_grid_thw: expected positive ints of shape [num_images, 3], got {grids.tolist()}")
+            raise UserInputError(f"image_grid_thw: expected positive ints of shape [num_images, 3], got {grids.tolist()}")
         m2 = self.merge_size ** 2
         bad = [i for i, (t, h, w) in enumerate(grids) if h % self.merge_size or w % self.merge_size]
         if bad:
-            raise ValueError(f"image_grid_thw: rows {bad} have h or w not divisible by merge_size={self.merge_size}")
+            raise UserInputError(f"image_grid_thw: rows {bad} have h or w not divisible by merge_size={self.merge_size}")
         image_id = _token_id(self.tokenizer, IMAGE_PAD)
         video_id = self.tokenizer.convert_tokens_to_ids(VIDEO_PAD)
 
         encoded = [self._encode_one(conv, add_generation_prompt) for conv in conversations]
         n_placeholders = sum(ids.count(image_id) for ids, _ in encoded)
         if n_placeholders != len(grids):
-            raise ValueError(f"image count mismatch: the conversations contain {n_placeholders} image placeholders "
+            raise UserInputError(f"image count mismatch: the conversations contain {n_placeholders} image placeholders "
                              f"but image_grid_thw has {len(grids)} rows")
         rows, image = [], 0
         for ids, mask in encoded:
             if video_id is not None and video_id in ids:
-                raise ValueError("videos are not supported by ChatEncoder (found a <|video_pad|> placeholder)")
+                raise UserInputError("videos are not supported by ChatEncoder (found a <|video_pad|> placeholder)")
             out_ids, out_mask = [], []
             for tok, tgt in zip(ids, mask):
                 if tok == image_id:
@@ -178,7 +179,7 @@ class ChatEncoder:
 
         longest = max(len(ids) for ids, _ in rows)
         if max_length is not None and longest > max_length:
-            raise ValueError(f"max_length: a conversation has {longest} tokens, more than max_length={max_length}")
+            raise UserInputError(f"max_length: a conversation has {longest} tokens, more than max_length={max_length}")
         length = max_length if max_length is not None else longest
         length = -(-length // pad_to_multiple_of) * pad_to_multiple_of
         pad_id = self.tokenizer.pad_token_id

@@ -11,6 +11,8 @@ import json
 import os
 from typing import Any
 
+from jaxdrive.errors import UserInputError
+
 FAMILIES = ("qwen2_5_vl", "qwen3_vl", "qwen3")
 
 
@@ -67,7 +69,7 @@ class ModelConfig:
 
 def _need(d: dict[str, Any], key: str, where: str, source: str) -> Any:
     if key not in d:
-        raise ValueError(f"{source}: field {where}{key!r} is missing (expected for this model family)")
+        raise UserInputError(f"{source}: field {where}{key!r} is missing (expected for this model family)")
     return d[key]
 
 
@@ -77,7 +79,7 @@ _NOT_OBJECTS = (list, tuple, str, int, float, type(None))
 
 def _object(value: Any, field: str, source: str) -> dict[str, Any]:
     if isinstance(value, _NOT_OBJECTS):
-        raise ValueError(f"{source}: field {field!r}: expected an object, got {type(value).__name__}")
+        raise UserInputError(f"{source}: field {field!r}: expected an object, got {type(value).__name__}")
     return value
 
 
@@ -86,7 +88,7 @@ def _size(value: Any, field: str, source: str, *, optional: bool = False) -> int
     if value is None and optional:
         return None
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{source}: field {field!r}: expected a positive integer, got {value!r}")
+        raise UserInputError(f"{source}: field {field!r}: expected a positive integer, got {value!r}")
     return value
 
 
@@ -98,9 +100,9 @@ def _rope_params(text: dict[str, Any], source: str) -> dict[str, Any]:
     if rope_type == "mrope":
         rope_type = "default"
     if rope_type != "default":
-        raise ValueError(f"{source}: rope type {rope_type!r} is not supported (expected 'default' or 'mrope')")
+        raise UserInputError(f"{source}: rope type {rope_type!r} is not supported (expected 'default' or 'mrope')")
     if rope["rope_theta"] is None:
-        raise ValueError(f"{source}: field 'rope_theta' is missing")
+        raise UserInputError(f"{source}: field 'rope_theta' is missing")
     return rope
 
 
@@ -109,10 +111,10 @@ def parse_config(raw: dict[str, Any], source: str = "config.json") -> ModelConfi
     was read from) and the bad field: missing, or not of its type (the sub-configs objects, the sizes positive
     integers)."""
     if isinstance(raw, _NOT_OBJECTS):
-        raise ValueError(f"{source}: expected a JSON object, got {type(raw).__name__}")
+        raise UserInputError(f"{source}: expected a JSON object, got {type(raw).__name__}")
     family = raw.get("model_type")
     if family not in FAMILIES:
-        raise ValueError(f"{source}: model_type must be one of {FAMILIES}, got {family!r}")
+        raise UserInputError(f"{source}: model_type must be one of {FAMILIES}, got {family!r}")
     if family == "qwen3":
         text = raw
         vision = None
@@ -127,7 +129,7 @@ def parse_config(raw: dict[str, Any], source: str = "config.json") -> ModelConfi
         return _size(value, where + key, source, optional=optional)
 
     if text.get("use_sliding_window"):
-        raise ValueError(f"{source}: {where}use_sliding_window=true is not supported")
+        raise UserInputError(f"{source}: {where}use_sliding_window=true is not supported")
     rope = _rope_params(text, source)
     hidden = size("hidden_size")
     heads = size("num_attention_heads")
@@ -137,7 +139,7 @@ def parse_config(raw: dict[str, Any], source: str = "config.json") -> ModelConfi
     if section is not None:
         section = tuple(int(s) for s in section)
         if len(section) != 3 or sum(section) != head_dim // 2:
-            raise ValueError(
+            raise UserInputError(
                 f"{source}: {where}rope_parameters.mrope_section must have 3 entries summing to head_dim/2="
                 f"{head_dim // 2}, got {list(section)}"
             )
@@ -161,12 +163,12 @@ def parse_config(raw: dict[str, Any], source: str = "config.json") -> ModelConfi
         tie_word_embeddings=tie,
     )
     if text_cfg.num_heads % text_cfg.num_kv_heads:
-        raise ValueError(
+        raise UserInputError(
             f"{source}: num_attention_heads={text_cfg.num_heads} must be a multiple of "
             f"num_key_value_heads={text_cfg.num_kv_heads}"
         )
     if text.get("hidden_act", "silu") != "silu":
-        raise ValueError(f"{source}: {where}hidden_act must be 'silu', got {text.get('hidden_act')!r}")
+        raise UserInputError(f"{source}: {where}hidden_act must be 'silu', got {text.get('hidden_act')!r}")
     deepstack = len(vision.get("deepstack_visual_indexes", ())) if (vision and family == "qwen3_vl") else 0
     return ModelConfig(
         family=family,
@@ -187,7 +189,7 @@ def token_id_tuple(value, where: str) -> tuple[int, ...]:
     the error."""
     ids = () if value is None else tuple(value) if isinstance(value, (list, tuple)) else (value,)
     if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
-        raise ValueError(f"{where}: expected a token id or a list of token ids (ints >= 0), got {value!r}")
+        raise UserInputError(f"{where}: expected a token id or a list of token ids (ints >= 0), got {value!r}")
     return ids
 
 
@@ -200,9 +202,9 @@ def read_json_object(file: str) -> dict[str, Any]:
         with open(file, encoding="utf-8") as f:
             value = json.load(f)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{file}: cannot read JSON ({e})") from None
+        raise UserInputError(f"{file}: cannot read JSON ({e})") from None
     if not isinstance(value, dict):
-        raise ValueError(f"{file}: expected a JSON object, got {type(value).__name__}")
+        raise UserInputError(f"{file}: expected a JSON object, got {type(value).__name__}")
     return value
 
 
@@ -230,9 +232,9 @@ def load_config(path: str | os.PathLike) -> ModelConfig:
     a file that is not a JSON object and a missing or mistyped field are a ``ValueError`` naming the file."""
     path = os.fspath(path)
     if not os.path.exists(path):
-        raise ValueError(f"{path}: no such model directory (a pretrained directory holds config.json and weights)")
+        raise UserInputError(f"{path}: no such model directory (a pretrained directory holds config.json and weights)")
     file = os.path.join(path, "config.json") if os.path.isdir(path) else path
     if not os.path.isfile(file):
-        raise ValueError(f"{file}: no such file (a pretrained model directory holds its config.json)")
+        raise UserInputError(f"{file}: no such file (a pretrained model directory holds its config.json)")
     cfg = parse_config(read_json_object(file), source=file)
     return dataclasses.replace(cfg, generation=read_generation_config(os.path.dirname(file)))

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Bool, Float, Int
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.models.attention import masked_attention
 from jaxdrive.models.config import TextConfig
 from jaxdrive.models.rope import apply_rope
@@ -108,7 +109,7 @@ QUERY_CHUNK = 128
 def attention_implementation(dtype, head_dim: int) -> str:
     """"cudnn" or "xla" for attention in ``dtype`` with ``head_dim`` (see :data:`ATTENTION_IMPLEMENTATION`)."""
     if ATTENTION_IMPLEMENTATION not in ("auto", "xla"):
-        raise ValueError(f"ATTENTION_IMPLEMENTATION: expected 'auto' or 'xla', got {ATTENTION_IMPLEMENTATION!r}")
+        raise UserInputError(f"ATTENTION_IMPLEMENTATION: expected 'auto' or 'xla', got {ATTENTION_IMPLEMENTATION!r}")
     fused_ok = jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)) and head_dim % 8 == 0 and head_dim <= 128
     if ATTENTION_IMPLEMENTATION == "auto" and fused_ok and jax.default_backend() == "gpu":
         return "cudnn"

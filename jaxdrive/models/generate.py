@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.models.logprobs import token_logprobs
 from jaxdrive.models.vlm import ModelInputs, QwenModel, model_jit
 
@@ -39,13 +40,13 @@ class SamplingConfig:
 
     def validate(self) -> None:
         if self.max_new_tokens < 1:
-            raise ValueError(f"SamplingConfig.max_new_tokens: expected >= 1, got {self.max_new_tokens}")
+            raise UserInputError(f"SamplingConfig.max_new_tokens: expected >= 1, got {self.max_new_tokens}")
         if not self.temperature > 0:
-            raise ValueError(f"SamplingConfig.temperature: expected > 0, got {self.temperature}")
+            raise UserInputError(f"SamplingConfig.temperature: expected > 0, got {self.temperature}")
         if self.top_k < 0:
-            raise ValueError(f"SamplingConfig.top_k: expected >= 0, got {self.top_k}")
+            raise UserInputError(f"SamplingConfig.top_k: expected >= 0, got {self.top_k}")
         if not 0 < self.top_p <= 1:
-            raise ValueError(f"SamplingConfig.top_p: expected in (0, 1], got {self.top_p}")
+            raise UserInputError(f"SamplingConfig.top_p: expected in (0, 1], got {self.top_p}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,7 +178,7 @@ def generate(
     """
     config.validate()
     if key is None and not config.greedy:
-        raise ValueError("generate: key is required for sampling (config.greedy is False)")
+        raise UserInputError("generate: key is required for sampling (config.greedy is False)")
     inputs = model.prepare_inputs(input_ids, attention_mask, pixel_values, image_grid_thw)
     n_stop = len(config.stop_token_ids)
     stop = np.full(max(8, -(-n_stop // 8) * 8), -1, np.int32)  # padded to a multiple of 8: one compile

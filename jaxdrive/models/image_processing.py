@@ -24,6 +24,7 @@ import numpy as np
 import PIL.Image
 from jaxtyping import Float, Int
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.json_values import is_finite_number
 
 OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -50,14 +51,14 @@ class ImageProcessorConfig:
         for name in ("patch_size", "temporal_patch_size", "merge_size", "min_pixels", "max_pixels"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+                raise UserInputError(f"{name}: expected a positive integer, got {v!r}")
         if not (is_finite_number(self.rescale_factor, numpy_scalars=True) and self.rescale_factor > 0):
-            raise ValueError(f"rescale_factor: expected a positive number, got {self.rescale_factor!r}")
+            raise UserInputError(f"rescale_factor: expected a positive number, got {self.rescale_factor!r}")
         for name in ("image_mean", "image_std"):
             v = getattr(self, name)
             if len(v) != 3 or not all(is_finite_number(x, numpy_scalars=True) for x in v) or (
                     name == "image_std" and min(v) <= 0):
-                raise ValueError(f"{name}: expected 3 finite numbers (one per RGB channel"
+                raise UserInputError(f"{name}: expected 3 finite numbers (one per RGB channel"
                                  f"{', positive' if name == 'image_std' else ''}), got {list(v)!r}")
 
     @classmethod
@@ -67,10 +68,10 @@ class ImageProcessorConfig:
         A value of the wrong type is a ValueError naming its key (``__post_init__`` checks the rest)."""
         size = cfg.get("size") or {}
         if not isinstance(size, Mapping):
-            raise ValueError(f"size: expected an object {{shortest_edge, longest_edge}}, got {size!r}")
+            raise UserInputError(f"size: expected an object {{shortest_edge, longest_edge}}, got {size!r}")
         for key in ("image_mean", "image_std"):
             if key in cfg and not isinstance(cfg[key], (list, tuple)):
-                raise ValueError(f"{key}: expected a list of 3 numbers, got {cfg[key]!r}")
+                raise UserInputError(f"{key}: expected a list of 3 numbers, got {cfg[key]!r}")
         kwargs = {k: cfg[k] for k in ("patch_size", "temporal_patch_size", "merge_size", "rescale_factor")
                   if k in cfg}
         kwargs["min_pixels"] = cfg.get("min_pixels", size.get("shortest_edge", cls.min_pixels))
@@ -97,7 +98,7 @@ def read_preprocessor_config(directory: str | os.PathLike) -> ImageProcessorConf
     try:
         return ImageProcessorConfig.from_hf(raw)
     except ValueError as e:
-        raise ValueError(f"{file}: {e}") from None
+        raise UserInputError(f"{file}: {e}") from None
 
 
 def smart_resize(height: int, width: int, factor: int = 28, min_pixels: int = 56 * 56,
@@ -105,9 +106,9 @@ def smart_resize(height: int, width: int, factor: int = 28, min_pixels: int = 56
     """Target (height, width) in pixels: multiples of `factor`, area within [min_pixels, max_pixels], aspect ratio
     kept as closely as possible. Rejects aspect ratios above 200 (as transformers)."""
     if height <= 0 or width <= 0:
-        raise ValueError(f"image size: height and width must be positive, got {height}x{width}")
+        raise UserInputError(f"image size: height and width must be positive, got {height}x{width}")
     if max(height, width) / min(height, width) > 200:
-        raise ValueError(f"image size: aspect ratio must be <= 200, got {height}x{width} "
+        raise UserInputError(f"image size: aspect ratio must be <= 200, got {height}x{width} "
                          f"(ratio {max(height, width) / min(height, width):.1f})")
     h_bar = round(height / factor) * factor
     w_bar = round(width / factor) * factor
@@ -132,10 +133,10 @@ def to_rgb_uint8(image, index: int = 0) -> np.ndarray:
         return np.asarray(image.convert("RGB"))
     if isinstance(image, np.ndarray):
         if image.ndim != 3 or image.shape[-1] != 3:
-            raise ValueError(f"images[{index}]: expected an RGB array of shape [height, width, 3] (channels last), "
+            raise UserInputError(f"images[{index}]: expected an RGB array of shape [height, width, 3] (channels last), "
                              f"got shape {image.shape}; pass a PIL image to convert other modes")
         if image.dtype != np.uint8:
-            raise ValueError(f"images[{index}]: expected dtype uint8 (0..255), got {image.dtype}")
+            raise UserInputError(f"images[{index}]: expected dtype uint8 (0..255), got {image.dtype}")
         return image
     raise TypeError(f"images[{index}]: expected a PIL.Image.Image or a numpy uint8 array, got {type(image).__name__}")
 
@@ -157,9 +158,9 @@ def preprocess_images(images: Sequence, config: ImageProcessorConfig = ImageProc
     if isinstance(images, (PIL.Image.Image, np.ndarray)):
         images = [images]
     if len(images) == 0:
-        raise ValueError("images: expected at least one image, got an empty sequence")
+        raise UserInputError("images: expected at least one image, got an empty sequence")
     if len(config.image_mean) != 3 or len(config.image_std) != 3:
-        raise ValueError(f"image_mean / image_std: expected 3 values each (RGB), got {config.image_mean} / "
+        raise UserInputError(f"image_mean / image_std: expected 3 values each (RGB), got {config.image_mean} / "
                          f"{config.image_std}")
     factor = config.patch_size * config.merge_size
     mean = np.asarray(config.image_mean, dtype=np.float32)[:, None, None]

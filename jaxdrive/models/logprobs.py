@@ -24,22 +24,24 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
+from jaxdrive.errors import UserInputError
+
 
 def _check(hidden, lm_head, head_is_vh: bool, targets=None) -> int:
     if hidden.ndim != 3:
-        raise ValueError(f"hidden: expected shape [B, S, H], got {hidden.shape}")
+        raise UserInputError(f"hidden: expected shape [B, S, H], got {hidden.shape}")
     if lm_head.ndim != 2:
-        raise ValueError(f"lm_head: expected a 2-D weight, got shape {lm_head.shape}")
+        raise UserInputError(f"lm_head: expected a 2-D weight, got shape {lm_head.shape}")
     h_axis = 1 if head_is_vh else 0
     if lm_head.shape[h_axis] != hidden.shape[-1]:
         layout = "[V, H]" if head_is_vh else "[H, V]"
-        raise ValueError(f"lm_head: expected layout {layout} with H={hidden.shape[-1]}, got shape {lm_head.shape}"
+        raise UserInputError(f"lm_head: expected layout {layout} with H={hidden.shape[-1]}, got shape {lm_head.shape}"
                          f"{' (pass head_is_vh=True for a [V, H] embedding)' if not head_is_vh else ''}")
     if targets is not None:
         if targets.shape != hidden.shape[:2]:
-            raise ValueError(f"targets: expected shape {hidden.shape[:2]} ([B, S] of hidden), got {targets.shape}")
+            raise UserInputError(f"targets: expected shape {hidden.shape[:2]} ([B, S] of hidden), got {targets.shape}")
         if not jnp.issubdtype(targets.dtype, jnp.integer):
-            raise ValueError(f"targets: expected an integer dtype, got {targets.dtype}")
+            raise UserInputError(f"targets: expected an integer dtype, got {targets.dtype}")
     return lm_head.shape[1 - h_axis]
 
 
@@ -121,7 +123,7 @@ def token_logprobs(
     """
     vocab = _check(hidden, lm_head, head_is_vh, targets)
     if not temperature > 0:
-        raise ValueError(f"temperature: expected > 0, got {temperature}")
+        raise UserInputError(f"temperature: expected > 0, got {temperature}")
     b, s, h = hidden.shape
     flat_t = targets.reshape(-1).astype(jnp.int32)
     log_z, target_logit, _ = _stream(hidden.reshape(b * s, h), lm_head, flat_t, head_is_vh=head_is_vh,
@@ -145,7 +147,7 @@ def token_entropy(
     """Entropy (nats) of softmax((hidden @ W) / temperature) per position, float32 [B, S]; same streaming scheme."""
     _check(hidden, lm_head, head_is_vh)
     if not temperature > 0:
-        raise ValueError(f"temperature: expected > 0, got {temperature}")
+        raise UserInputError(f"temperature: expected > 0, got {temperature}")
     b, s, h = hidden.shape
     dummy = jnp.full((b * s,), -1, jnp.int32)
     log_z, _, mean_z = _stream(hidden.reshape(b * s, h), lm_head, dummy, head_is_vh=head_is_vh,

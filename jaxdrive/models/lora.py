@@ -33,6 +33,8 @@ from flax import nnx
 from jaxtyping import Array, Float
 from safetensors.numpy import load_file, save_file
 
+from jaxdrive.errors import UserInputError
+
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
 
@@ -171,17 +173,17 @@ def apply_lora(
     Returns: the adapted module paths, sorted.
     """
     if not isinstance(rank, int) or rank < 1:
-        raise ValueError(f"apply_lora: rank must be an int >= 1, got {rank!r}")
+        raise UserInputError(f"apply_lora: rank must be an int >= 1, got {rank!r}")
     if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"apply_lora: dropout must be in [0, 1), got {dropout!r}")
+        raise UserInputError(f"apply_lora: dropout must be in [0, 1), got {dropout!r}")
     if lora_modules(model):
-        raise ValueError("apply_lora: model already has LoRA adapters (apply once per model)")
+        raise UserInputError("apply_lora: model already has LoRA adapters (apply once per model)")
     pattern = re.compile(targets)
     linears = _linear_paths(model, nnx.Linear)
     chosen = [(path, node) for path, node in linears if pattern.fullmatch(_path_str(path))]
     if not chosen:
         names = sorted(_path_str(p) for p, _ in linears)
-        raise ValueError(f"apply_lora: targets {targets!r} matched no nnx.Linear; available paths: {names[:20]}")
+        raise UserInputError(f"apply_lora: targets {targets!r} matched no nnx.Linear; available paths: {names[:20]}")
     for path, node in chosen:
         _set_child(model, path, LoRALinear(node, rank=rank, alpha=alpha, dropout=dropout, targets=targets,
                                               dtype=adapter_dtype, rngs=rngs))
@@ -191,7 +193,7 @@ def apply_lora(
 def _require_lora(model: nnx.Module, what: str) -> dict[str, LoRALinear]:
     mods = lora_modules(model)
     if not mods:
-        raise ValueError(f"{what}: model has no LoRA adapters (call apply_lora first)")
+        raise UserInputError(f"{what}: model has no LoRA adapters (call apply_lora first)")
     return mods
 
 
@@ -269,23 +271,23 @@ def load_lora(model: nnx.Module, directory: str, *, rngs: nnx.Rngs | None = None
     current = _lora_config(mods)
     for key in ("rank", "alpha"):
         if current[key] != config[key]:
-            raise ValueError(f"load_lora: {key} mismatch: checkpoint has {config[key]}, model has {current[key]}")
+            raise UserInputError(f"load_lora: {key} mismatch: checkpoint has {config[key]}, model has {current[key]}")
     missing = sorted(set(config["modules"]) - set(mods))
     extra = sorted(set(mods) - set(config["modules"]))
     if missing or extra:
-        raise ValueError(f"load_lora: module mismatch; in checkpoint but not model: {missing}; "
+        raise UserInputError(f"load_lora: module mismatch; in checkpoint but not model: {missing}; "
                          f"in model but not checkpoint: {extra}")
     tensors = load_file(os.path.join(directory, ADAPTER_WEIGHTS))
     for name, mod in mods.items():
         if mod.merged:
-            raise ValueError(f"load_lora: module {name} is merged; call unmerge_lora before loading adapters")
+            raise UserInputError(f"load_lora: module {name} is merged; call unmerge_lora before loading adapters")
         for part in ("lora_a", "lora_b"):
             key = f"{name}.{part}"
             if key not in tensors:
-                raise ValueError(f"load_lora: tensor {key!r} missing from {ADAPTER_WEIGHTS}")
+                raise UserInputError(f"load_lora: tensor {key!r} missing from {ADAPTER_WEIGHTS}")
             var = getattr(mod, part)
             if tensors[key].shape != var.shape:
-                raise ValueError(f"load_lora: tensor {key!r} has shape {tensors[key].shape}, expected {var.shape}")
+                raise UserInputError(f"load_lora: tensor {key!r} has shape {tensors[key].shape}, expected {var.shape}")
             value = jnp.asarray(tensors[key], dtype=var.dtype)
             sharding = getattr(var[...], "sharding", None)
             var[...] = jax.device_put(value, sharding) if sharding is not None else value

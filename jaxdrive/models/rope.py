@@ -12,6 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+from jaxdrive.errors import UserInputError
+
 
 def inv_frequencies(head_dim: int, theta: float) -> np.ndarray:
     """``[head_dim // 2]`` float32 inverse frequencies ``theta ** (-2i / head_dim)`` (float32 like transformers)."""
@@ -79,11 +81,11 @@ def get_rope_index(
     """
     input_ids = np.asarray(input_ids)
     if input_ids.ndim != 2:
-        raise ValueError(f"get_rope_index: input_ids must be [B, S], got shape {input_ids.shape}")
+        raise UserInputError(f"get_rope_index: input_ids must be [B, S], got shape {input_ids.shape}")
     b, s = input_ids.shape
     mask = np.ones((b, s), bool) if attention_mask is None else np.asarray(attention_mask).astype(bool)
     if mask.shape != (b, s):
-        raise ValueError(f"get_rope_index: attention_mask must have shape {(b, s)}, got {mask.shape}")
+        raise UserInputError(f"get_rope_index: attention_mask must have shape {(b, s)}, got {mask.shape}")
     if image_mask is None:
         image_mask = input_ids == image_token_id if image_token_id is not None else np.zeros((b, s), bool)
     image_mask = np.asarray(image_mask, bool)
@@ -104,7 +106,7 @@ def get_rope_index(
                 i += 1
                 continue
             if next_image >= len(grids):
-                raise ValueError(
+                raise UserInputError(
                     f"get_rope_index: row {row} has more image-pad tokens than images in image_grid_thw "
                     f"({len(grids)} images)"
                 )
@@ -113,7 +115,7 @@ def get_rope_index(
             hm, wm = h // spatial_merge_size, w // spatial_merge_size
             n = t * h * w // m2
             if i + n > len(ids) or not is_img[i : i + n].all():
-                raise ValueError(
+                raise UserInputError(
                     f"get_rope_index: image {next_image - 1} with grid {(t, h, w)} needs {n} consecutive image-pad "
                     f"tokens in row {row} at valid index {i}"
                 )
@@ -124,7 +126,7 @@ def get_rope_index(
         positions[:, row, mask[row]] = pos
         deltas[row] = (pos.max() + 1 - len(ids)) if len(ids) else 0
     if next_image != len(grids):
-        raise ValueError(
+        raise UserInputError(
             f"get_rope_index: image_grid_thw has {len(grids)} images but the prompts hold image-pad tokens for "
             f"{next_image}"
         )

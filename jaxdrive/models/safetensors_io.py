@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable
 import ml_dtypes
 import numpy as np
 
+from jaxdrive.errors import UserInputError
+
 _DTYPES = {
     "F64": np.dtype(np.float64),
     "F32": np.dtype(np.float32),
@@ -40,13 +42,13 @@ def _read_header(file: str) -> tuple[dict, int]:
         head = f.read(8)
         n = struct.unpack("<Q", head)[0] if len(head) == 8 else None
         if n is None or n > size - 8:
-            raise ValueError(f"{file}: not a safetensors file ({size} bytes: no 8-byte header length and header)")
+            raise UserInputError(f"{file}: not a safetensors file ({size} bytes: no 8-byte header length and header)")
         try:
             header = json.loads(f.read(n))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"{file}: not a safetensors file: cannot read its JSON header ({e})") from None
+            raise UserInputError(f"{file}: not a safetensors file: cannot read its JSON header ({e})") from None
     if not isinstance(header, dict):
-        raise ValueError(f"{file}: not a safetensors file: its header is not a JSON object")
+        raise UserInputError(f"{file}: not a safetensors file: its header is not a JSON object")
     data = size - 8 - n
     for key, info in header.items():
         if key == "__metadata__":
@@ -58,14 +60,14 @@ def _read_header(file: str) -> tuple[dict, int]:
         except (TypeError, KeyError, ValueError):
             ok = False
         if not ok:
-            raise ValueError(f"{file}: tensor {key!r}: expected dtype, shape and data_offsets [start, end] in the "
+            raise UserInputError(f"{file}: tensor {key!r}: expected dtype, shape and data_offsets [start, end] in the "
                              f"header, got {info!r}")
         dtype = _DTYPES.get(info["dtype"])
         if dtype is not None and end - start != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
-            raise ValueError(f"{file}: tensor {key!r}: {end - start} data bytes do not hold shape {shape} of "
+            raise UserInputError(f"{file}: tensor {key!r}: {end - start} data bytes do not hold shape {shape} of "
                              f"{info['dtype']}")
         if end > data:
-            raise ValueError(f"{file}: tensor {key!r} ends at data byte {end}, but the file holds {data} data bytes: "
+            raise UserInputError(f"{file}: tensor {key!r} ends at data byte {end}, but the file holds {data} data bytes: "
                              "it is cut short (an interrupted copy or download)")
     return header, 8 + n
 
@@ -86,13 +88,13 @@ class SafetensorsDir:
         elif os.path.exists(os.path.join(path, SINGLE_FILE)):
             files = [SINGLE_FILE]
         else:
-            raise ValueError(f"{path}: no {SINGLE_FILE} or {INDEX_FILE} (the model's weights)")
+            raise UserInputError(f"{path}: no {SINGLE_FILE} or {INDEX_FILE} (the model's weights)")
         self._where: dict[str, tuple[str, dict, int]] = {}
         self._maps: dict[str, np.memmap] = {}
         for name in files:
             file = os.path.join(path, name)
             if not os.path.isfile(file):
-                raise ValueError(f"{index}: weight_map names {name!r}, but {file} does not exist")
+                raise UserInputError(f"{index}: weight_map names {name!r}, but {file} does not exist")
             header, offset = _read_header(file)
             header.pop("__metadata__", None)
             for key, info in header.items():
@@ -110,7 +112,7 @@ class SafetensorsDir:
     def get(self, key: str) -> np.ndarray:
         file, info, offset = self._where[key]
         if info["dtype"] not in _DTYPES:
-            raise ValueError(f"{file}: tensor {key!r}: unsupported safetensors dtype {info['dtype']}")
+            raise UserInputError(f"{file}: tensor {key!r}: unsupported safetensors dtype {info['dtype']}")
         if file not in self._maps:
             self._maps[file] = np.memmap(file, dtype=np.uint8, mode="r")
         start, end = info["data_offsets"]
@@ -124,7 +126,7 @@ def _index_files(index: str) -> list[str]:
 
     weight_map = read_json_object(index).get("weight_map")
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-        raise ValueError(f"{index}: expected a 'weight_map' object (tensor name -> safetensors file name)")
+        raise UserInputError(f"{index}: expected a 'weight_map' object (tensor name -> safetensors file name)")
     return sorted(set(weight_map.values()))
 
 
@@ -149,5 +151,5 @@ def write_safetensors(
         for name, shape, dtype in entries:
             arr = np.ascontiguousarray(produce(name), dtype=dtype)
             if arr.shape != tuple(shape):
-                raise ValueError(f"write_safetensors: tensor {name!r} has shape {arr.shape}, declared {tuple(shape)}")
+                raise UserInputError(f"write_safetensors: tensor {name!r} has shape {arr.shape}, declared {tuple(shape)}")
             f.write(arr.tobytes())

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxdrive.errors import UserInputError
+
 #: special token ids of the tiny configs (inside the tiny vocabulary).
 TINY_VOCAB = 1000
 TINY_TOKENS = dict(vision_start_token_id=995, vision_end_token_id=996, image_token_id=997, video_token_id=998)
@@ -56,7 +58,7 @@ def tiny_hf_config(family: str, *, tie_word_embeddings: bool = False, text: dict
                    deepstack_visual_indexes=[0, 1])
         return tf.Qwen3VLConfig(text_config=text_kw, vision_config=dict(vis, **(vision or {})),
                                 tie_word_embeddings=tie_word_embeddings, **TINY_TOKENS)
-    raise ValueError(f"tiny_hf_config: family must be 'qwen2_5_vl', 'qwen3_vl' or 'qwen3', got {family!r}")
+    raise UserInputError(f"tiny_hf_config: family must be 'qwen2_5_vl', 'qwen3_vl' or 'qwen3', got {family!r}")
 
 
 def build_hf_model(config, *, seed: int = 0):
@@ -101,7 +103,7 @@ def image_inputs(config, image_sizes: list[tuple[int, int]], *, seed: int = 0) -
     grids = []
     for h, w in image_sizes:
         if h % unit or w % unit:
-            raise ValueError(f"image_inputs: sizes must be multiples of {unit}, got {(h, w)}")
+            raise UserInputError(f"image_inputs: sizes must be multiples of {unit}, got {(h, w)}")
         grids.append((1, h // vc.patch_size, w // vc.patch_size))
     grid = np.asarray(grids, np.int64)
     n = int(grid.prod(-1).sum())

@@ -30,6 +30,7 @@ import numpy as np
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.models.attention import masked_attention
 
 Axes = tuple[str | None, ...]
@@ -45,7 +46,7 @@ def param(value: jax.Array, axes: Axes) -> nnx.Param:
     `jaxdrive.parallel` maps the names to mesh axes; `nnx.get_partition_spec(nnx.state(module))` reads them back.
     """
     if len(axes) != value.ndim:
-        raise ValueError(f"param: {len(axes)} axis names {axes} for an array of shape {value.shape}")
+        raise UserInputError(f"param: {len(axes)} axis names {axes} for an array of shape {value.shape}")
     return nnx.Param(value, out_sharding=axes, eager_sharding=False)
 
 
@@ -98,7 +99,7 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 def activation(name: str) -> Callable[[jax.Array], jax.Array]:
     """The jnp function for an HF `hidden_act` name."""
     if name not in ACTIVATIONS:
-        raise ValueError(f"vision config hidden_act: expected one of {sorted(ACTIVATIONS)}, got {name!r}")
+        raise UserInputError(f"vision config hidden_act: expected one of {sorted(ACTIVATIONS)}, got {name!r}")
     return ACTIVATIONS[name]
 
 
@@ -143,7 +144,7 @@ def segment_attention(q: Float[Array, "heads n d"], k: Float[Array, "heads n d"]
     heads, n, d = q.shape
     block = n if block is None else block
     if n % block:
-        raise ValueError(f"segment_attention: length {n} is not a multiple of the block length {block}")
+        raise UserInputError(f"segment_attention: length {n} is not a multiple of the block length {block}")
 
     def blocks(x):  # [heads, n, d] -> [heads, n / block, block, d] (no singleton axis: it costs XLA a layout copy)
         return x if block == n else x.reshape(heads, n // block, block, d)
@@ -175,7 +176,7 @@ class VisionAttention(nnx.Module):
     def __init__(self, embed_dim: int, num_heads: int, *, dtype=jnp.float32, param_dtype=jnp.float32,
                  rngs: nnx.Rngs):
         if embed_dim % num_heads:
-            raise ValueError(f"vision config: hidden_size {embed_dim} is not divisible by num_heads {num_heads}")
+            raise UserInputError(f"vision config: hidden_size {embed_dim} is not divisible by num_heads {num_heads}")
         head_dim = embed_dim // num_heads
         self.qkv_kernel = param(normal(rngs, (embed_dim, 3, num_heads, head_dim), param_dtype),
                                 ("vision_embed", None, "vision_heads", "head_dim"))
@@ -214,13 +215,13 @@ def validate_grid_thw(grid_thw, merge_size: int) -> np.ndarray:
     """grid_thw as an int64 [num_images, 3] numpy array; h and w must be positive multiples of `merge_size`."""
     grid = np.asarray(grid_thw)
     if grid.ndim != 2 or grid.shape[1] != 3 or grid.shape[0] == 0:
-        raise ValueError(f"grid_thw: expected shape [num_images >= 1, 3], got {grid.shape}")
+        raise UserInputError(f"grid_thw: expected shape [num_images >= 1, 3], got {grid.shape}")
     if not np.issubdtype(grid.dtype, np.integer):
-        raise ValueError(f"grid_thw: expected an integer array, got dtype {grid.dtype}")
+        raise UserInputError(f"grid_thw: expected an integer array, got dtype {grid.dtype}")
     if (grid <= 0).any():
-        raise ValueError(f"grid_thw: all entries must be positive, got {grid.tolist()}")
+        raise UserInputError(f"grid_thw: all entries must be positive, got {grid.tolist()}")
     if (grid[:, 1:] % merge_size).any():
-        raise ValueError(f"grid_thw: h and w must be multiples of spatial_merge_size={merge_size}, "
+        raise UserInputError(f"grid_thw: h and w must be multiples of spatial_merge_size={merge_size}, "
                          f"got {grid.tolist()}")
     return grid.astype(np.int64)
 
@@ -234,11 +235,11 @@ def check_pixel_values(pixel_values, grid_thw: np.ndarray, patch_dim: int) -> No
     """Host check that pixel_values [N, patch_dim] agrees with the grids (N == sum(t*h*w))."""
     shape = tuple(pixel_values.shape)
     if len(shape) != 2 or shape[1] != patch_dim:
-        raise ValueError(f"pixel_values: expected shape [num_patches, {patch_dim}] (= in_channels * "
+        raise UserInputError(f"pixel_values: expected shape [num_patches, {patch_dim}] (= in_channels * "
                          f"temporal_patch_size * patch_size**2), got {shape}")
     expected = num_patches(grid_thw)
     if shape[0] != expected:
-        raise ValueError(f"pixel_values: grid_thw {grid_thw.tolist()} implies {expected} patches "
+        raise UserInputError(f"pixel_values: grid_thw {grid_thw.tolist()} implies {expected} patches "
                          f"(sum of t*h*w), got {shape[0]} rows")
 
 
@@ -261,7 +262,7 @@ def rotary_tables(positions: np.ndarray, head_dim: int, theta: float) -> tuple[n
     then duplicated for the rotate-half convention (transformers' `Qwen*VisionRotaryEmbedding`).
     """
     if head_dim % 4:
-        raise ValueError(f"vision config: head_dim must be a multiple of 4 for 2-D rotary, got {head_dim}")
+        raise UserInputError(f"vision config: head_dim must be a multiple of 4 for 2-D rotary, got {head_dim}")
     spatial = head_dim // 2
     inv_freq = (1.0 / (np.float32(theta) ** (np.arange(0, spatial, 2, dtype=np.float32) / np.float32(spatial))))
     inv_freq = inv_freq.astype(np.float32)
@@ -283,7 +284,7 @@ def bucket_length(n: int, multiple: int = 256) -> int:
     `multiple` must itself be a multiple of merge_size**2 (4 for every released Qwen-VL).
     """
     if n <= 0 or multiple <= 0:
-        raise ValueError(f"bucket_length: n and multiple must be positive, got n={n}, multiple={multiple}")
+        raise UserInputError(f"bucket_length: n and multiple must be positive, got n={n}, multiple={multiple}")
     return -(-n // multiple) * multiple
 
 
@@ -292,7 +293,7 @@ def resolve_pad_to(n: int, pad_to: int | None, merge_unit: int) -> int:
     if pad_to is None:
         return n
     if pad_to < n or pad_to % merge_unit:
-        raise ValueError(f"pad_to: expected a multiple of spatial_merge_size**2={merge_unit} that is >= the patch "
+        raise UserInputError(f"pad_to: expected a multiple of spatial_merge_size**2={merge_unit} that is >= the patch "
                          f"count {n}, got {pad_to}")
     return int(pad_to)
 
@@ -300,7 +301,7 @@ def resolve_pad_to(n: int, pad_to: int | None, merge_unit: int) -> int:
 def pad_rows(x: np.ndarray, length: int, fill) -> np.ndarray:
     """x padded along axis 0 to `length` rows with `fill`."""
     if length < x.shape[0]:
-        raise ValueError(f"padding: cannot pad {x.shape[0]} rows to a shorter length {length}")
+        raise UserInputError(f"padding: cannot pad {x.shape[0]} rows to a shorter length {length}")
     if x.shape[0] == length:
         return x
     pad = np.full((length - x.shape[0],) + x.shape[1:], fill, dtype=x.dtype)
@@ -419,7 +420,7 @@ def load_hf_tensors(module: nnx.Module, table: Sequence[HFTensor], tensors: Mapp
         if t.name in tensors and tuple(tensors[t.name].shape) != t.hf_shape:
             problems.append(f"tensor {t.name!r}: expected shape {t.hf_shape}, got {tuple(tensors[t.name].shape)}")
     if problems:
-        raise ValueError(f"{what} weights: " + "; ".join(problems))
+        raise UserInputError(f"{what} weights: " + "; ".join(problems))
     for t in table:
         p = _get_param(module, t.path)
         p.set_value(jnp.asarray(t.to_ours(_to_numpy(tensors[t.name])), dtype=p.get_value().dtype))

@@ -31,6 +31,7 @@ import numpy as np
 from flax import nnx, struct
 from jaxtyping import Array, Bool, Float, Int
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.models import vision_common as vc
 
 
@@ -231,11 +232,11 @@ class Qwen25VisionTower(vc.HFTensorsMixin, nnx.Module):
     def __init__(self, config, *, dtype=jnp.float32, param_dtype=jnp.float32, rngs: nnx.Rngs):
         cfg = config if isinstance(config, Qwen25VisionConfig) else Qwen25VisionConfig.from_hf(config)
         if cfg.window_units < 1:
-            raise ValueError(f"vision config window_size: must be >= spatial_merge_size * patch_size = "
+            raise UserInputError(f"vision config window_size: must be >= spatial_merge_size * patch_size = "
                              f"{cfg.spatial_merge_size * cfg.patch_size}, got {cfg.window_size}")
         bad = [i for i in cfg.fullatt_block_indexes if not 0 <= i < cfg.depth]
         if bad:
-            raise ValueError(f"vision config fullatt_block_indexes: {bad} outside [0, depth={cfg.depth})")
+            raise UserInputError(f"vision config fullatt_block_indexes: {bad} outside [0, depth={cfg.depth})")
         self.config = cfg
         self.dtype = dtype
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
@@ -270,7 +271,7 @@ class Qwen25VisionTower(vc.HFTensorsMixin, nnx.Module):
         if isinstance(grid_or_meta, Qwen25VisionMeta):
             n = grid_or_meta.merged_unperm.shape[0] * self.config.merge_unit
             if pixel_values.shape != (n, self.config.patch_dim):
-                raise ValueError(f"pixel_values: metadata was prepared for shape ({n}, {self.config.patch_dim}), "
+                raise UserInputError(f"pixel_values: metadata was prepared for shape ({n}, {self.config.patch_dim}), "
                                  f"got {tuple(pixel_values.shape)}")
             return grid_or_meta
         grid = vc.validate_grid_thw(grid_or_meta, self.config.spatial_merge_size)

@@ -29,6 +29,7 @@ import numpy as np
 from flax import nnx, struct
 from jaxtyping import Array, Bool, Float, Int
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.models import vision_common as vc
 
 
@@ -205,7 +206,7 @@ class Qwen3VisionTower(vc.HFTensorsMixin, nnx.Module):
         cfg = config if isinstance(config, Qwen3VisionConfig) else Qwen3VisionConfig.from_hf(config)
         bad = [i for i in cfg.deepstack_visual_indexes if not 0 <= i < cfg.depth]
         if bad:
-            raise ValueError(f"vision config deepstack_visual_indexes: {bad} outside [0, depth={cfg.depth})")
+            raise UserInputError(f"vision config deepstack_visual_indexes: {bad} outside [0, depth={cfg.depth})")
         self.config = cfg
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.patch_embed = vc.PatchEmbed(cfg.patch_dim, cfg.hidden_size, bias=True, **kw)
@@ -246,7 +247,7 @@ class Qwen3VisionTower(vc.HFTensorsMixin, nnx.Module):
         if isinstance(grid_or_meta, Qwen3VisionMeta):
             n = grid_or_meta.segments.shape[0]
             if pixel_values.shape != (n, self.config.patch_dim):
-                raise ValueError(f"pixel_values: metadata was prepared for shape ({n}, {self.config.patch_dim}), "
+                raise UserInputError(f"pixel_values: metadata was prepared for shape ({n}, {self.config.patch_dim}), "
                                  f"got {tuple(pixel_values.shape)}")
             return grid_or_meta
         grid = vc.validate_grid_thw(grid_or_meta, self.config.spatial_merge_size)

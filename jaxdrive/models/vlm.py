@@ -25,6 +25,7 @@ import numpy as np
 from flax import nnx
 from jaxtyping import Array, Bool, Float, Int
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.models.config import ModelConfig
 from jaxdrive.models.decoder import LayerCache, Rotary, TextModel, attention_mask, linear, take_rows
 from jaxdrive.models.lora import LoRALinear
@@ -122,36 +123,36 @@ class QwenModel(nnx.Module):
         """
         ids = np.asarray(input_ids)
         if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
-            raise ValueError(f"input_ids: expected an int array [B, S], got dtype {ids.dtype} shape {ids.shape}")
+            raise UserInputError(f"input_ids: expected an int array [B, S], got dtype {ids.dtype} shape {ids.shape}")
         mask = np.ones(ids.shape, bool) if attention_mask is None else np.asarray(attention_mask).astype(bool)
         if mask.shape != ids.shape:
-            raise ValueError(f"attention_mask: expected shape {ids.shape} (as input_ids), got {mask.shape}")
+            raise UserInputError(f"attention_mask: expected shape {ids.shape} (as input_ids), got {mask.shape}")
         v = self.cfg.text.vocab_size
         if ids[mask].size and (ids[mask].min() < 0 or ids[mask].max() >= v):
-            raise ValueError(f"input_ids: token ids must be in [0, {v}), got range [{ids[mask].min()}, {ids[mask].max()}]")
+            raise UserInputError(f"input_ids: token ids must be in [0, {v}), got range [{ids[mask].min()}, {ids[mask].max()}]")
         if (pixel_values is None) != (image_grid_thw is None):
-            raise ValueError("pixel_values and image_grid_thw must be given together")
+            raise UserInputError("pixel_values and image_grid_thw must be given together")
         grid = None
         pv = meta = img = None
         if pixel_values is not None:
             if self.visual is None:
-                raise ValueError(f"pixel_values given but this {self.cfg.family} model has no vision tower")
+                raise UserInputError(f"pixel_values given but this {self.cfg.family} model has no vision tower")
             grid = np.asarray(image_grid_thw).astype(np.int64).reshape(-1, 3)
             m2 = self.cfg.spatial_merge_size**2
             n_tokens = int((grid.prod(-1) // m2).sum())
             img = (ids == self.cfg.image_token_id) & mask if image_mask is None else np.asarray(image_mask, bool) & mask
             if img.shape != ids.shape:
-                raise ValueError(f"image_mask: expected shape {ids.shape} (as input_ids), got {img.shape}")
+                raise UserInputError(f"image_mask: expected shape {ids.shape} (as input_ids), got {img.shape}")
             n_found = int(img.sum())
             if n_tokens != n_found:
-                raise ValueError(
+                raise UserInputError(
                     f"input_ids: {n_found} image-pad tokens (id {self.cfg.image_token_id}) but image_grid_thw "
                     f"needs {n_tokens}"
                 )
             pv = np.asarray(pixel_values)
             n = int(grid.prod(-1).sum())
             if pv.ndim != 2 or pv.shape[0] != n:
-                raise ValueError(f"pixel_values: expected [{n}, C*T*P*P] for image_grid_thw {grid.tolist()}, got {pv.shape}")
+                raise UserInputError(f"pixel_values: expected [{n}, C*T*P*P] for image_grid_thw {grid.tolist()}, got {pv.shape}")
             frame = uniform_frame_patches(grid)
             n_pad = n if frame is not None and frame >= bucket else -(-n // bucket) * bucket
             meta = self.visual.prepare(grid, pad_to=n_pad)
@@ -245,7 +246,7 @@ class QwenModel(nnx.Module):
         cache): the same values, one layer's worth of work less on the other positions.
         """
         if query_index is not None and return_layers:
-            raise ValueError("forward_hidden: query_index and return_layers cannot be combined")
+            raise UserInputError("forward_hidden: query_index and return_layers cannot be combined")
         x, deep = self.embed(inputs)
         x = constrain(x, ("batch", "seq", "act_embed"))
         s = x.shape[1]

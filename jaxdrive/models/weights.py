@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.models.config import GENERATION_FILE, ModelConfig, load_config
 from jaxdrive.models.safetensors_io import INDEX_FILE, SINGLE_FILE, SafetensorsDir, write_safetensors
 from jaxdrive.models.vlm import QwenModel
@@ -189,7 +190,7 @@ def load_weights(
         values = {p: var.get_value() for p, var in flat}
         abstract = [s.key for s in missing if isinstance(values[s.path], jax.ShapeDtypeStruct)]
         if abstract:
-            raise ValueError(f"{where}: strict=False keeps the current value of a parameter without a tensor, but "
+            raise UserInputError(f"{where}: strict=False keeps the current value of a parameter without a tensor, but "
                              f"the model is abstract (no values) for: {_names(abstract)}")
     problems = list(misshaped) + _tied_twin_problems(reader, tied_twin, embed_spec)
     if strict:
@@ -200,7 +201,7 @@ def load_weights(
             problems.append(f"unexpected tensors (not parameters of this {model.cfg.family} model): {_names(unexpected)}")
     if problems:
         hint = " (pass strict=False to load a partial checkpoint on purpose)" if missing or unexpected else ""
-        raise ValueError(f"{where}: " + "; ".join(problems) + hint)
+        raise UserInputError(f"{where}: " + "; ".join(problems) + hint)
     if missing:
         warnings.warn(f"{where}: {len(missing)} parameters keep their current values (no tensor): "
                       f"{_names([s.key for s in missing])}", stacklevel=2)
@@ -212,7 +213,7 @@ def load_weights(
     for p, var in flat:
         spec = by_path.get(p)
         if spec is None:
-            raise ValueError(f"internal: parameter {'.'.join(map(str, p))} has no HF tensor mapping")
+            raise UserInputError(f"internal: parameter {'.'.join(map(str, p))} has no HF tensor mapping")
         if spec.key in absent:
             value = var.get_value()
             if mesh is not None:
@@ -222,7 +223,7 @@ def load_weights(
         target = var.get_value()
         arr = np.asarray(spec.to_ours(reader.get(spec.key)))
         if arr.shape != tuple(target.shape):
-            raise ValueError(f"tensor {spec.key!r}: converts to shape {arr.shape}, parameter wants {target.shape}")
+            raise UserInputError(f"tensor {spec.key!r}: converts to shape {arr.shape}, parameter wants {target.shape}")
         arr = arr.astype(target.dtype)
         if mesh is not None:
             value = jax.device_put(arr, named_sharding(variable_axes(var), arr.shape, mesh, rules))

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.scene import HostScene
 
 
@@ -60,19 +61,19 @@ def run_add_pdm_closed(args) -> int:
     from jaxdrive.data.scene_json import SceneFileError, read_scene, scene_files, write_scene
 
     if args.speed_limit is not None and not (np.isfinite(args.speed_limit) and args.speed_limit > 0):
-        raise ValueError(f"--speed-limit: expected a positive speed in m/s, got {args.speed_limit}")
+        raise UserInputError(f"--speed-limit: expected a positive speed in m/s, got {args.speed_limit}")
     if args.chunk < 1:
-        raise ValueError(f"--chunk: expected >= 1 scenes per call, got {args.chunk}")
+        raise UserInputError(f"--chunk: expected >= 1 scenes per call, got {args.chunk}")
     try:
         files = scene_files(args.scenes)
     except SceneFileError as e:
-        raise ValueError(f"SCENES: {e}") from None
+        raise UserInputError(f"SCENES: {e}") from None
     if not files:
-        raise ValueError(f"SCENES {args.scenes}: no *.json scene files found")
+        raise UserInputError(f"SCENES {args.scenes}: no *.json scene files found")
     try:
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise ValueError(f"--out {args.out}: cannot create the directory ({e.strerror})") from None
+        raise UserInputError(f"--out {args.out}: cannot create the directory ({e.strerror})") from None
     failed, written = [], 0
     for start in range(0, len(files), args.chunk):  # streamed: one chunk of scenes in memory at a time
         scenes, names = [], []

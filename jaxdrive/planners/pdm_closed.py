@@ -34,6 +34,7 @@ import jax
 import numpy as np
 
 from jaxdrive.constants import EGO_LENGTH, EGO_REAR_AXLE_TO_CENTER, EGO_WIDTH, NUM_STEPS
+from jaxdrive.errors import UserInputError
 from jaxdrive.planners.idm_unroll import (IDMParams, PlannerInputs, Unrolled, corridor_window, extend_batch,
                                          unroll_batch)
 from jaxdrive.rules.epdms import PROGRESS_THRESHOLD, score as score_batch
@@ -329,10 +330,10 @@ def plan_batch(scenes: list[HostScene], speed_limits: list[float | None] | None 
     a short last chunk is filled with copies of its first scene: each stage compiles once per call."""
     speed_limits = list(speed_limits) if speed_limits is not None else [None] * len(scenes)
     if len(speed_limits) != len(scenes):
-        raise ValueError(f"speed_limits: expected {len(scenes)} entries (one per scene), got {len(speed_limits)}")
+        raise UserInputError(f"speed_limits: expected {len(scenes)} entries (one per scene), got {len(speed_limits)}")
     for limit in speed_limits:
         if limit is not None and not (np.isfinite(limit) and limit > 0):
-            raise ValueError(f"speed_limit: expected a positive finite speed in m/s or None, got {limit!r}")
+            raise UserInputError(f"speed_limit: expected a positive finite speed in m/s or None, got {limit!r}")
     observed = [_observe(s) for s in scenes]
     for s, o in zip(scenes, observed):
         sizes = sizes.grown(_needed(s, o))

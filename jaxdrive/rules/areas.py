@@ -29,6 +29,7 @@ from jaxdrive import pytree as struct
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.broadphase import MAP_CHUNK_STEPS, PackedMap, group_rows
+from jaxdrive.errors import UserInputError
 from jaxdrive.geometry import box_intersects_polygon, ego_center, ego_corners, heading_unit, point_in_polygon
 from jaxdrive.broadphase.tiles import boxes_touch_tiles, points_in_tiles, slot_sums, used_blocks
 from jaxdrive.materialize import materialize
@@ -132,7 +133,7 @@ def ego_areas(map: MapData, states: Float[Array, "K T 11"]) -> EgoAreas:
     A broad-phase ``PackedMap`` is a batch-level structure: use ``batch_ego_areas``.
     """
     if isinstance(map, PackedMap):
-        raise ValueError("ego_areas: a PackedMap (jaxdrive.broadphase) holds the whole batch's edge tiles; "
+        raise UserInputError("ego_areas: a PackedMap (jaxdrive.broadphase) holds the whole batch's edge tiles; "
                          "compute its flags with batch_ego_areas(map, states[B, K, T, 11])")
     units = ego_units(states)
     corners = ego_boxes(states, units)  # [K, T, 4, 2]
@@ -158,7 +159,7 @@ def batch_ego_areas(map: MapData | PackedMap, states: Float[Array, "B K T 11"]) 
         return jax.vmap(ego_areas)(map, states)
     b, k = states.shape[:2]
     if map.near_segments.shape[:2] != (b, k):
-        raise ValueError(f"batch_ego_areas: a PackedMap packed for {map.near_segments.shape[:2]} (scenes, proposals) "
+        raise UserInputError(f"batch_ego_areas: a PackedMap packed for {map.near_segments.shape[:2]} (scenes, proposals) "
                          f"was given states of {states.shape[:2]}; pack the map for these states (jaxdrive.broadphase)")
     grouped = lambda x: jax.tree_util.tree_map(lambda leaf: group_rows(leaf, map.lanes.groups), x)
     by_group = map.replace(areas=grouped(map.areas), lanes=grouped(map.lanes), red_lanes=grouped(map.red_lanes),

@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.geometry import EGO_REAR_AXLE_TO_CENTER
 from jaxdrive.rules.savgol import savgol_matrix
 from jaxdrive.scene import DT, StateIndex
@@ -89,7 +90,7 @@ def _compute_dtype(precision: str):
     elif precision == "float32":
         yield jnp.float32
     else:
-        raise ValueError(f"comfort precision: expected one of {PRECISIONS}, got {precision!r}")
+        raise UserInputError(f"comfort precision: expected one of {PRECISIONS}, got {precision!r}")
 
 
 def _apply(matrix: np.ndarray, x: Float[Array, "*b T"]) -> Float[Array, "*b T"]:

@@ -28,6 +28,7 @@ from jaxdrive import pytree as struct
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.broadphase import PackedAgents
+from jaxdrive.errors import UserInputError
 from jaxdrive.metrics import GATES, MULTIPLIERS, WEIGHTS
 from jaxdrive.rules.areas import EgoAreas, batch_ego_areas, ego_areas
 from jaxdrive.rules.comfort import comfort_v1, extended_comfort, history_comfort
@@ -138,9 +139,9 @@ def check_ep_mode(ep_mode: str, reference_progress) -> None:
     """``ep_mode`` one of ``EpMode``, with ``reference_progress`` when it is "reference"; a ValueError naming the
     argument otherwise."""
     if ep_mode not in get_args(EpMode):
-        raise ValueError(f"ep_mode: expected one of {get_args(EpMode)}, got {ep_mode!r}")
+        raise UserInputError(f"ep_mode: expected one of {get_args(EpMode)}, got {ep_mode!r}")
     if ep_mode == "reference" and reference_progress is None:
-        raise ValueError("reference_progress: ep_mode='reference' needs it ([B] metres per scene), got None")
+        raise UserInputError("reference_progress: ep_mode='reference' needs it ([B] metres per scene), got None")
 
 
 def progress_normaliser(raw: Float[Array, "B K"], multiplier: Float[Array, "B K"], valid: Bool[Array, "B K"],
@@ -262,7 +263,7 @@ def score(scene: Scene, proposals: Proposals, *, ep_mode: EpMode = "scene",
     if areas is None:
         areas = batch_ego_areas(scene.map, proposals.states)
     elif areas.multiple_lanes.shape != proposals.states.shape[:3]:
-        raise ValueError(f"score: areas: expected flags of shape (B, K, T) = {proposals.states.shape[:3]} "
+        raise UserInputError(f"score: areas: expected flags of shape (B, K, T) = {proposals.states.shape[:3]} "
                          f"(batch_ego_areas of these proposals), got {areas.multiple_lanes.shape}")
     collisions = (batch_no_at_fault_collisions(scene, proposals.states, areas)
                   + batch_time_to_collision(scene, proposals.states, areas))

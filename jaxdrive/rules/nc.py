@@ -28,6 +28,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.broadphase import CONTACT_STEPS, ContactPairs, PackedAgents
+from jaxdrive.errors import UserInputError
 from jaxdrive.geometry import box_corners_along, boxes_intersect_xy, heading_unit, segment_intersects_box
 from jaxdrive.materialize import materialize
 from jaxdrive.broadphase.contacts import (box_rows, corners, first_of_run, over_groups, per_proposal_min,
@@ -111,7 +112,7 @@ def no_at_fault_collisions(scene: Scene, states: Float[Array, "K T 11"],
     """
     agents = scene.agents
     if isinstance(agents, PackedAgents):
-        raise ValueError("no_at_fault_collisions: PackedAgents (jaxdrive.broadphase) hold the whole batch's contact "
+        raise UserInputError("no_at_fault_collisions: PackedAgents (jaxdrive.broadphase) hold the whole batch's contact "
                          "triples; use batch_no_at_fault_collisions(scene[B], states[B, K, T, 11], areas)")
     ego = ego_boxes(states)  # [K, T, 4, 2]
     obj = object_boxes(agents)  # [N, T, 4, 2]

@@ -22,6 +22,8 @@ import math
 
 import numpy as np
 
+from jaxdrive.errors import UserInputError
+
 
 def _fit_weights(window: int, positions: np.ndarray, order: int, deriv: int, delta: float) -> np.ndarray:
     """Weights mapping ``window`` samples (at 0..window-1) to the ``deriv``-th derivative of their least-squares
@@ -53,9 +55,9 @@ def savgol_matrix(length: int, window: int, order: int, deriv: int = 0, delta: f
     """
     w = min(window, length)
     if not 0 <= order < w:
-        raise ValueError(f"savgol_matrix: expected 0 <= order < window, got order={order}, window={w}")
+        raise UserInputError(f"savgol_matrix: expected 0 <= order < window, got order={order}, window={w}")
     if deriv < 0:
-        raise ValueError(f"savgol_matrix: expected deriv >= 0, got {deriv}")
+        raise UserInputError(f"savgol_matrix: expected deriv >= 0, got {deriv}")
     half = w // 2
     before = (w - 1) // 2  # samples before the output index in the interior window
     pos = half - 0.5 if w % 2 == 0 else float(half)

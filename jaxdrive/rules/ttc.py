@@ -19,6 +19,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from jaxdrive.broadphase import CONTACT_STEPS, ContactPairs, PackedAgents
 from jaxdrive.constants import TTC_LAST_EGO_STEP, TTC_OFFSETS
+from jaxdrive.errors import UserInputError
 from jaxdrive.geometry import boxes_intersect_xy
 from jaxdrive.broadphase.contacts import (box_rows, corners, first_of_run, over_groups, per_proposal_min,
                                          per_used_triple, windows)
@@ -62,7 +63,7 @@ def time_to_collision(scene: Scene, states: Float[Array, "K T 11"],
     """
     agents = scene.agents
     if isinstance(agents, PackedAgents):
-        raise ValueError("time_to_collision: PackedAgents (jaxdrive.broadphase) hold the whole batch's contact "
+        raise UserInputError("time_to_collision: PackedAgents (jaxdrive.broadphase) hold the whole batch's contact "
                          "triples; use batch_time_to_collision(scene[B], states[B, K, T, 11], areas)")
     nt = LAST_EGO_STEP + 1
     offsets = jnp.asarray(OFFSETS)

@@ -11,6 +11,7 @@ import numpy as np
 from jaxdrive import pytree as struct
 from jaxtyping import Array, Bool, Float, Int
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.scene.host import (NUM_HISTORY_PADDED, NUM_STEPS, STATE_DIM, HostScene, SceneValidationError, _fail,
                                  concat_rows, pad_history, validate_host_scene)
 
@@ -88,7 +89,7 @@ class PadSpec:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"PadSpec: {f.name}: expected a positive integer size, got {value!r}")
+                raise UserInputError(f"PadSpec: {f.name}: expected a positive integer size, got {value!r}")
 
     @staticmethod
     def fit(scenes: Sequence[HostScene], multiple: int = 8) -> "PadSpec":
@@ -385,20 +386,20 @@ def check_batch_shapes(scene: Scene, proposals: Proposals, who: str) -> None:
     argument passes through)."""
     shape = tuple(np.shape(proposals.states))
     if len(shape) != 4 or shape[2:] != (NUM_STEPS, STATE_DIM):
-        raise ValueError(f"{who}: proposals.states: expected shape (B, K, {NUM_STEPS}, {STATE_DIM}), got {shape}")
+        raise UserInputError(f"{who}: proposals.states: expected shape (B, K, {NUM_STEPS}, {STATE_DIM}), got {shape}")
     if 0 in shape[:2]:
-        raise ValueError(f"{who}: proposals.states: expected at least one scene and one proposal (B, K >= 1), "
+        raise UserInputError(f"{who}: proposals.states: expected at least one scene and one proposal (B, K >= 1), "
                          f"got shape {shape}")
     for name, want, what in (("valid", shape[:2], "one flag per proposal"),
                              ("has_previous", shape[:2], "one flag per proposal"),
                              ("previous", shape, "the states' shape: zeros where has_previous is False")):
         got = tuple(np.shape(getattr(proposals, name)))
         if got != want:
-            raise ValueError(f"{who}: proposals.{name}: expected shape {want} ({what}), got {got}")
+            raise UserInputError(f"{who}: proposals.{name}: expected shape {want} ({what}), got {got}")
     try:
         check_leaf_shapes(scene, "scene", shape[:1])  # the proposals' B scenes, every leaf as annotated
     except SceneValidationError as e:
-        raise ValueError(f"{who}: {e}") from None
+        raise UserInputError(f"{who}: {e}") from None
 
 
 def validate_batch(scene: Scene, proposals: Proposals) -> None:

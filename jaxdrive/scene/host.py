@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdrive.constants import DT, NUM_STEPS  # noqa: F401  (0.0 .. 4.0 s at 0.1 s; re-exported)
+from jaxdrive.errors import UserInputError
 from jaxdrive.json_values import is_finite_number
 
 STATE_DIM = 11
@@ -74,8 +75,30 @@ class LaneKind(enum.IntEnum):
 HEADING_SLACK = 1e-3  # rad a stored heading may exceed pi by (rounding of a wrapped angle) before it is refused
 
 
-class SceneValidationError(ValueError):
+class SceneValidationError(UserInputError):
     """A scene (or batch) does not satisfy the data model; the message names the field, what was expected and got."""
+
+
+# Valid ranges of a scene's numbers (docs/scene-format.md, "Valid ranges"), checked on the host in float64 before
+# anything is cast to float32. Generous physical bounds: they refuse unit mistakes, garbage and values that overflow
+# or lose centimetres in float32, never a real driving scene.
+MAX_ABS_COORD = 1e8  # m: |x|, |y| of anything (UTM coordinates are < 1e7)
+MAX_FROM_EGO = 1e5  # m: |x - x0|, |y - y0| from the ego's rear axle at t = 0 (float32 resolves < 1 cm there)
+MAX_SPEED = 100.0  # m/s: ego velocity_x / velocity_y, agents' vx / vy
+MAX_ACCELERATION = 1000.0  # m/s^2: ego acceleration_x / acceleration_y
+MAX_STEERING_ANGLE = math.pi / 2  # rad: atan(wheel_base * curvature)
+MAX_RATE = 100.0  # rad/s: steering_rate, angular_velocity
+MAX_ANGULAR_ACCELERATION = 1000.0  # rad/s^2
+MAX_OBJECT_SIZE = 100.0  # m: an agent's length and width (> 0) and height (>= 0)
+# a proposal's states[0] is the ego's current state (ego.history.states[-1]); the hand-made sanity fixtures place it
+# up to 42.6 m and 1.05 rad away from their history (shared/fixtures/epdms/sanity), so this is the tolerance
+START_TOLERANCE_M = 50.0
+START_TOLERANCE_RAD = math.pi / 2
+#: per state field (StateIndex order): the largest |value| accepted; x and y are bounded by MAX_ABS_COORD and
+#: MAX_FROM_EGO
+STATE_BOUNDS = np.array([MAX_ABS_COORD, MAX_ABS_COORD, math.pi + HEADING_SLACK, MAX_SPEED, MAX_SPEED, MAX_ACCELERATION,
+                         MAX_ACCELERATION, MAX_STEERING_ANGLE + 1e-3, MAX_RATE, MAX_RATE, MAX_ANGULAR_ACCELERATION])
+_STATE_UNITS = ("m", "m", "rad", "m/s", "m/s", "m/s^2", "m/s^2", "rad", "rad/s", "rad/s", "rad/s^2")
 
 
 def _fail(scene_id: str, field: str, expected: str, got: Any) -> None:
@@ -195,6 +218,10 @@ def _check_polygon(scene_id: str, field: str, poly: np.ndarray) -> None:
     if poly.shape[0] < 3:
         _fail(scene_id, field, "a polygon with at least 3 vertices", f"{poly.shape[0]} vertices")
     _check_finite(scene_id, field, poly)
+    if np.any(np.abs(poly) > MAX_ABS_COORD):  # (the area test below would overflow)
+        row, col = np.argwhere(np.abs(poly) > MAX_ABS_COORD)[0]
+        _fail(scene_id, f"{field}[{row}][{col}] ({'xy'[col]})", f"|{'xy'[col]}| <= {MAX_ABS_COORD:g} m",
+              repr(float(poly[row, col])))
     scale = max(1.0, float(np.ptp(poly, axis=0).max()) ** 2)
     if abs(_polygon_area(poly - poly[0])) <= 1e-9 * scale:
         _fail(scene_id, field, "a polygon of non-zero area", "a degenerate (zero-area) polygon")
@@ -229,6 +256,72 @@ def _polygons_maybe_bad(polys: list[np.ndarray]) -> np.ndarray:
         return ~finite | ~(np.abs(area) > 2e-9 * np.maximum(1.0, span ** 2))
 
 
+def _check_states_range(scene_id: str, field, states: np.ndarray, origin: np.ndarray) -> None:
+    """States [..., 11] (finite, checked before) within ``STATE_BOUNDS`` and, for x / y, within ``MAX_FROM_EGO`` of
+    ``origin``; the error names the first bad entry (``field(index)``, e.g. "proposals[3].states[0]", then the
+    state field's index and name) and its value."""
+    states = np.asarray(states, np.float64)
+    bad = ~(np.abs(states) <= STATE_BOUNDS)
+    if not bad.any():  # then (the origin itself in range) the distance from the ego
+        bad[..., :2] = ~(np.abs(states[..., :2] - origin) <= MAX_FROM_EGO)
+        if not bad.any():
+            return
+    idx = tuple(np.argwhere(bad)[0])
+    j = idx[-1]
+    value = states[idx]
+    if j < 2:
+        want = (f"|{STATE_FIELDS[j]}| <= {MAX_ABS_COORD:g} m and within {MAX_FROM_EGO:g} m of the ego's current "
+                f"position ({origin[j]:.6g})")
+    else:
+        want = f"|{STATE_FIELDS[j]}| <= {STATE_BOUNDS[j]:.6g} {_STATE_UNITS[j]}"
+    _fail(scene_id, f"{field(idx[:-1])}[{j}] ({STATE_FIELDS[j]})", want, repr(float(value)))
+
+
+def _check_points_range(scene_id: str, fields: list[str], arrays: list[np.ndarray], origin: np.ndarray) -> None:
+    """Ragged point arrays [n_i, >= 2] (polygons, a centreline, agent tracks; NaN rows = absent, skipped): x / y within
+    ``MAX_ABS_COORD`` and ``MAX_FROM_EGO`` of ``origin``; the error names ``fields[i]``, the row and the value."""
+    if not arrays:
+        return
+    pts = np.concatenate([np.asarray(a, np.float64)[:, :2] for a in arrays])
+    with np.errstate(invalid="ignore"):
+        bad = (np.abs(pts) > MAX_ABS_COORD) | (np.abs(pts - origin) > MAX_FROM_EGO)
+    if not bad.any():
+        return
+    row, col = np.argwhere(bad)[0]
+    ends = np.cumsum([len(a) for a in arrays])
+    i = int(np.searchsorted(ends, row, side="right"))
+    k = int(row - (ends[i - 1] if i else 0))
+    _fail(scene_id, f"{fields[i]}[{k}][{col}] ({'xy'[col]})",
+          f"|{'xy'[col]}| <= {MAX_ABS_COORD:g} m and within {MAX_FROM_EGO:g} m of the ego's current position "
+          f"({origin[col]:.6g})", repr(float(pts[row, col])))
+
+
+def start_offsets(scene: HostScene) -> tuple[np.ndarray, np.ndarray]:
+    """Per proposal (K,): the distance (m) and the heading difference (rad, wrapped) of its ``states[0]`` from the
+    ego's current state ``history_states[-1]``."""
+    first = np.asarray(scene.proposal_states, np.float64)[:, 0]
+    now = np.asarray(scene.history_states, np.float64)[-1]
+    dist = np.hypot(first[:, 0] - now[0], first[:, 1] - now[1])
+    dh = np.abs(wrap_angle(first[:, 2] - now[2]))
+    return dist, dh
+
+
+def start_offset_problem(scene: HostScene) -> str | None:
+    """None when every proposal starts at the ego's current state (within ``START_TOLERANCE_M`` and
+    ``START_TOLERANCE_RAD``), else a sentence naming the first proposal that does not and how far it is."""
+    if scene.num_proposals == 0:
+        return None
+    dist, dh = start_offsets(scene)
+    far = (dist > START_TOLERANCE_M) | (dh > START_TOLERANCE_RAD)
+    if not far.any():
+        return None
+    k = int(np.argmax(far))
+    name = scene.proposal_names[k] if k < len(scene.proposal_names) else ""
+    return (f"field 'proposals[{k}].states[0]' ({name!r}): expected the ego's current state (ego.history.states[-1]) "
+            f"within {START_TOLERANCE_M:g} m and {START_TOLERANCE_RAD:.4g} rad, got {dist[k]:.6g} m and {dh[k]:.4g} "
+            f"rad away ({int(far.sum())} of {len(far)} proposals)")
+
+
 def _check_agent(scene_id: str, i: int, agent: Agent) -> None:
     """One agent's track (41 rows of 5 numbers or all-NaN absent rows, headings in range) and box size."""
     _check_shape(scene_id, f"agents[{i}].track", agent.track, (NUM_STEPS, 5))
@@ -243,9 +336,19 @@ def _check_agent(scene_id: str, i: int, agent: Agent) -> None:
     if np.any(np.abs(agent.track[present, 2]) > math.pi + HEADING_SLACK):
         _fail(scene_id, f"agents[{i}].track[:, heading]", "headings in (-pi, pi]",
               f"max |heading| {np.abs(agent.track[present, 2]).max():.4f}")
+    speed = np.abs(agent.track[present, 3:5])
+    if np.any(speed > MAX_SPEED):
+        t, j = np.argwhere(speed > MAX_SPEED)[0]
+        _fail(scene_id, f"agents[{i}].track[{int(np.flatnonzero(present)[t])}][{3 + j}] ({('vx', 'vy')[j]})",
+              f"|{('vx', 'vy')[j]}| <= {MAX_SPEED:g} m/s", repr(float(agent.track[present, 3 + j][t])))
     size = np.array([agent.length, agent.width], dtype=object)
     if not all(is_finite_number(v, numpy_scalars=True) and v > 0 for v in size):
         _fail(scene_id, f"agents[{i}].length/width", "positive finite box size", f"{agent.length} x {agent.width}")
+    for name, v, low in (("length", agent.length, 0.0), ("width", agent.width, 0.0), ("height", agent.height, None)):
+        if not is_finite_number(v, numpy_scalars=True) or not ((v > low) if low is not None else (v >= 0.0)) \
+                or v > MAX_OBJECT_SIZE:
+            want = f"0 {'<' if low is not None else '<='} {name} <= {MAX_OBJECT_SIZE:g} m"
+            _fail(scene_id, f"agents[{i}].{name}", want, repr(v))
 
 
 def _agents_maybe_bad(agents: list[Agent]) -> np.ndarray:
@@ -259,27 +362,37 @@ def _agents_maybe_bad(agents: list[Agent]) -> np.ndarray:
     nan = np.isnan(tracks)
     absent = nan.all(axis=2)
     infinite = np.isinf(tracks).any(axis=2)
-    bad_rows = (nan.any(axis=2) & ~absent) | infinite | (np.abs(tracks[..., 2]) > math.pi + HEADING_SLACK)
+    with np.errstate(invalid="ignore"):
+        bad_rows = ((nan.any(axis=2) & ~absent) | infinite | (np.abs(tracks[..., 2]) > math.pi + HEADING_SLACK)
+                    | (np.abs(tracks[..., 3:5]) > MAX_SPEED).any(axis=2))
     try:
-        size = np.array([[a.length, a.width] for a in agents], np.float64)
-    except OverflowError:  # an int beyond float64: _check_agent names the agent
+        size = np.array([[a.length, a.width, a.height] for a in agents], np.float64)
+    except (OverflowError, TypeError, ValueError):  # an int beyond float64, a non-number: _check_agent names it
         return np.ones(len(agents), bool)
-    return bad_rows.any(axis=1) | ~(np.isfinite(size).all(axis=1) & (size > 0).all(axis=1))
+    ok_size = (np.isfinite(size).all(axis=1) & (size[:, :2] > 0).all(axis=1) & (size[:, 2] >= 0)
+               & (size <= MAX_OBJECT_SIZE).all(axis=1))
+    return bad_rows.any(axis=1) | ~ok_size
 
 
-def validate_host_scene(scene: HostScene) -> HostScene:
-    """Check every field of ``scene``; raise ``SceneValidationError`` naming the first bad field. Returns the scene."""
+def validate_host_scene(scene: HostScene, allow_offset_start: bool = False) -> HostScene:
+    """Check every field of ``scene``: shapes, finiteness, the valid ranges of its numbers (``STATE_BOUNDS``,
+    ``MAX_FROM_EGO``, ...; in float64), ids, polygons, and that every proposal starts at the ego's current state
+    (``start_offset_problem``; not with ``allow_offset_start``). Raises ``SceneValidationError`` naming the first bad
+    field, its index and value. Returns the scene."""
     sid = scene.id
     if not isinstance(sid, str) or not sid:
         _fail(str(sid), "id", "a non-empty string", repr(sid))
     _check_shape(sid, "ego.history.states", scene.history_states, (NUM_HISTORY, STATE_DIM))
     _check_finite(sid, "ego.history.states", scene.history_states)
+    origin = np.asarray(scene.history_states[-1, :2], np.float64)
+    _check_states_range(sid, lambda i: f"ego.history.states[{i[0]}]", scene.history_states, origin)
     _check_shape(sid, "proposals[*].states", scene.proposal_states, (None, NUM_STEPS, STATE_DIM))
     k = scene.proposal_states.shape[0]  # 0 is valid: proposals may come from elsewhere (pad_scene needs >= 1)
     _check_finite(sid, "proposals[*].states", scene.proposal_states)
     headings = scene.proposal_states[..., StateIndex.HEADING]
     if np.any(np.abs(headings) > math.pi + HEADING_SLACK):
         _fail(sid, "proposals[*].states[:, heading]", "headings in (-pi, pi]", f"max |heading| {np.abs(headings).max():.4f}")
+    _check_states_range(sid, lambda i: f"proposals[{i[0]}].states[{i[1]}]", scene.proposal_states, origin)
     for name, seq in (("proposals[*].name", scene.proposal_names), ("proposals[*].family", scene.proposal_families)):
         if len(seq) != k:
             _fail(sid, name, f"{k} entries (one per proposal)", f"{len(seq)}")
@@ -288,9 +401,15 @@ def validate_host_scene(scene: HostScene) -> HostScene:
     if scene.previous_states is not None:
         _check_shape(sid, "proposals[*].previous_plan", scene.previous_states, (k, NUM_STEPS, STATE_DIM))
         _check_finite(sid, "proposals[*].previous_plan", scene.previous_states)
+        _check_states_range(sid, lambda i: f"proposals[{i[0]}].previous_plan[{i[1]}]", scene.previous_states, origin)
     if scene.human_states is not None:
         _check_shape(sid, "human.states", scene.human_states, (NUM_STEPS, STATE_DIM))
         _check_finite(sid, "human.states", scene.human_states)
+        _check_states_range(sid, lambda i: f"human.states[{i[0]}]", scene.human_states, origin)
+    if not allow_offset_start:
+        problem = start_offset_problem(scene)
+        if problem:
+            raise SceneValidationError(f"scene {sid!r}: {problem}; score it anyway with --allow-offset-start")
     if not scene.areas:
         _fail(sid, "map.drivable_areas", "at least one drivable polygon", "an empty list")
     area_ids = set()
@@ -315,6 +434,13 @@ def validate_host_scene(scene: HostScene) -> HostScene:
     if scene.centerline.shape[0] < 2:
         _fail(sid, "route.centerline", "at least 2 points", f"{scene.centerline.shape[0]}")
     _check_finite(sid, "route.centerline", scene.centerline)
+    if np.any(np.abs(scene.centerline[:, 2]) > math.pi + HEADING_SLACK):
+        row = int(np.argmax(np.abs(scene.centerline[:, 2]) > math.pi + HEADING_SLACK))
+        _fail(sid, f"route.centerline[{row}][2] (heading)", "headings in (-pi, pi]", repr(scene.centerline[row, 2]))
+    _check_points_range(sid, [f"map.drivable_areas[{i}].polygon" for i in range(len(scene.areas))]
+                        + [f"map.lanes[{i}].polygon" for i in range(len(scene.lanes))] + ["route.centerline"],
+                        [a.polygon for a in scene.areas] + [lane.polygon for lane in scene.lanes] + [scene.centerline],
+                        origin)
     connectors = {lane.id for lane in scene.lanes if lane.kind == LaneKind.LANE_CONNECTOR}
     for lc_id, status in scene.traffic_lights.items():
         if lc_id not in connectors:
@@ -332,6 +458,8 @@ def validate_host_scene(scene: HostScene) -> HostScene:
         if suspect[i]:
             _check_agent(sid, i, agent)
         _check_kind(sid, f"agents[{i}].type", agent.type, AgentType)
+    _check_points_range(sid, [f"agents[{i}].track" for i in range(len(scene.agents))],
+                        [a.track for a in scene.agents], origin)
     return scene
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.npz_arrays import read_npz_arrays
 from jaxdrive.rules.epdms import score
 from jaxdrive.scene import HostScene, PadSpec, batch_scenes
@@ -44,15 +45,15 @@ def _read_parquet(path: Path) -> dict[str, np.ndarray]:
     try:
         table = pq.read_table(path).to_pydict()
         if "token" not in table or "poses" not in table:
-            raise ValueError(f"expected columns 'token' and 'poses', got {sorted(table)}")
+            raise UserInputError(f"expected columns 'token' and 'poses', got {sorted(table)}")
         rows = collections.Counter(str(t) for t in table["token"])
         repeated = sorted(t for t, n in rows.items() if n > 1)
         if repeated:  # a dict would keep the last row of each silently
-            raise ValueError(f"token {repeated[0]!r} has {rows[repeated[0]]} rows, expected one per token "
+            raise UserInputError(f"token {repeated[0]!r} has {rows[repeated[0]]} rows, expected one per token "
                              f"({len(repeated)} tokens repeated)")
         return {str(t): np.asarray(p, dtype=np.float64) for t, p in zip(table["token"], table["poses"])}
     except (OSError, ValueError) as e:
-        raise ValueError(f"--predictions {path}: {e}") from None
+        raise UserInputError(f"--predictions {path}: {e}") from None
 
 
 def load_predictions(path: str | Path) -> dict[str, np.ndarray]:
@@ -63,26 +64,26 @@ def load_predictions(path: str | Path) -> dict[str, np.ndarray]:
     elif path.suffix == ".parquet":
         raw = _read_parquet(path)
     else:
-        raise ValueError(f"--predictions {path}: expected a .npz or .parquet file")
+        raise UserInputError(f"--predictions {path}: expected a .npz or .parquet file")
     out = {}
     for token, poses in raw.items():
         poses = np.asarray(poses)
         if poses.dtype.kind not in "iuf":  # strings (even numeric ones), objects, bools, complex
-            raise ValueError(f"--predictions {path}: token {token!r}: expected numeric (x, y, heading) poses, got an "
+            raise UserInputError(f"--predictions {path}: token {token!r}: expected numeric (x, y, heading) poses, got an "
                              f"array of {poses.dtype}")
         poses = poses.astype(np.float64)
         if poses.shape == (24,):
             poses = poses.reshape(8, 3)
         if poses.shape != (8, 3):
-            raise ValueError(f"--predictions {path}: token {token!r}: expected 8 finite (x, y, heading) poses, shape "
+            raise UserInputError(f"--predictions {path}: token {token!r}: expected 8 finite (x, y, heading) poses, shape "
                              f"(8, 3), got shape {poses.shape}")
         if not np.all(np.isfinite(poses)):
             pose, field = (int(i) for i in np.argwhere(~np.isfinite(poses))[0])
-            raise ValueError(f"--predictions {path}: token {token!r}: expected finite values, got "
+            raise UserInputError(f"--predictions {path}: token {token!r}: expected finite values, got "
                              f"{poses[pose, field]} at pose {pose}, field {field} (x, y, heading)")
         out[token] = poses
     if not out:
-        raise ValueError(f"--predictions {path}: holds no predictions")
+        raise UserInputError(f"--predictions {path}: holds no predictions")
     return out
 
 
@@ -135,7 +136,7 @@ def score_predictions(scenes: list[HostScene], predictions: dict[str, np.ndarray
 
     for s in scenes:
         if "reference" not in s.extra:
-            raise ValueError(f"--scenes: scene {s.id!r} has no PDM-Closed reference (convert metric caches with "
+            raise UserInputError(f"--scenes: scene {s.id!r} has no PDM-Closed reference (convert metric caches with "
                              "`jaxdrive scenes from-navsim`)")
     egos = np.stack([s.history_states[-1] for s in scenes])
     agent_states = simulate_trajectories(egos, np.stack([predictions[s.id] for s in scenes]))
@@ -175,11 +176,11 @@ def _refuse_other_options(args) -> None:
                                      (f"--ep-mode {args.ep_mode}", args.ep_mode != "scene"), ("--resume", args.resume))
              if used]
     if given:
-        raise ValueError(f"--predictions: runs NAVSIM's evaluation as it is ([PDM-Closed, agent], EP over the pair, "
+        raise UserInputError(f"--predictions: runs NAVSIM's evaluation as it is ([PDM-Closed, agent], EP over the pair, "
                          f"all gates, human filter, one output file); {', '.join(given)} would be ignored: leave "
                          f"{'it' if len(given) == 1 else 'them'} out")
     if is_store(args.scenes):
-        raise ValueError(f"--predictions: reads scene JSON files (`jaxdrive scenes from-navsim CACHE --out DIR`); "
+        raise UserInputError(f"--predictions: reads scene JSON files (`jaxdrive scenes from-navsim CACHE --out DIR`); "
                          f"{args.scenes} is a scene store")
 
 
@@ -190,7 +191,7 @@ def run_predictions(args) -> int:
     from jaxdrive.data.scene_json import SceneFileError, read_scene, scene_files
 
     if not args.scenes:
-        raise ValueError("--predictions: needs --scenes DIR (converted metric caches with a PDM-Closed reference)")
+        raise UserInputError("--predictions: needs --scenes DIR (converted metric caches with a PDM-Closed reference)")
     _refuse_other_options(args)
     predictions = load_predictions(args.predictions)
     scenes, missing, first, unpredicted = [], [], {}, []
@@ -218,7 +219,7 @@ def run_predictions(args) -> int:
         print(f"jaxdrive score: {len(unpredicted)} scenes of --scenes {args.scenes} have no prediction and are not "
               f"scored, e.g. {unpredicted[:3]}", file=sys.stderr)
     if not scenes:
-        raise ValueError(f"--predictions: no token matches a scene of --scenes {args.scenes}")
+        raise UserInputError(f"--predictions: no token matches a scene of --scenes {args.scenes}")
     df = score_predictions(scenes, predictions)
     out = Path(args.out or "runs/predictions")
     out.mkdir(parents=True, exist_ok=True)

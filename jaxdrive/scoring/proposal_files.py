@@ -14,10 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.npz_arrays import read_npz_arrays
 from jaxdrive.scene import NUM_STEPS, STATE_DIM, HostScene, StateIndex
-from jaxdrive.scene.host import HEADING_SLACK
-from jaxdrive.scoring.sources import SceneDirSource, SourceError
+from jaxdrive.scene.host import HEADING_SLACK, start_offset_problem
+from jaxdrive.scoring.sources import SceneDirSource, SourceError, note_offset_start
 
 
 def file_digest(path: Path) -> str:
@@ -36,21 +37,21 @@ def load_proposal_npz(path: str | Path) -> dict[str, np.ndarray]:
     arrays = read_npz_arrays(path, "--proposals", f"one [K, {NUM_STEPS}, {STATE_DIM}] array per scene id "
                                                   "(np.savez(P, **{scene_id: states}))")
     if not arrays:
-        raise ValueError(f"--proposals {path}: holds no arrays (expected one [K, {NUM_STEPS}, {STATE_DIM}] per scene id)")
+        raise UserInputError(f"--proposals {path}: holds no arrays (expected one [K, {NUM_STEPS}, {STATE_DIM}] per scene id)")
     out = {}
     for key, a in arrays.items():
         if a.ndim != 3 or a.shape[1:] != (NUM_STEPS, STATE_DIM) or a.shape[0] < 1:
-            raise ValueError(f"--proposals {path}: array {key!r}: expected shape [K >= 1, {NUM_STEPS}, {STATE_DIM}], "
+            raise UserInputError(f"--proposals {path}: array {key!r}: expected shape [K >= 1, {NUM_STEPS}, {STATE_DIM}], "
                              f"got {list(a.shape)}")
         if not np.issubdtype(a.dtype, np.floating):
-            raise ValueError(f"--proposals {path}: array {key!r}: expected floats, got dtype {a.dtype}")
+            raise UserInputError(f"--proposals {path}: array {key!r}: expected floats, got dtype {a.dtype}")
         if not np.all(np.isfinite(a)):
             bad = tuple(np.argwhere(~np.isfinite(a))[0].tolist())
-            raise ValueError(f"--proposals {path}: array {key!r}: expected finite values, got {a[bad]} at {bad}")
+            raise UserInputError(f"--proposals {path}: array {key!r}: expected finite values, got {a[bad]} at {bad}")
         heading = np.abs(a[..., StateIndex.HEADING])
         if np.any(heading > math.pi + HEADING_SLACK):  # the bound the scene files' proposals are held to
             bad = tuple(np.argwhere(heading > math.pi + HEADING_SLACK)[0].tolist())
-            raise ValueError(f"--proposals {path}: array {key!r}: expected headings in radians in (-pi, pi], got "
+            raise UserInputError(f"--proposals {path}: array {key!r}: expected headings in radians in (-pi, pi], got "
                              f"{a[bad + (StateIndex.HEADING,)]:.4f} at proposal {bad[0]}, step {bad[1]} (wrap them, "
                              "e.g. np.arctan2(np.sin(h), np.cos(h)))")
         out[key] = a.astype(np.float64)
@@ -72,8 +73,8 @@ class SceneDirProposalSource(SceneDirSource):
     A scene whose id has no array, or a file that cannot be read, is a ``SourceError`` (reported, the run goes on).
     """
 
-    def __init__(self, directory: str | Path, proposals: str | Path):
-        super().__init__(directory)
+    def __init__(self, directory: str | Path, proposals: str | Path, allow_offset_start: bool = False):
+        super().__init__(directory, allow_offset_start=allow_offset_start)
         self.path = Path(proposals)
         self.proposals = load_proposal_npz(self.path)
         self.digest = file_digest(self.path)
@@ -85,7 +86,15 @@ class SceneDirProposalSource(SceneDirSource):
         if scene.id not in self.proposals:
             return SourceError(name=str(self.files[i]),
                                message=f"--proposals {self.path}: no array for scene id {scene.id!r}")
-        return with_proposals(scene, self.proposals[scene.id])
+        scene = with_proposals(scene, self.proposals[scene.id])
+        if self.allow_offset_start:
+            note_offset_start(scene, f"--proposals {self.path}")
+        else:
+            problem = start_offset_problem(scene)
+            if problem:
+                return SourceError(name=str(self.files[i]), message=f"--proposals {self.path}: array {scene.id!r}: "
+                                   f"{problem}; score it anyway with --allow-offset-start")
+        return scene
 
     def scene_ids(self) -> list[str | None]:
         """The files' ids; None for a scene without an array (an error of the run, as ``load`` makes it)."""

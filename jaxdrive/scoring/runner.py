@@ -47,6 +47,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jaxdrive import exported, parallel
 from jaxdrive.broadphase import PackSpec
 from jaxdrive.broadphase.device import needs, needs_of
+from jaxdrive.errors import UserInputError
 from jaxdrive.json_values import is_finite_number
 from jaxdrive.metrics import AGGREGATES, GATES, STEPS
 from jaxdrive.rules.epdms import SubScores
@@ -91,24 +92,24 @@ class ScoreOptions:
 
     def validate(self) -> None:
         if self.batch_size < 1:
-            raise ValueError(f"--batch-size: expected >= 1 scenes per batch, got {self.batch_size}")
+            raise UserInputError(f"--batch-size: expected >= 1 scenes per batch, got {self.batch_size}")
         if self.workers < 1:
-            raise ValueError(f"--workers: expected >= 1 processes, got {self.workers}")
+            raise UserInputError(f"--workers: expected >= 1 processes, got {self.workers}")
         if self.shard_size < 1:
-            raise ValueError(f"--shard-size: expected >= 1 scenes per shard, got {self.shard_size}")
+            raise UserInputError(f"--shard-size: expected >= 1 scenes per shard, got {self.shard_size}")
         if self.ep_mode not in EP_MODES:
-            raise ValueError(f"--ep-mode: expected one of {', '.join(EP_MODES)}, got {self.ep_mode!r}")
+            raise UserInputError(f"--ep-mode: expected one of {', '.join(EP_MODES)}, got {self.ep_mode!r}")
         if self.ep_mode == "reference" and not self.reference_progress:
-            raise ValueError("--ep-mode reference needs --reference-progress FILE (scene id -> metres)")
+            raise UserInputError("--ep-mode reference needs --reference-progress FILE (scene id -> metres)")
         if self.reference_progress is not None and self.ep_mode != "reference":
-            raise ValueError(f"--reference-progress: used only with --ep-mode reference (this run's EP normaliser is "
+            raise UserInputError(f"--reference-progress: used only with --ep-mode reference (this run's EP normaliser is "
                              f"{self.ep_mode!r}); add --ep-mode reference or leave the file out")
         if self.reference_progress is not None and not isinstance(self.reference_progress, dict):
-            raise ValueError(f"--reference-progress: expected a JSON object {{scene id: metres}}, "
+            raise UserInputError(f"--reference-progress: expected a JSON object {{scene id: metres}}, "
                              f"got {type(self.reference_progress).__name__}")
         for sid, value in (self.reference_progress or {}).items():
             if not is_finite_number(value) or value < 0:
-                raise ValueError(f"--reference-progress: scene {sid!r}: expected a finite, non-negative number of "
+                raise UserInputError(f"--reference-progress: scene {sid!r}: expected a finite, non-negative number of "
                                  f"metres, got {value!r}")
         if isinstance(self.gates, dict):
             for sid, g in self.gates.items():
@@ -116,7 +117,7 @@ class ScoreOptions:
         elif self.gates is not None:
             _gate_rows(self.gates, "--gates")
             if np.asarray(self.gates).ndim != 1:
-                raise ValueError(f"--gates: a global vector is {len(METRICS)} booleans; per-proposal gates are given "
+                raise UserInputError(f"--gates: a global vector is {len(METRICS)} booleans; per-proposal gates are given "
                                  f"per scene ({{scene id: [[...] per proposal]}})")
 
     def identity(self) -> dict:
@@ -150,7 +151,7 @@ def _gate_rows(g, what: str) -> np.ndarray:
     if arr.ndim not in (1, 2) or arr.shape[-1] != len(METRICS) or not all(isinstance(x, (bool, np.bool_))
                                                                             for x in arr.ravel()):
         got = repr(g)
-        raise ValueError(f"{what}: expected {len(METRICS)} booleans in the order {', '.join(METRICS)} (or one such "
+        raise UserInputError(f"{what}: expected {len(METRICS)} booleans in the order {', '.join(METRICS)} (or one such "
                          f"list per proposal), got {got if len(got) <= 200 else got[:200] + '...'}")
     return arr.astype(bool)
 
@@ -215,7 +216,7 @@ def make_mesh(num_devices: int | None = None) -> Mesh:
     devices = jax.local_devices()
     if num_devices is not None:
         if not 1 <= num_devices <= len(devices):
-            raise ValueError(f"--devices: expected 1..{len(devices)} (available: {len(devices)}), got {num_devices}"
+            raise UserInputError(f"--devices: expected 1..{len(devices)} (available: {len(devices)}), got {num_devices}"
                              + ("; on a CPU, add --cpu-devices N to split it into N devices"
                                 if devices[0].platform == "cpu" else ""))
         devices = devices[:num_devices]
@@ -484,7 +485,7 @@ class _Producer(threading.Thread):
         if isinstance(self.options.gates, dict):
             for i, (sid, k) in enumerate(zip(ids, counts)):
                 if sid not in self.options.gates:
-                    raise ValueError(f"--gates: no entry for scene {sid!r}")
+                    raise UserInputError(f"--gates: no entry for scene {sid!r}")
                 rows = _gate_rows(self.options.gates[sid], f"--gates: scene {sid!r}")
                 if rows.ndim == 2 and rows.shape[0] != k:
                     where = f" ({names[i]})" if names else ""
@@ -497,7 +498,7 @@ class _Producer(threading.Thread):
         if self.options.reference_progress:
             for i, sid in enumerate(ids):
                 if sid not in self.options.reference_progress:
-                    raise ValueError(f"--reference-progress: no entry for scene {sid!r}")
+                    raise UserInputError(f"--reference-progress: no entry for scene {sid!r}")
                 ref[i] = self.options.reference_progress[sid]
         return scene, props, gates, ref
 
@@ -784,7 +785,7 @@ def score_source(source: SceneSource, out_dir, options: ScoreOptions, *, resume:
         raise
 
 
-class StoppedAtScene(ValueError):
+class StoppedAtScene(UserInputError):
     """Bad input found only when its scene was read, mid-run (``score_source`` says what the run kept)."""
 
 
@@ -808,7 +809,7 @@ def check_entries(source: SceneSource, options: ScoreOptions) -> None:
     for flag, table in tables.items():
         missing = [sid for sid in ids if sid not in table]
         if missing:
-            raise ValueError(f"{flag}: no entry for {len(missing)} of the run's {len(ids)} scenes: "
+            raise UserInputError(f"{flag}: no entry for {len(missing)} of the run's {len(ids)} scenes: "
                              f"{listed([repr(m) for m in missing], SHOWN_IDS)}; every scene scored needs one")
     gates = tables.get("--gates")
     if gates is None:
@@ -820,7 +821,7 @@ def check_entries(source: SceneSource, options: ScoreOptions) -> None:
     wrong = [f"{sid!r} (expected {k} rows, got {len(gates[sid])})" for sid, k in counts.items()
              if k is not None and np.ndim(gates[sid]) == 2 and len(gates[sid]) != k]
     if wrong:
-        raise ValueError(f"--gates: per-proposal rows of another count than the scene's proposals for {len(wrong)} "
+        raise UserInputError(f"--gates: per-proposal rows of another count than the scene's proposals for {len(wrong)} "
                          f"of the run's {len(ids)} scenes: {listed(wrong, SHOWN_IDS)}; give one row of "
                          f"{len(METRICS)} booleans per proposal (or one vector for the whole scene)")
 

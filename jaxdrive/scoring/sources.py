@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Iterator
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.scene import HostScene
 
 
@@ -80,11 +81,11 @@ class SyntheticSource(SceneSource):
 
     def __init__(self, count: int, seed: int = 0, num_proposals: int = 16):
         if count < 1:
-            raise ValueError(f"--count: expected a positive number of scenes, got {count}")
+            raise UserInputError(f"--count: expected a positive number of scenes, got {count}")
         if not 1 <= num_proposals <= 256:
-            raise ValueError(f"--num-proposals: expected 1..256 proposals per synthetic scene, got {num_proposals}")
+            raise UserInputError(f"--num-proposals: expected 1..256 proposals per synthetic scene, got {num_proposals}")
         if seed < 0:
-            raise ValueError(f"--seed: expected a non-negative integer, got {seed}")
+            raise UserInputError(f"--seed: expected a non-negative integer, got {seed}")
         self.count, self.seed, self.num_proposals = count, seed, num_proposals
 
     def __len__(self) -> int:
@@ -121,17 +122,18 @@ class SceneDirSource(SceneSource):
     follows the map and the agents, the bulk of a file, and ``"expected"`` (per proposal) follows it, so no short
     read from either end reaches it; counting them would read every file twice."""
 
-    def __init__(self, directory: str | Path):
+    def __init__(self, directory: str | Path, allow_offset_start: bool = False):
         from jaxdrive.data.scene_json import SceneFileError, not_scene_files, scene_files
 
         self.directory = Path(directory)
+        self.allow_offset_start = allow_offset_start  # proposals away from the ego's current state: scored, noted
         try:
             self.files = scene_files(self.directory)
         except SceneFileError as e:
-            raise ValueError(f"--scenes {e}") from None
+            raise UserInputError(f"--scenes {e}") from None
         self.skipped = [str(p.relative_to(self.directory)) for p in not_scene_files(self.directory)]
         if not self.files:
-            raise ValueError(f"--scenes {self.directory}: no *.json scene files found (searched recursively)")
+            raise UserInputError(f"--scenes {self.directory}: no *.json scene files found (searched recursively)")
 
     def __len__(self) -> int:
         return len(self.files)
@@ -141,7 +143,10 @@ class SceneDirSource(SceneSource):
         from jaxdrive.data.scene_json import SceneFileError, read_scene
 
         try:
-            return read_scene(self.files[i])
+            scene = read_scene(self.files[i], allow_offset_start=self.allow_offset_start)
+            if self.allow_offset_start:
+                note_offset_start(scene, str(self.files[i]))
+            return scene
         except SceneFileError as e:
             return SourceError(name=str(self.files[i]), message=str(e))
         except Exception as e:  # any other per-file failure (a bad value the reader did not anticipate) is named too
@@ -166,7 +171,20 @@ class SceneDirSource(SceneSource):
 
     def describe(self) -> dict:
         return {"kind": "scene_dir", "directory": str(self.directory.resolve()),
-                "files": [str(f.relative_to(self.directory)) for f in self.files]}
+                "files": [str(f.relative_to(self.directory)) for f in self.files],
+                **({"allow_offset_start": True} if self.allow_offset_start else {})}
+
+
+def note_offset_start(scene: HostScene, name: str) -> None:
+    """``--allow-offset-start``: says on stderr (from whichever process reads the scene) that ``scene``'s proposals
+    do not start at the ego's current state and are scored anyway."""
+    import sys
+
+    from jaxdrive.scene.host import start_offset_problem
+
+    problem = start_offset_problem(scene)
+    if problem:
+        print(f"note: {name}: scene {scene.id!r}: {problem}; scored (--allow-offset-start)", file=sys.stderr)
 
 
 HEAD_BYTES = 4096  # of a scene file, read for its id (``write_scene`` puts it second, after "format")

@@ -12,6 +12,7 @@ scoring jit.
 import jax
 import numpy as np
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.sim import constants as C
 from jaxdrive.sim.simulate import simulate_local
 from jaxdrive.sim.times import knot_and_query_offsets_us
@@ -30,13 +31,13 @@ def as_float_array(name: str, value, trailing: tuple[int, ...]) -> np.ndarray:
     try:
         array = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"{name}: expected a real numeric array, got {type(value).__name__} ({err})") from None
+        raise UserInputError(f"{name}: expected a real numeric array, got {type(value).__name__} ({err})") from None
     expected = "[..., " + ", ".join(map(str, trailing)) + "]"
     if array.ndim < len(trailing) or array.shape[array.ndim - len(trailing):] != trailing:
-        raise ValueError(f"{name}: expected shape {expected}, got {list(array.shape)}")
+        raise UserInputError(f"{name}: expected shape {expected}, got {list(array.shape)}")
     if not np.all(np.isfinite(array)):
         bad = np.argwhere(~np.isfinite(array))[0]
-        raise ValueError(f"{name}: expected finite values, got {array[tuple(bad)]} at index {tuple(bad.tolist())}")
+        raise UserInputError(f"{name}: expected finite values, got {array[tuple(bad)]} at index {tuple(bad.tolist())}")
     return array
 
 
@@ -61,11 +62,11 @@ def simulate_trajectories(initial_states, poses, t0_us=0) -> np.ndarray:
     relative = as_float_array("poses", poses, (C.NUM_SUBMITTED_POSES, 3))
     t0 = np.asarray(t0_us)
     if not (np.issubdtype(t0.dtype, np.integer) or (np.issubdtype(t0.dtype, np.floating) and np.all(t0 == np.round(t0)))):
-        raise ValueError(f"t0_us: expected integer microseconds, got {t0_us!r}")
+        raise UserInputError(f"t0_us: expected integer microseconds, got {t0_us!r}")
     try:
         batch = np.broadcast_shapes(initial.shape[:-1], relative.shape[:-2], t0.shape)
     except ValueError:
-        raise ValueError(
+        raise UserInputError(
             f"initial_states {list(initial.shape)}, poses {list(relative.shape)} and t0_us {list(t0.shape)}: "
             "expected batch prefixes that broadcast"
         ) from None

@@ -6,6 +6,7 @@ Re-centred on each initial rear axle and run in float64 (scoped x64), like ``sim
 import jax
 import numpy as np
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.sim import constants as C
 from jaxdrive.sim.host import as_float_array
 from jaxdrive.sim.simulate import track_reference
@@ -23,9 +24,9 @@ def track_poses(initial_states, reference_poses) -> np.ndarray:
     init = as_float_array("initial_states", initial_states, (C.NUM_STATE_FIELDS,))
     ref = as_float_array("reference_poses", reference_poses, (3,))
     if init.ndim != 2 or init.shape[1] != C.NUM_STATE_FIELDS:
-        raise ValueError(f"initial_states: expected shape [B, {C.NUM_STATE_FIELDS}], got {list(init.shape)}")
+        raise UserInputError(f"initial_states: expected shape [B, {C.NUM_STATE_FIELDS}], got {list(init.shape)}")
     if ref.shape != (init.shape[0], C.NUM_STATES, 3):
-        raise ValueError(f"reference_poses: expected shape [{init.shape[0]}, {C.NUM_STATES}, 3], got {list(ref.shape)}")
+        raise UserInputError(f"reference_poses: expected shape [{init.shape[0]}, {C.NUM_STATES}, 3], got {list(ref.shape)}")
     origin = init[:, None, :2]
     local_init = init.copy()
     local_init[:, :2] = 0.0

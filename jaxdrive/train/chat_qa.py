@@ -27,6 +27,7 @@ import os
 import numpy as np
 import PIL.Image
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.models.chat import ChatEncoder
 from jaxdrive.models.config import read_json_object
 from jaxdrive.models.image_processing import ImageProcessorConfig, preprocess_images, read_preprocessor_config
@@ -39,7 +40,7 @@ def model_directory(tokenizer) -> str:
     """The pretrained model directory the tokenizer was loaded from (``name_or_path``)."""
     path = getattr(tokenizer, "name_or_path", "")
     if not path or not os.path.isdir(path):
-        raise ValueError("data.kind='chat_qa' needs the tokenizer of a pretrained model directory (model.kind="
+        raise UserInputError("data.kind='chat_qa' needs the tokenizer of a pretrained model directory (model.kind="
                          f"'pretrained', model.path=DIR); got a tokenizer from {path!r}")
     return path
 
@@ -51,7 +52,7 @@ def image_config(path: str, image_size: int) -> ImageProcessorConfig:
         raw = read_json_object(os.path.join(path, "config.json"))
         vision = raw.get("vision_config")
         if vision is None:
-            raise ValueError(f"data.kind='chat_qa': {path} is a text-only model (no vision_config) and images were asked for")
+            raise UserInputError(f"data.kind='chat_qa': {path} is a text-only model (no vision_config) and images were asked for")
         qwen3 = raw.get("model_type") == "qwen3_vl"
         cfg = ImageProcessorConfig(
             patch_size=int(vision.get("patch_size", 16 if qwen3 else 14)),
@@ -60,7 +61,7 @@ def image_config(path: str, image_size: int) -> ImageProcessorConfig:
             **(dict(image_mean=(0.5, 0.5, 0.5), image_std=(0.5, 0.5, 0.5)) if qwen3 else {}))
     unit = cfg.patch_size * cfg.merge_size
     if image_size <= 0 or image_size % unit:
-        raise ValueError(f"data.image_size: expected a positive multiple of patch_size * merge_size = {unit}, "
+        raise UserInputError(f"data.image_size: expected a positive multiple of patch_size * merge_size = {unit}, "
                          f"got {image_size}")
     return dataclasses.replace(cfg, min_pixels=image_size**2, max_pixels=image_size**2)
 
@@ -77,17 +78,17 @@ def read_records(path: str) -> list[dict]:
             try:
                 r = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"data.path {path}:{i}: not JSON ({e.msg})") from None
+                raise UserInputError(f"data.path {path}:{i}: not JSON ({e.msg})") from None
             for key in ("question", "answer"):
                 if not isinstance(r.get(key), str):
-                    raise ValueError(f"data.path {path}:{i}: field {key!r} must be a string")
+                    raise UserInputError(f"data.path {path}:{i}: field {key!r} must be a string")
             if "image" in r:
                 r["image"] = os.path.join(os.path.dirname(os.path.abspath(path)), r["image"])
             records.append(r)
     if not records:
-        raise ValueError(f"data.path {path}: no records")
+        raise UserInputError(f"data.path {path}: no records")
     if len({"image" in r for r in records}) > 1:
-        raise ValueError(f"data.path {path}: either every record has an 'image' or none does")
+        raise UserInputError(f"data.path {path}: either every record has an 'image' or none does")
     return records
 
 
@@ -119,7 +120,7 @@ def encode_record(encoder: ChatEncoder, record: dict, processor: ImageProcessorC
     enc = encoder.encode([messages], grid)
     ids, where = enc.input_ids[0], np.flatnonzero(enc.target_mask[0])
     if not where.size or (np.diff(where) != 1).any():
-        raise ValueError(f"chat template: the assistant answer {record['answer']!r} is not one span of tokens")
+        raise UserInputError(f"chat template: the assistant answer {record['answer']!r} is not one span of tokens")
     example.update(prompt=ids[:where[0]].astype(np.int32), answer=ids[where].astype(np.int32))
     return example
 
@@ -128,7 +129,7 @@ def chat_qa_dataset(cfg, tokenizer) -> list[dict]:
     """Registry factory ``data.kind = "chat_qa"``: ``path`` (JSONL, or "" for the synthetic colour set),
     ``num_examples`` and ``seed`` (synthetic set), ``image_size`` (pixels; default 448)."""
     if tokenizer is None:
-        raise ValueError("data.kind='chat_qa' needs a pretrained model directory with a tokenizer (model.path)")
+        raise UserInputError("data.kind='chat_qa' needs a pretrained model directory with a tokenizer (model.path)")
     path = model_directory(tokenizer)
     records = read_records(cfg.path) if cfg.get("path") else synthetic_records(cfg.num_examples, cfg.get("seed", 0))
     processor = image_config(path, cfg.get("image_size", 448)) if "image" in records[0] else None

@@ -19,6 +19,8 @@ import jax
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as cm
 
+from jaxdrive.errors import UserInputError
+
 
 class Checkpointer:
     """Thin wrapper over ``ocp.CheckpointManager``.
@@ -34,9 +36,9 @@ class Checkpointer:
     def __init__(self, directory: str, *, keep: int = 3, best_metric: str | None = None, best_mode: str = "max",
                  async_save: bool = True):
         if keep < 1:
-            raise ValueError(f"checkpoint.keep: expected >= 1, got {keep}")
+            raise UserInputError(f"checkpoint.keep: expected >= 1, got {keep}")
         if best_mode not in ("max", "min"):
-            raise ValueError(f"checkpoint.best_mode: expected 'max' or 'min', got {best_mode!r}")
+            raise UserInputError(f"checkpoint.best_mode: expected 'max' or 'min', got {best_mode!r}")
         self.best_metric, self.best_mode = best_metric, best_mode
         policies = [cm.LatestN(n=keep)]
         if best_metric:
@@ -56,7 +58,7 @@ class Checkpointer:
         """Starts saving ``state`` (array pytree) and ``meta`` (JSON-able dict) as step ``step``, and the state of
         ``data_iterator`` (a grain ``DataLoader`` iterator) when given."""
         if self.best_metric and metrics is not None and self.best_metric not in metrics:
-            raise ValueError(f"checkpoint: best_metric {self.best_metric!r} missing from metrics {sorted(metrics)}")
+            raise UserInputError(f"checkpoint: best_metric {self.best_metric!r} missing from metrics {sorted(metrics)}")
         metrics = None if metrics is None else {k: float(v) for k, v in metrics.items()}
         items = dict(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
         if data_iterator is not None:
@@ -87,7 +89,7 @@ class Checkpointer:
             import grain.python as gp
 
             if "data" not in self.manager.item_metadata(step):
-                raise ValueError(f"checkpoint: step {step} in {self.manager.directory} holds no data iterator state "
+                raise UserInputError(f"checkpoint: step {step} in {self.manager.directory} holds no data iterator state "
                                  "(saved without data_iterator=)")
             items["data"] = gp.PyGrainCheckpointRestore(data_iterator)
         out = self.manager.restore(step, args=ocp.args.Composite(**items))

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from jaxdrive.errors import UserInputError
+
 
 def stack_examples(examples: list[dict]) -> dict[str, np.ndarray]:
     """Stacks a list of per-example dicts of equally shaped arrays into {key: [N, ...]}; names a mismatching field."""
     if not examples:
-        raise ValueError("examples: expected at least one example, got none")
+        raise UserInputError("examples: expected at least one example, got none")
     keys = sorted(examples[0])
     out = {}
     for k in keys:
         shapes = {np.shape(e[k]) for e in examples}
         if len(shapes) != 1:
-            raise ValueError(f"examples[*][{k!r}]: expected one shape (pad to a fixed length), got {sorted(shapes)}")
+            raise UserInputError(f"examples[*][{k!r}]: expected one shape (pad to a fixed length), got {sorted(shapes)}")
         out[k] = np.stack([np.asarray(e[k]) for e in examples])
     return out
 
@@ -27,7 +29,7 @@ class EpochSampler:
     def __init__(self, num_examples: int, batch_size: int, *, seed: int = 0, shuffle: bool = True,
                  name: str = "batch_size"):
         if not 1 <= batch_size <= num_examples:
-            raise ValueError(f"{name}: expected 1 <= {name} <= {num_examples} (examples), got {batch_size}")
+            raise UserInputError(f"{name}: expected 1 <= {name} <= {num_examples} (examples), got {batch_size}")
         self.n, self.batch_size, self.seed, self.shuffle = num_examples, batch_size, seed, shuffle
         self.steps_per_epoch = num_examples // batch_size
 

@@ -35,6 +35,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
+from jaxdrive.errors import UserInputError
+
 ADVANTAGE_CONVENTIONS: dict[str, dict] = {
     "trl": dict(scale="group", eps=1e-4),
     "verl": dict(scale="group", eps=1e-6),
@@ -56,7 +58,7 @@ KL_NAMES = KL_ESTIMATORS + tuple(_KL_ALIASES)  # what ``kl_penalty(kind=...)`` a
 def resolve_advantage_convention(name: str) -> dict:
     """Keyword arguments of ``group_advantages`` for a named convention ("trl", "verl", "tunix", "drgrpo")."""
     if name not in ADVANTAGE_CONVENTIONS:
-        raise ValueError(f"advantage convention: expected one of {sorted(ADVANTAGE_CONVENTIONS)}, got {name!r}")
+        raise UserInputError(f"advantage convention: expected one of {sorted(ADVANTAGE_CONVENTIONS)}, got {name!r}")
     return dict(ADVANTAGE_CONVENTIONS[name])
 
 
@@ -92,12 +94,12 @@ def group_advantages(
       [N] float32 advantages.
     """
     if scale not in ("group", "batch", "none"):
-        raise ValueError(f"scale: expected 'group', 'batch' or 'none', got {scale!r}")
+        raise UserInputError(f"scale: expected 'group', 'batch' or 'none', got {scale!r}")
     if singleton not in ("zero", "raw"):
-        raise ValueError(f"singleton: expected 'zero' or 'raw', got {singleton!r}")
+        raise UserInputError(f"singleton: expected 'zero' or 'raw', got {singleton!r}")
     n = rewards.shape[0]
     if group_size < 1 or n % group_size:
-        raise ValueError(f"rewards: length {n} is not a multiple of group_size={group_size}")
+        raise UserInputError(f"rewards: length {n} is not a multiple of group_size={group_size}")
     r = rewards.astype(jnp.float32)
     w = jnp.ones_like(r) if valid is None else valid.astype(jnp.float32)
     r = jnp.where(w > 0, r, 0.0)
@@ -167,7 +169,7 @@ def kl_penalty(
         return 0.5 * x * x
     if kind == "k3":
         return jnp.clip(jnp.exp(x) - x - 1.0, -kl_clip, kl_clip)
-    raise ValueError(f"kl: expected one of {KL_ESTIMATORS} (or {sorted(_KL_ALIASES)}), got {kind!r}")
+    raise UserInputError(f"kl: expected one of {KL_ESTIMATORS} (or {sorted(_KL_ALIASES)}), got {kind!r}")
 
 
 def aggregate_terms(
@@ -189,7 +191,7 @@ def aggregate_terms(
     if agg == "seq-mean-token-sum-norm":
         length = per_token.shape[-1] if max_len is None else max_len
         return masked.sum(), jnp.asarray(per_token.shape[0] * length, jnp.float32)
-    raise ValueError(f"agg: expected one of {AGG_MODES}, got {agg!r}")
+    raise UserInputError(f"agg: expected one of {AGG_MODES}, got {agg!r}")
 
 
 def safe_ratio(total: Float[Array, ""], denom: Float[Array, ""]) -> Float[Array, ""]:
@@ -231,9 +233,9 @@ def policy_loss_terms(
       "neg_logp" plus "tokens" (their denominator), so micro-batch metrics can be combined exactly.
     """
     if beta != 0.0 and ref_logp is None:
-        raise ValueError("ref_logp: required when beta != 0 (the KL term needs the reference log-probs)")
+        raise UserInputError("ref_logp: required when beta != 0 (the KL term needs the reference log-probs)")
     if dual_clip is not None and dual_clip <= 1.0:
-        raise ValueError(f"dual_clip: expected a constant > 1, got {dual_clip}")
+        raise UserInputError(f"dual_clip: expected a constant > 1, got {dual_clip}")
     logp = logp.astype(jnp.float32)
     m = mask.astype(jnp.float32)
     adv = advantages.astype(jnp.float32)[:, None]

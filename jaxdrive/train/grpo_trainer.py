@@ -23,6 +23,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.train import grpo
 from jaxdrive.train.data import EpochSampler
 from jaxdrive.train.forward import target_logprobs
@@ -83,15 +84,15 @@ def check_config(cfg: ml_collections.ConfigDict) -> None:
     for name, (holds, expected) in bounds.items():
         value = cfg.get(name)
         if value is not None and not holds(value):
-            raise ValueError(f"grpo.{name}: expected {expected}, got {value!r}")
+            raise UserInputError(f"grpo.{name}: expected {expected}, got {value!r}")
     if cfg.get("advantage") and cfg.advantage not in grpo.ADVANTAGE_CONVENTIONS:
-        raise ValueError(f"grpo.advantage: expected one of {sorted(grpo.ADVANTAGE_CONVENTIONS)}, got {cfg.advantage!r}")
+        raise UserInputError(f"grpo.advantage: expected one of {sorted(grpo.ADVANTAGE_CONVENTIONS)}, got {cfg.advantage!r}")
     if cfg.get("scale") is not None and cfg.scale not in ("group", "batch", "none"):
-        raise ValueError(f"grpo.scale: expected 'group', 'batch', 'none' or None, got {cfg.scale!r}")
+        raise UserInputError(f"grpo.scale: expected 'group', 'batch', 'none' or None, got {cfg.scale!r}")
     if cfg.get("agg") is not None and cfg.agg not in grpo.AGG_MODES:
-        raise ValueError(f"grpo.agg: expected one of {grpo.AGG_MODES}, got {cfg.agg!r}")
+        raise UserInputError(f"grpo.agg: expected one of {grpo.AGG_MODES}, got {cfg.agg!r}")
     if cfg.get("kl") is not None and cfg.kl not in grpo.KL_NAMES:
-        raise ValueError(f"grpo.kl: expected one of {grpo.KL_NAMES}, got {cfg.kl!r}")
+        raise UserInputError(f"grpo.kl: expected one of {grpo.KL_NAMES}, got {cfg.kl!r}")
 
 
 def grpo_loss_fn(cfg: ml_collections.ConfigDict) -> GRPOLoss:
@@ -132,7 +133,7 @@ def left_pad(prompts: Sequence[np.ndarray], length: int, pad_id: int) -> tuple[n
     mask = np.zeros((len(prompts), length), np.int32)
     for i, p in enumerate(prompts):
         if len(p) > length:
-            raise ValueError(f"prompt_len: prompt {i} has {len(p)} tokens, more than prompt_len={length}")
+            raise UserInputError(f"prompt_len: prompt {i} has {len(p)} tokens, more than prompt_len={length}")
         ids[i, length - len(p):] = p
         mask[i, length - len(p):] = 1
     return ids, mask

@@ -13,6 +13,7 @@ import numpy as np
 from flax import nnx
 
 from jaxdrive import atomic
+from jaxdrive.errors import UserInputError
 from jaxdrive.train import data, optim, sft
 from jaxdrive.train.checkpoint import Checkpointer
 from jaxdrive.train.grpo_trainer import check_config, grpo_loss_fn, grpo_summary
@@ -31,7 +32,7 @@ def build_model(cfg: ml_collections.ConfigDict):
         from jaxdrive.models.weights import from_pretrained
 
         return from_pretrained(cfg.path, dtype=getattr(jnp, cfg.get("dtype", "bfloat16")))
-    raise ValueError(f"model.kind: expected 'tiny' or 'pretrained', got {cfg.kind!r}")
+    raise UserInputError(f"model.kind: expected 'tiny' or 'pretrained', got {cfg.kind!r}")
 
 
 def prepare_finetuning(model, cfg: ml_collections.ConfigDict):
@@ -52,7 +53,7 @@ def load_tokenizer(cfg: ml_collections.ConfigDict):
     try:
         return AutoTokenizer.from_pretrained(cfg.path, local_files_only=True)
     except (OSError, ValueError) as e:
-        raise ValueError(f"model.path {cfg.path!r}: cannot load its tokenizer ({e})") from None
+        raise UserInputError(f"model.path {cfg.path!r}: cannot load its tokenizer ({e})") from None
 
 
 def token_ids(block: ml_collections.ConfigDict, tokenizer=None,
@@ -70,7 +71,7 @@ def token_ids(block: ml_collections.ConfigDict, tokenizer=None,
     if out.get("pad_id") is None:
         value = getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else 0
         if value is None:
-            raise ValueError("pad_id: not set and the tokenizer has no pad_token_id")
+            raise UserInputError("pad_id: not set and the tokenizer has no pad_token_id")
         out["pad_id"] = int(value)
     out["stop_ids"] = list(_stop_ids(out, tokenizer, model_path))
     if out.get("eos_id") is None:
@@ -91,7 +92,7 @@ def model_vocab_size(cfg: ml_collections.ConfigDict, model=None) -> int:
         from jaxdrive.models.config import load_config
 
         return load_config(cfg.path).text.vocab_size
-    raise ValueError(f"model.kind: expected 'tiny' or 'pretrained', got {cfg.kind!r}")
+    raise UserInputError(f"model.kind: expected 'tiny' or 'pretrained', got {cfg.kind!r}")
 
 
 _TOKEN_HINTS = {"pad_id": "the tokenizer's pad token id", "eos_id": "the tokenizer's eos token id",
@@ -109,7 +110,7 @@ def check_token_ids(vocab: int, fields: dict[str, Sequence[int]], examples: Sequ
         for i in ids:
             if not 0 <= int(i) < vocab:
                 hint = _TOKEN_HINTS.get(field.rsplit(".", 1)[-1])
-                raise ValueError(f"{field}: {int(i)} is not a token id of the model (its vocabulary has ids "
+                raise UserInputError(f"{field}: {int(i)} is not a token id of the model (its vocabulary has ids "
                                  f"0..{vocab - 1})" + (f"; set an id below {vocab} ({hint})" if hint else
                                                        ": the tokenizer is not the model's"))
     for n, e in enumerate(examples):
@@ -117,7 +118,7 @@ def check_token_ids(vocab: int, fields: dict[str, Sequence[int]], examples: Sequ
             ids = np.asarray(e.get(key, ()))
             if ids.size and not (0 <= ids.min() and ids.max() < vocab):
                 bad = int(ids.max()) if ids.max() >= vocab else int(ids.min())
-                raise ValueError(f"{data_field}: example {n}'s {key} holds token {bad}, not a token id of the model "
+                raise UserInputError(f"{data_field}: example {n}'s {key} holds token {bad}, not a token id of the model "
                                  f"(its vocabulary has ids 0..{vocab - 1}): the data was tokenized for another model")
 
 
@@ -128,7 +129,7 @@ def _stop_ids(block: ml_collections.ConfigDict, tokenizer, model_path: str | Non
     if block.get("stop_ids") is not None:
         ids = token_id_tuple(block.stop_ids, "stop_ids")
         if not ids:
-            raise ValueError("stop_ids: expected at least one token id (or None to use eos_id / the model's)")
+            raise UserInputError("stop_ids: expected at least one token id (or None to use eos_id / the model's)")
         return ids
     if block.get("eos_id") is not None:
         return token_id_tuple(block.eos_id, "eos_id")
@@ -137,7 +138,7 @@ def _stop_ids(block: ml_collections.ConfigDict, tokenizer, model_path: str | Non
     if tokenizer is None:
         return (1,)
     if getattr(tokenizer, "eos_token_id", None) is None:
-        raise ValueError("eos_id: not set, the model directory names no eos_token_id and the tokenizer has none")
+        raise UserInputError("eos_id: not set, the model directory names no eos_token_id and the tokenizer has none")
     return (int(tokenizer.eos_token_id),)
 
 
@@ -149,7 +150,7 @@ def build_examples(cfg: ml_collections.ConfigDict, tokenizer=None) -> list[dict]
 def build_rewards(cfg: ml_collections.ConfigDict) -> list:
     """One ``Reward`` per entry of the ``rewards`` block (entry name = ``registry.REWARDS`` name, or its ``kind``)."""
     if not cfg:
-        raise ValueError("rewards: expected at least one entry, e.g. rewards.exact_match.weight=1.0")
+        raise UserInputError("rewards: expected at least one entry, e.g. rewards.exact_match.weight=1.0")
     return [REWARDS.get(block.get("kind", name))(block) for name, block in cfg.items()]
 
 
@@ -174,7 +175,7 @@ def check_multiprocess_mesh(cfg: ml_collections.ConfigDict) -> None:
     size = int(np.prod(mesh_shape(mesh.data, mesh.fsdp, mesh.tensor, n))) if enabled else 0
     if size != n:
         got = f"mesh.data * mesh.fsdp * mesh.tensor = {size}" if enabled else "mesh.enabled=False"
-        raise ValueError(f"mesh: a {distributed.process_count()}-process job trains one model over all {n} devices; "
+        raise UserInputError(f"mesh: a {distributed.process_count()}-process job trains one model over all {n} devices; "
                          f"set mesh.enabled=True with mesh.data * mesh.fsdp * mesh.tensor = {n}, or one of them -1 "
                          f"(got {got})")
 
@@ -197,10 +198,10 @@ def check_run_config(cfg: ml_collections.ConfigDict) -> None:
         if value is None and none_ok:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not holds(value):
-            raise ValueError(f"{name}: expected an integer {expected}, got {value!r}")
+            raise UserInputError(f"{name}: expected an integer {expected}, got {value!r}")
     mode = (cfg.get("finetune") or {}).get("mode", "full")
     if mode not in ("full", "lora"):
-        raise ValueError(f"finetune.mode: expected 'full' or 'lora', got {mode!r}")
+        raise UserInputError(f"finetune.mode: expected 'full' or 'lora', got {mode!r}")
 
 
 def check_best_metric(cfg: ml_collections.ConfigDict, evaluation: str | None) -> None:
@@ -213,14 +214,14 @@ def check_best_metric(cfg: ml_collections.ConfigDict, evaluation: str | None) ->
     if not (best and cfg.get("workdir") and ckpt.get("enabled", True)):
         return
     if evaluation is None:
-        raise ValueError(f"checkpoint.best_metric: {best!r} keeps the best checkpoint by an evaluation metric, but "
+        raise UserInputError(f"checkpoint.best_metric: {best!r} keeps the best checkpoint by an evaluation metric, but "
                          "this job runs no evaluation; set checkpoint.best_metric=''")
     if not cfg.get(evaluation):
-        raise ValueError(f"checkpoint.best_metric: {best!r} keeps the best checkpoint by an evaluation metric, but "
+        raise UserInputError(f"checkpoint.best_metric: {best!r} keeps the best checkpoint by an evaluation metric, but "
                          f"{evaluation} is not set (no evaluation scores checkpoints); set {evaluation} or "
                          "checkpoint.best_metric=''")
     if cfg.get("eval_every", 1) <= 0:
-        raise ValueError(f"checkpoint.best_metric: {best!r} keeps the best checkpoint by an evaluation metric, but "
+        raise UserInputError(f"checkpoint.best_metric: {best!r} keeps the best checkpoint by an evaluation metric, but "
                          f"eval_every={cfg.eval_every} turns evaluation off; set eval_every >= 1 or "
                          "checkpoint.best_metric=''")
 
@@ -248,7 +249,7 @@ def run_sft(cfg: ml_collections.ConfigDict, model=None):
     """Runs (or resumes) an SFT job; returns (trainer, records)."""
     k = cfg.get("micro_batches", 1)
     if not 1 <= k <= cfg.batch_size:
-        raise ValueError(f"micro_batches: expected 1 <= micro_batches <= batch_size ({cfg.batch_size}), got {k}")
+        raise UserInputError(f"micro_batches: expected 1 <= micro_batches <= batch_size ({cfg.batch_size}), got {k}")
     check_run_config(cfg)
     check_multiprocess_mesh(cfg)
     check_best_metric(cfg, None)
@@ -331,7 +332,7 @@ def run_grpo(cfg: ml_collections.ConfigDict, model=None):
         return run_gate_grpo(cfg, model)
     check_config(cfg.grpo)
     if cfg.grpo.beta != 0.0 and cfg.finetune.mode != "lora":
-        raise ValueError("grpo.beta: the KL reference is the base model with LoRA disabled; set finetune.mode='lora' "
+        raise UserInputError("grpo.beta: the KL reference is the base model with LoRA disabled; set finetune.mode='lora' "
                          "or beta=0")
     tokenizer = load_tokenizer(cfg.model)
     examples = build_examples(cfg.data, tokenizer)  # the data's errors before the weights load (minutes for a VLM)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from jaxdrive.data import openread_cot as cot
+from jaxdrive.errors import UserInputError
 from jaxdrive.eval.cot_format import SYSTEM_PROMPT
 
 IM_END = "<|im_end|>"
@@ -37,7 +38,7 @@ def encode_record(rec: dict, tokenizer, system: str = SYSTEM_PROMPT) -> dict:
 
 def _need_tokenizer(tokenizer, kind: str):
     if tokenizer is None:
-        raise ValueError(f"data.kind={kind!r} needs a tokenizer: use model.kind='pretrained' with a model.path holding "
+        raise UserInputError(f"data.kind={kind!r} needs a tokenizer: use model.kind='pretrained' with a model.path holding "
                          "one (python -m jaxdrive.train.openread_tiny DIR builds a tiny one)")
 
 
@@ -101,7 +102,7 @@ def tfds_dataset(cfg, tokenizer) -> list[dict]:
 
     kind = dataset_meta(cfg.path)["kind"]
     if kind not in ("openread_cot", "omnidrive", "lingoqa"):
-        raise ValueError(f"data.path {cfg.path}: a {kind!r} dataset; openread_tfds reads openread_cot, omnidrive "
+        raise UserInputError(f"data.path {cfg.path}: a {kind!r} dataset; openread_tfds reads openread_cot, omnidrive "
                          "or lingoqa builds")
     loader = grain_loader(cfg.path, cfg.get("split", "train"), shuffle=False, num_epochs=1, shard_index=0,
                           shard_count=1)
@@ -114,7 +115,7 @@ def mixture_dataset(cfg, tokenizer) -> list[dict]:
     from jaxdrive.train.registry import DATASETS
 
     if not cfg.get("sources"):
-        raise ValueError("data.sources: expected at least one sub-block with a 'kind'")
+        raise UserInputError("data.sources: expected at least one sub-block with a 'kind'")
     out = []
     for name, block in cfg.sources.items():
         out += DATASETS.get(block.kind)(block, tokenizer)

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.eval.cot_format import extract_answer, is_well_formed
 from jaxdrive.eval.trajectory_text import NUM_POINTS, parse_trajectory
 from jaxdrive.train.rewards import Reward
@@ -55,7 +56,7 @@ def per_second_l2(pred: Float[Array, "6 2"], gt: Float[Array, "6 2"], averaging:
         return d.reshape(3, 2).mean(-1)
     if averaging == "cumulative":
         return jnp.cumsum(d)[1::2] / jnp.arange(2, 7, 2)
-    raise ValueError(f"averaging: expected one of {AVERAGING}, got {averaging!r}")
+    raise UserInputError(f"averaging: expected one of {AVERAGING}, got {averaging!r}")
 
 
 def trajectory_reward_value(pred: Float[Array, "6 2"], gt: Float[Array, "6 2"], bases: Float[Array, "3"],
@@ -73,12 +74,12 @@ _batched_trajectory_reward = jax.jit(jax.vmap(trajectory_reward_value, in_axes=(
 
 def _check_trajectory_args(bases, temperatures, cutoffs, averaging: str) -> None:
     if len(bases) != 3 or len(temperatures) != 3 or min(bases) <= 0 or min(temperatures) < 0:
-        raise ValueError(f"trajectory reward: expected 3 positive bases and 3 non-negative temperatures, got {bases}, "
+        raise UserInputError(f"trajectory reward: expected 3 positive bases and 3 non-negative temperatures, got {bases}, "
                          f"{temperatures}")
     if cutoffs is not None and (len(cutoffs) != 3 or min(cutoffs) < 0):
-        raise ValueError(f"trajectory reward: cutoffs: expected 3 non-negative distances (m) or None, got {cutoffs}")
+        raise UserInputError(f"trajectory reward: cutoffs: expected 3 non-negative distances (m) or None, got {cutoffs}")
     if averaging not in AVERAGING:
-        raise ValueError(f"averaging: expected one of {AVERAGING}, got {averaging!r}")
+        raise UserInputError(f"averaging: expected one of {AVERAGING}, got {averaging!r}")
 
 
 def trajectory_rewards(preds: np.ndarray, gts: np.ndarray, bases=DEFAULT_BASES, temperatures=DEFAULT_TEMPERATURES,
@@ -247,7 +248,7 @@ def _critic(cfg):
 
         return tiny_critic(c.get("seed", 0), **kw)
     if not c.get("path"):
-        raise ValueError("rewards.<critic>.critic.path: a local Qwen3 directory is required (or critic.kind='tiny')")
+        raise UserInputError("rewards.<critic>.critic.path: a local Qwen3 directory is required (or critic.kind='tiny')")
     return QwenCritic.from_pretrained(c.path, dtype=getattr(jnp, c.get("dtype", "bfloat16")), **kw)
 
 

@@ -10,6 +10,7 @@ import ml_collections
 import optax
 from flax import nnx
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.json_values import is_finite_number
 
 
@@ -17,7 +18,7 @@ def make_schedule(lr: float, total_steps: int, warmup_steps: int = 0, end_lr_rat
     """Learning rate per step: linear 0 -> lr over ``warmup_steps``, then cosine lr -> lr * end_lr_ratio by
     ``total_steps`` (constant afterwards)."""
     if total_steps < 1 or not 0 <= warmup_steps <= total_steps:
-        raise ValueError(f"schedule: expected 0 <= warmup_steps ({warmup_steps}) <= total_steps ({total_steps}), "
+        raise UserInputError(f"schedule: expected 0 <= warmup_steps ({warmup_steps}) <= total_steps ({total_steps}), "
                          "total_steps >= 1")
     return optax.warmup_cosine_decay_schedule(
         init_value=0.0 if warmup_steps else lr,
@@ -48,7 +49,7 @@ def optimizer_settings(cfg: ml_collections.ConfigDict, total_steps: int) -> dict
           "weight_decay": cfg.get("weight_decay", 0.0), "clip_norm": cfg.get("clip_norm", 1.0) or 0.0}
     for name, value in hp.items():
         if not is_finite_number(value):
-            raise ValueError(f"optim.{name}: expected a finite number, got {value!r}")
+            raise UserInputError(f"optim.{name}: expected a finite number, got {value!r}")
     hp = {k: (int(v) if k == "warmup_steps" else float(v)) for k, v in hp.items()}
     checks = {"lr": hp["lr"] >= 0, "warmup_steps": 0 <= hp["warmup_steps"] <= total_steps,
               "end_lr_ratio": hp["end_lr_ratio"] >= 0, "b1": 0 <= hp["b1"] < 1, "b2": 0 <= hp["b2"] < 1,
@@ -59,7 +60,7 @@ def optimizer_settings(cfg: ml_collections.ConfigDict, total_steps: int) -> dict
                 "clip_norm": ">= 0 (0 or None disables clipping)"}
     for name, ok in checks.items():
         if not ok:
-            raise ValueError(f"optim.{name}: expected {expected[name]}, got {hp[name]}")
+            raise UserInputError(f"optim.{name}: expected {expected[name]}, got {hp[name]}")
     return hp
 
 
@@ -91,5 +92,5 @@ def trainable_filter(mode: Literal["full", "lora"] = "full", freeze_vision: bool
 
         base = LoRAParam
     else:
-        raise ValueError(f"optim.mode: expected 'full' or 'lora', got {mode!r}")
+        raise UserInputError(f"optim.mode: expected 'full' or 'lora', got {mode!r}")
     return nnx.All(base, nnx.Not(nnx.PathContains(vision_path))) if freeze_vision else base

@@ -23,6 +23,8 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
+from jaxdrive.errors import UserInputError
+
 
 class Registry:
     """A name -> lazily imported factory table; unknown names are errors listing the known ones."""
@@ -34,7 +36,7 @@ class Registry:
     def register(self, name: str, target: str | Callable[..., Any]) -> None:
         """Adds ``name`` -> ``target`` (a callable or a ``"module:attribute"`` string); re-registering is an error."""
         if name in self._entries and self._entries[name] is not target:
-            raise ValueError(f"{self.what} {name!r} is already registered ({self._entries[name]!r})")
+            raise UserInputError(f"{self.what} {name!r} is already registered ({self._entries[name]!r})")
         self._entries[name] = target
 
     def __contains__(self, name: str) -> bool:
@@ -48,7 +50,7 @@ class Registry:
         target = self._entries.get(name)
         if target is None:
             if ":" not in name:
-                raise ValueError(f"{self.what} {name!r} is not registered (known: {', '.join(self.names())}; "
+                raise UserInputError(f"{self.what} {name!r} is not registered (known: {', '.join(self.names())}; "
                                  "or name a target as 'module:attribute')")
             target = name
         if callable(target):
@@ -57,7 +59,7 @@ class Registry:
         try:
             return getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as e:
-            raise ValueError(f"{self.what} {name!r}: cannot load {target!r} ({e})") from None
+            raise UserInputError(f"{self.what} {name!r}: cannot load {target!r} ({e})") from None
 
 
 DATASETS = Registry("dataset", {

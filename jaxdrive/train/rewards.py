@@ -18,6 +18,8 @@ from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
+from jaxdrive.errors import UserInputError
+
 
 @dataclasses.dataclass(frozen=True)
 class Reward:
@@ -33,7 +35,7 @@ def _as_values(name: str, out: Any, n: int) -> np.ndarray:
     """Host values [n] float64 with None -> NaN; checks the count."""
     values = np.asarray([np.nan if v is None else v for v in np.asarray(out, dtype=object).reshape(-1)], np.float64)
     if values.shape != (n,):
-        raise ValueError(f"reward {name!r}: expected {n} values (one per completion), got shape {values.shape}")
+        raise UserInputError(f"reward {name!r}: expected {n} values (one per completion), got shape {values.shape}")
     return values
 
 
@@ -63,10 +65,10 @@ def combine_rewards(
       always raise).
     """
     if not rewards:
-        raise ValueError("rewards: expected at least one reward function, got none")
+        raise UserInputError("rewards: expected at least one reward function, got none")
     n = len(completions)
     if len(examples) != n:
-        raise ValueError(f"examples: expected {n} (one per completion), got {len(examples)}")
+        raise UserInputError(f"examples: expected {n} (one per completion), got {len(examples)}")
     total = np.zeros(n, np.float64)
     scored = np.zeros(n, bool)
     parts = {}
@@ -76,15 +78,15 @@ def combine_rewards(
         elif r.kind == "jnp":
             out = np.asarray(r.fn(tokens, mask, batch or {}))
         else:
-            raise ValueError(f"reward {r.name!r}: kind must be 'host' or 'jnp', got {r.kind!r}")
+            raise UserInputError(f"reward {r.name!r}: kind must be 'host' or 'jnp', got {r.kind!r}")
         values = _as_values(r.name, out, n)
         if np.isinf(values).any():
             i = int(np.flatnonzero(np.isinf(values))[0])
-            raise ValueError(f"reward {r.name!r}: infinite value {values[i]} at row {i}")
+            raise UserInputError(f"reward {r.name!r}: infinite value {values[i]} at row {i}")
         missing = np.isnan(values)
         if missing.any() and not allow_missing:
             i = int(np.flatnonzero(missing)[0])
-            raise ValueError(
+            raise UserInputError(
                 f"reward {r.name!r}: NaN/missing value at row {i} (completion {completions[i]!r}); "
                 "rewards must be finite numbers (pass allow_missing=True to drop such rows from the advantage)"
             )

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.models.logprobs import token_logprobs
 from jaxdrive.train.forward import target_logprobs
 
@@ -50,11 +51,11 @@ def sft_example(prompt, answer, max_len: int, pad_id: int = 0, *, targets=None, 
     prompt, answer = np.asarray(prompt), np.asarray(answer)
     n = len(prompt) + len(answer)
     if n > max_len:
-        raise ValueError(f"max_len: example needs {n} tokens (prompt {len(prompt)} + answer {len(answer)}), "
+        raise UserInputError(f"max_len: example needs {n} tokens (prompt {len(prompt)} + answer {len(answer)}), "
                          f"got max_len={max_len}")
     for name, v in (("targets", targets), ("answer_mask", answer_mask)):
         if v is not None and np.shape(v) != answer.shape:
-            raise ValueError(f"{name}: expected shape {answer.shape} (one per answer token), got {np.shape(v)}")
+            raise UserInputError(f"{name}: expected shape {answer.shape} (one per answer token), got {np.shape(v)}")
     ids = np.full(max_len, pad_id, np.int32)
     ids[:n] = np.concatenate([prompt, answer])
     loss = np.zeros(max_len, np.float32)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 from flax import nnx
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.models.config import parse_config
 from jaxdrive.models.vlm import QwenModel
 
@@ -139,7 +140,7 @@ def tokenizer_decoder(cfg, tokenizer):
     """``decoder.kind = "tokenizer"``: the pretrained model's tokenizer; stops at the first masked slot, special
     tokens skipped (``cfg.skip_special_tokens``, default True)."""
     if tokenizer is None:
-        raise ValueError("decoder.kind='tokenizer' needs a pretrained model directory with a tokenizer (model.path)")
+        raise UserInputError("decoder.kind='tokenizer' needs a pretrained model directory with a tokenizer (model.path)")
     skip = cfg.get("skip_special_tokens", True) if cfg is not None else True
 
     def fn(ids, mask=None) -> str:

@@ -35,6 +35,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxdrive import distributed, interrupts, parallel
+from jaxdrive.errors import UserInputError
 from jaxdrive.train.checkpoint import Checkpointer
 from jaxdrive.train.forward import shard_batch
 from jaxdrive.train.metrics import MetricsLogger
@@ -109,7 +110,7 @@ class Trainer:
             parallel.shard_model(model, mesh, rules)
         self.graphdef, self.params, self.rest = nnx.split(model, trainable, ...)
         if not jax.tree.leaves(self.params):
-            raise ValueError("trainable: the filter selects no variables of the model (LoRA not applied?)")
+            raise UserInputError("trainable: the filter selects no variables of the model (LoRA not applied?)")
         self.tx, self.loss_fn, self.summary = tx, loss_fn, summary
         self.opt_state = jax.jit(tx.init, out_shardings=self._opt_shardings())(self.params)
         self.checkpointer, self.save_every = checkpointer, save_every
@@ -189,7 +190,7 @@ class Trainer:
         where = f"the checkpoint at step {meta['step']} in {self.checkpointer.manager.directory}"
         for key, new in {"seed": self.seed, **self.resume_config}.items():
             if key in saved and saved[key] != new:
-                raise ValueError(f"{key}: {where} was trained with {key}={saved[key]!r}, this run has {key}={new!r}; "
+                raise UserInputError(f"{key}: {where} was trained with {key}={saved[key]!r}, this run has {key}={new!r}; "
                                  f"resume with the same {key} or use another workdir")
 
     # ------------------------------------------------------------------ the loop
@@ -281,7 +282,7 @@ class Trainer:
         best checkpoint is never chosen."""
         best = self.checkpointer.best_metric if self.checkpointer is not None else None
         if best and best_metric_source not in eval_fns:
-            raise ValueError(f"checkpoint.best_metric: {best!r} keeps the best checkpoint by an evaluation metric, but "
+            raise UserInputError(f"checkpoint.best_metric: {best!r} keeps the best checkpoint by an evaluation metric, but "
                              f"no evaluation scores checkpoints (best_metric_source={best_metric_source!r}, "
                              f"evaluations: {sorted(eval_fns)}); configure that evaluation or unset "
                              "checkpoint.best_metric")
@@ -309,7 +310,7 @@ class Trainer:
         """Before any training: the checkpointer's best metric must be one the best-metric evaluation returns."""
         best = self.checkpointer.best_metric if self.checkpointer is not None else None
         if best and best not in values:
-            raise ValueError(f"checkpoint.best_metric: {best!r} is not a metric of the evaluation that scores "
+            raise UserInputError(f"checkpoint.best_metric: {best!r} is not a metric of the evaluation that scores "
                              f"checkpoints (it returns {sorted(values)})")
 
     def _train_step(self, step: int, total_steps: int, batch_fn: BatchFn, updates_per_batch: int,

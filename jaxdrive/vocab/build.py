@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.scene import NUM_STEPS
 
 
@@ -35,7 +36,7 @@ def kmeans(points: np.ndarray, k: int, *, seed: int = 0, iterations: int = 50) -
     """Centres (k, d) and labels (n,) of ``points`` (n, d) by k-means++ seeding and Lloyd iterations (float64)."""
     n = points.shape[0]
     if not 1 <= k <= n:
-        raise ValueError(f"--size: expected 1..{n} clusters (at most one per trajectory), got {k}")
+        raise UserInputError(f"--size: expected 1..{n} clusters (at most one per trajectory), got {k}")
     rng = np.random.default_rng(seed)
     centres = [points[rng.integers(n)]]
     d2 = np.sum((points - centres[0]) ** 2, axis=1)
@@ -61,7 +62,7 @@ def kmeans(points: np.ndarray, k: int, *, seed: int = 0, iterations: int = 50) -
 def build_vocabulary(size: int, count: int, seed: int = 0) -> np.ndarray:
     """A (size, 40, 3) float32 vocabulary clustered from ``count`` synthetic human trajectories."""
     if not 1 <= size <= count:  # before the trajectories are generated (the slow part); as ``kmeans`` checks it
-        raise ValueError(f"--size: expected 1..{count} clusters (at most one per trajectory), got {size}")
+        raise UserInputError(f"--size: expected 1..{count} clusters (at most one per trajectory), got {size}")
     trajs = human_trajectories(count, seed)
     centres, labels = kmeans(trajs[..., :2].reshape(count, -1), size, seed=seed)
     vocab = np.empty((size, NUM_STEPS - 1, 3))

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxdrive.errors import UserInputError
+
 
 def add_vocab_parser(sub) -> None:
     p = sub.add_parser("vocab", help="score every scene against a (K, 40, 3) trajectory vocabulary (GTRS / Hydra-MDP "
@@ -51,7 +53,7 @@ def run_build_cli(args) -> int:
 
     output_file("--out", args.out, make_parents=True)  # before the clustering
     if args.from_scenes < 1:
-        raise ValueError(f"--from-scenes: expected a positive number of scenes, got {args.from_scenes}")
+        raise UserInputError(f"--from-scenes: expected a positive number of scenes, got {args.from_scenes}")
     vocab = build_vocabulary(args.size, args.from_scenes, args.seed)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with atomic.replacing(args.out) as tmp, open(tmp, "wb") as f:  # at --out itself (np.save(path) adds ".npy")
@@ -71,15 +73,15 @@ def run_vocab_cli(args) -> int:
     distributed.require_single_process("jaxdrive vocab")
     synthetic_defaults(args, {"--count": 64, "--seed": 0})
     if args.vocabulary is None or args.out is None:
-        raise ValueError("--vocabulary and --out are required (or use `jaxdrive vocab build`)")
+        raise UserInputError("--vocabulary and --out are required (or use `jaxdrive vocab build`)")
     try:
         vocab = np.load(args.vocabulary, allow_pickle=False)
     except (OSError, ValueError, EOFError) as e:  # EOFError: an empty file
-        raise ValueError(f"--vocabulary {args.vocabulary}: cannot read a .npy array ({e or 'empty file'})") from None
+        raise UserInputError(f"--vocabulary {args.vocabulary}: cannot read a .npy array ({e or 'empty file'})") from None
     if isinstance(vocab, np.lib.npyio.NpzFile):
         names = ", ".join(vocab.files)
         vocab.close()
-        raise ValueError(f"--vocabulary {args.vocabulary}: a .npz archive ({names}); pass one (K, 40, 3) array as .npy")
+        raise UserInputError(f"--vocabulary {args.vocabulary}: a .npz archive ({names}); pass one (K, 40, 3) array as .npy")
     vocab = check_vocabulary(vocab)
     source = SceneFileSource(args.scenes) if args.scenes else SyntheticSource(args.count, args.seed, 1)
     options = VocabOptions(ep_mode=args.ep_mode, simulate=not args.no_simulate, human_filter=not args.no_human_filter,

@@ -42,6 +42,7 @@ import numpy as np
 
 from jaxdrive.broadphase import PackSpec
 from jaxdrive.broadphase.device import needs
+from jaxdrive.errors import UserInputError
 from jaxdrive.rules.epdms import SubScores, aggregate, human_filter, normalize_progress, score
 from jaxdrive.scorer import capacity_for, default_capacity, score_with_overflow
 from jaxdrive.scene import NUM_STEPS, STATE_DIM, HostScene, PadSpec, batch_scenes
@@ -60,13 +61,13 @@ def check_vocabulary(vocab: np.ndarray, name: str = "--vocabulary") -> np.ndarra
     """A (K, 40, 3) finite float vocabulary as float64, or ValueError naming ``name``."""
     v = np.asarray(vocab)
     if v.ndim != 3 or v.shape[1:] != (VOCAB_STEPS, 3) or v.shape[0] < 1:
-        raise ValueError(f"{name}: expected shape (K, {VOCAB_STEPS}, 3) (x, y, heading at 0.1 .. 4.0 s, ego frame), "
+        raise UserInputError(f"{name}: expected shape (K, {VOCAB_STEPS}, 3) (x, y, heading at 0.1 .. 4.0 s, ego frame), "
                          f"got {v.shape}")
     if not np.issubdtype(v.dtype, np.floating):
-        raise ValueError(f"{name}: expected floats, got dtype {v.dtype}")
+        raise UserInputError(f"{name}: expected floats, got dtype {v.dtype}")
     if not np.all(np.isfinite(v)):
         where = tuple(int(i) for i in np.argwhere(~np.isfinite(v))[0])
-        raise ValueError(f"{name}: expected finite values, got NaN/inf at (trajectory, pose, field) {where}")
+        raise UserInputError(f"{name}: expected finite values, got NaN/inf at (trajectory, pose, field) {where}")
     v = v.astype(np.float64)
     _check_frame_and_units(v, name)
     return v
@@ -80,13 +81,13 @@ def _check_frame_and_units(vocab: np.ndarray, name: str) -> None:
     heading = np.abs(vocab[..., 2])
     if np.any(heading > 2 * np.pi):
         at = tuple(int(i) for i in np.unravel_index(np.argmax(heading), heading.shape))
-        raise ValueError(f"{name}: heading {vocab[at + (2,)]:g} at (trajectory, pose) {at} exceeds 2π: expected "
+        raise UserInputError(f"{name}: heading {vocab[at + (2,)]:g} at (trajectory, pose) {at} exceeds 2π: expected "
                          "radians (degrees?)")
     xy = np.concatenate([np.zeros((vocab.shape[0], 1, 2)), vocab[..., :2]], axis=1)
     speed = np.hypot(*np.moveaxis(np.diff(xy, axis=1), -1, 0)) / VOCAB_INTERVAL_S
     if np.any(speed > MAX_PLAUSIBLE_SPEED):
         at = tuple(int(i) for i in np.unravel_index(np.argmax(speed), speed.shape))
-        raise ValueError(f"{name}: {np.max(speed):.4g} m/s into (trajectory, pose) {at} (from the ego at the origin "
+        raise UserInputError(f"{name}: {np.max(speed):.4g} m/s into (trajectory, pose) {at} (from the ego at the origin "
                          f"for pose 0): expected metres in the ego rear-axle frame at {VOCAB_INTERVAL_S} s steps "
                          f"(a global frame, other units or another sampling?)")
 
@@ -192,11 +193,11 @@ def reference_states(scene: HostScene, fallback: str = "none") -> np.ndarray | N
     if isinstance(ref, dict) and "states" in ref:
         states = np.asarray(ref["states"], np.float64)
         if states.shape != (NUM_STEPS, STATE_DIM):
-            raise ValueError(f"scene {scene.id!r}: reference.states: expected shape ({NUM_STEPS}, {STATE_DIM}), "
+            raise UserInputError(f"scene {scene.id!r}: reference.states: expected shape ({NUM_STEPS}, {STATE_DIM}), "
                              f"got {states.shape}")
         if not np.all(np.isfinite(states)):  # scored as padding, it would set R = NaN and so every EP to 1
             bad = tuple(int(i) for i in np.argwhere(~np.isfinite(states))[0])
-            raise ValueError(f"scene {scene.id!r}: reference.states: expected finite values, got {states[bad]} at "
+            raise UserInputError(f"scene {scene.id!r}: reference.states: expected finite values, got {states[bad]} at "
                              f"{bad}")
         return states
     if fallback == "first-proposal" and scene.num_proposals > 0:
@@ -213,7 +214,7 @@ def score_vocabulary(scene: HostScene, vocab: np.ndarray, reference: np.ndarray,
     padded shape to use (grown to fit the scene; see ``pad_for``).
     """
     if ep_mode not in EP_MODES:
-        raise ValueError(f"--ep-mode: expected one of {', '.join(EP_MODES)}, got {ep_mode!r}")
+        raise UserInputError(f"--ep-mode: expected one of {', '.join(EP_MODES)}, got {ep_mode!r}")
     ego = scene.history_states[-1]
     if states is None:
         states = vocabulary_states(ego, vocab, simulate=simulate, chunk=chunk)

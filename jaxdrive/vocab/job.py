@@ -22,6 +22,7 @@ from typing import Callable
 import numpy as np
 
 from jaxdrive import atomic
+from jaxdrive.errors import UserInputError
 from jaxdrive.scene import HostScene, PadSpec
 from jaxdrive.scoring.outputs import RunDir, iter_shard_columns
 from jaxdrive.scoring.runner import shard_inputs
@@ -48,15 +49,15 @@ class VocabOptions:
 
     def validate(self) -> None:
         if self.ep_mode not in EP_MODES:
-            raise ValueError(f"--ep-mode: expected one of {', '.join(EP_MODES)}, got {self.ep_mode!r}")
+            raise UserInputError(f"--ep-mode: expected one of {', '.join(EP_MODES)}, got {self.ep_mode!r}")
         if self.chunk < 1:
-            raise ValueError(f"--chunk: expected >= 1 proposals per call, got {self.chunk}")
+            raise UserInputError(f"--chunk: expected >= 1 proposals per call, got {self.chunk}")
         if self.shard_size < 1:
-            raise ValueError(f"--shard-size: expected >= 1 scenes per shard, got {self.shard_size}")
+            raise UserInputError(f"--shard-size: expected >= 1 scenes per shard, got {self.shard_size}")
         if self.reference not in ("cache", "first-proposal", "pdm-closed"):
-            raise ValueError(f"--reference: expected cache, first-proposal or pdm-closed, got {self.reference!r}")
+            raise UserInputError(f"--reference: expected cache, first-proposal or pdm-closed, got {self.reference!r}")
         if self.export not in (None, "gtrs"):
-            raise ValueError(f"--export: expected gtrs, got {self.export!r}")
+            raise UserInputError(f"--export: expected gtrs, got {self.export!r}")
 
     def identity(self) -> dict:
         return {"ep_mode": self.ep_mode, "simulate": self.simulate, "human_filter": self.human_filter,
@@ -71,7 +72,7 @@ class SceneFileSource(SceneDirSource):
         from jaxdrive.data.store import is_store
 
         if is_store(directory):
-            raise ValueError(f"--scenes {directory}: is a scene store; `jaxdrive vocab` reads a folder of "
+            raise UserInputError(f"--scenes {directory}: is a scene store; `jaxdrive vocab` reads a folder of "
                              f"epdms-scene/1 JSON files (`jaxdrive scenes from-navsim` without --store writes one)")
         super().__init__(directory)
 
@@ -184,7 +185,7 @@ def export_gtrs(run_dir, path, k: int) -> Path:
         for start, stop in zip(starts, np.r_[starts[1:], len(ids)]):
             token, proposals = str(ids[start]), columns["proposal"][start:stop]
             if token in table or not np.array_equal(proposals, np.arange(k)):
-                raise ValueError(f"{run_dir}: scene {token!r} does not hold exactly the vocabulary's {k} rows once "
+                raise UserInputError(f"{run_dir}: scene {token!r} does not hold exactly the vocabulary's {k} rows once "
                                  f"(proposals {proposals[:5].tolist()}..., {stop - start} rows)")
             table[token] = {key: np.asarray(columns[col][start:stop], np.float16) for key, col in GTRS_KEYS.items()}
     path = Path(path)

@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.scene import AgentType, HostScene, LaneKind, NUM_STEPS, StateIndex
 
 LABELS = {t: t.name.lower() for t in AgentType}
@@ -90,7 +91,7 @@ class ToolContext:
         ann = dict(annotations or {})
         unknown = set(ann) - {"crosswalks", "cameras", "mission"}
         if unknown:
-            raise ValueError(f"annotations: unknown key(s) {sorted(unknown)} (known: crosswalks, cameras, mission)")
+            raise UserInputError(f"annotations: unknown key(s) {sorted(unknown)} (known: crosswalks, cameras, mission)")
         ego_state = scene.history_states[-1]
         origin, h = ego_state[:2].astype(np.float64), float(ego_state[StateIndex.HEADING])
         c, s = math.cos(h), math.sin(h)
@@ -137,7 +138,7 @@ class ToolContext:
         }
         mission = ann.get("mission") or mission_goal(to_ego(scene.centerline[:, :2]))
         if mission not in ("LEFT", "RIGHT", "FORWARD"):
-            raise ValueError(f"annotations.mission: expected LEFT, RIGHT or FORWARD, got {mission!r}")
+            raise UserInputError(f"annotations.mission: expected LEFT, RIGHT or FORWARD, got {mission!r}")
         return ToolContext(scene.id, objects, areas, lanes, on_route, crosswalks, cams, ego, extent, mission)
 
     def in_map(self, p) -> bool:

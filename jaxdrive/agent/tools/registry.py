@@ -19,6 +19,7 @@ import re
 import time
 from typing import Any, Callable
 
+from jaxdrive.errors import UserInputError
 from jaxdrive.json_values import is_finite_number
 
 
@@ -85,37 +86,37 @@ def validate(value: Any, schema: dict, path: str = "arguments") -> Any:
             except ValueError:
                 pass
         if len(matches) != 1:
-            raise ValueError(f"{path}: expected exactly one of {json.dumps(schema['oneOf'])}, got {json.dumps(value)}")
+            raise UserInputError(f"{path}: expected exactly one of {json.dumps(schema['oneOf'])}, got {json.dumps(value)}")
         return matches[0]
     t = schema.get("type")
     checks = {"object": lambda v: isinstance(v, dict), "array": lambda v: isinstance(v, list),
               "string": lambda v: isinstance(v, str), "boolean": lambda v: isinstance(v, bool),
               "integer": lambda v: is_finite_number(v) and float(v).is_integer(), "number": is_finite_number}
     if t is not None and not checks[t](value):
-        raise ValueError(f"{path}: expected {t}, got {json.dumps(value)}")
+        raise UserInputError(f"{path}: expected {t}, got {json.dumps(value)}")
     if t == "integer":
         value = int(value)
     if "enum" in schema and value not in schema["enum"]:
-        raise ValueError(f"{path}: expected one of {schema['enum']}, got {json.dumps(value)}")
+        raise UserInputError(f"{path}: expected one of {schema['enum']}, got {json.dumps(value)}")
     if "minimum" in schema and value < schema["minimum"]:
-        raise ValueError(f"{path}: expected >= {schema['minimum']}, got {value}")
+        raise UserInputError(f"{path}: expected >= {schema['minimum']}, got {value}")
     if "maximum" in schema and value > schema["maximum"]:
-        raise ValueError(f"{path}: expected <= {schema['maximum']}, got {value}")
+        raise UserInputError(f"{path}: expected <= {schema['maximum']}, got {value}")
     if t == "object":
         props = schema.get("properties", {})
         for r in schema.get("required", []):
             if r not in value:
-                raise ValueError(f"{path}: missing required field {r!r}")
+                raise UserInputError(f"{path}: missing required field {r!r}")
         if schema.get("additionalProperties") is False:
             extra = sorted(set(value) - set(props))
             if extra:
-                raise ValueError(f"{path}: unknown field(s) {extra} (allowed: {sorted(props)})")
+                raise UserInputError(f"{path}: unknown field(s) {extra} (allowed: {sorted(props)})")
         value = {k: validate(v, props[k], f"{path}.{k}") if k in props else v for k, v in value.items()}
     if t == "array":
         if len(value) < schema.get("minItems", 0):
-            raise ValueError(f"{path}: expected at least {schema['minItems']} items, got {len(value)}")
+            raise UserInputError(f"{path}: expected at least {schema['minItems']} items, got {len(value)}")
         if "maxItems" in schema and len(value) > schema["maxItems"]:
-            raise ValueError(f"{path}: expected at most {schema['maxItems']} items, got {len(value)}")
+            raise UserInputError(f"{path}: expected at most {schema['maxItems']} items, got {len(value)}")
         if "items" in schema:
             value = [validate(v, schema["items"], f"{path}[{i}]") for i, v in enumerate(value)]
     return value
@@ -127,7 +128,7 @@ class ToolRegistry:
     def __init__(self, tools: list[Tool]):
         self.tools = {t.name: t for t in tools}
         if len(self.tools) != len(tools):
-            raise ValueError("tools: names must be unique")
+            raise UserInputError("tools: names must be unique")
 
     def names(self) -> list[str]:
         return list(self.tools)
