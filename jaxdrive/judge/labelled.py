@@ -30,7 +30,7 @@ from tqdm import tqdm
 from jaxdrive import atomic
 from jaxdrive.data.scene_json import read_scene
 from jaxdrive.errors import UserInputError
-from jaxdrive.judge.bev import IMAGE_SIZE, BevConfig, render_bev_batch, save_png
+from jaxdrive.judge.bev import IMAGE_SIZE, BevConfig, render_bev_batch, render_shape, save_png
 from jaxdrive.judge.dataset import SUBSCORE_KEYS, Pair, Record, write_jsonl
 from jaxdrive.judge.gates import RULE_LABELS
 from jaxdrive.judge.labels import fit_thresholds, gate_labels, rule_values
@@ -229,15 +229,23 @@ def _subscores_rows(subs_of: dict, keys: list[tuple[str, int]]):
 
 def _render(out: Path, records: list[Record], scenes: dict, spec: PadSpec, image_size: int, batch_size: int,
             progress: bool) -> None:
-    """The BEV image of every record (one padded shape: one compile)."""
+    """The BEV image of every record, at one ``RenderShape`` for the whole set (a first pass over the batches finds
+    it; padding does not change a pixel): one compile."""
     cfg = BevConfig(size=image_size)
+
+    def batches():
+        for start in range(0, len(records), batch_size):
+            part = records[start:start + batch_size]
+            rows = part + part[:1] * (batch_size - len(part))
+            sc, pr, _ = batch_scenes([scenes[Path(r.scene).stem] for r in rows], spec, validate=False)
+            yield part, sc, np.asarray(pr.states)[np.arange(len(rows)), [r.proposal for r in rows]]
+
+    shape = None
+    for _, sc, _ in batches():
+        shape = render_shape(sc, cfg) if shape is None else shape.union(render_shape(sc, cfg))
     bar = tqdm(total=len(records), desc="judge data (BEV images)", disable=not progress)
-    for start in noting_first_compile(bar, range(0, len(records), batch_size), "the BEV renderer"):
-        part = records[start:start + batch_size]
-        rows = part + part[:1] * (batch_size - len(part))
-        sc, pr, _ = batch_scenes([scenes[Path(r.scene).stem] for r in rows], spec, validate=False)
-        ks = np.array([r.proposal for r in rows])
-        images = np.asarray(render_bev_batch(sc, pr.states[np.arange(len(rows)), ks], cfg))
+    for part, sc, states in noting_first_compile(bar, batches(), "the BEV renderer"):
+        images = np.asarray(render_bev_batch(sc, states, cfg, shape))
         for img, rec in zip(images[:len(part)], part):
             save_png(img, out / rec.image)
         bar.update(len(part))

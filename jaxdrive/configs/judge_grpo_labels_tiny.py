@@ -1,0 +1,13 @@
+"""DriveJudge GRPO on labelled scenes, CPU preset: ``judge_grpo_margin_tiny.py`` (margin reward, batch-scaled
+advantages) from the labelled-scenes SFT judge (``judge_sft_labels_tiny.py``), with its longer prompts.
+
+    jaxdrive train grpo --config configs/judge_grpo_labels_tiny.py model.path=runs/judge_sft_labels \
+        data.path=runs/jl export_dir=runs/judge_grpo_labels
+"""
+from jaxdrive.configs import sibling_config
+
+
+def get_config():
+    c = sibling_config(__file__, "judge_grpo_margin_tiny")
+    c.data.max_len = c.eval_data.max_len = 640
+    return c
