@@ -106,10 +106,10 @@ def test_tokens_are_scored_once_and_what_is_left_out_is_said(tmp_path, capsys, m
     np.savez(tmp_path / "P.npz", **{sid: np.zeros((8, 3)) for sid in ids[:2]})
     scored = []
 
-    def fake_score(scene_list, preds, batch_size=16):  # the pairing under test, not NAVSIM's numbers (tested above)
+    def fake_score(scene_list, preds, batch_size=16, notes=None):  # the pairing under test, not NAVSIM's numbers
         scored.extend(s.id for s in scene_list)
-        return pd.DataFrame([{"token": s.id, **{c: 1.0 for c in predictions_module.COLUMNS.values()}}
-                             for s in scene_list])
+        return pd.DataFrame([{"token": s.id, **{c: 1.0 for c in predictions_module.COLUMNS.values()},
+                              "two_frame_extended_comfort": np.nan, "score": 1.0} for s in scene_list])
 
     monkeypatch.setattr(predictions_module, "score_predictions", fake_score)
     args = ["score", "--scenes", str(scenes), "--predictions", str(tmp_path / "P.npz"), "--out", str(tmp_path / "o")]

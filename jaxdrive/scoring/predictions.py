@@ -11,8 +11,11 @@ one-stage script's defaults (non-reactive log replay, ``spec/epdms.md`` §1):
    reference being the scene's cached PDM-Closed states (``jaxdrive scenes from-navsim``);
 4. NAVSIM's human penalty filter for ORIGINAL scenes with a human trajectory (``pdm_score`` left as NAVSIM returns it,
    computed before the filter);
-5. ``score`` = EPDMS with the extended-comfort weight dropped (no previous frame: NAVSIM's ``score`` for a frame
-   without an adjacent earlier frame).
+5. two-frame extended comfort (EC) as the one-stage script computes it after ``pdm_score``
+   (``jaxdrive.scoring.two_frame``), from the agent's previous frame, 0.5 s earlier: given per token in the file
+   (``previous_frame_poses``: poses in the ego frame at t - 0.5 s, simulated from the scene's history state there), or
+   else the predicted frame of the same log 0.5 s earlier (``infer_start_adjacent_mapping``); EC is NaN without one;
+6. ``score`` = ``compute_final_scores``: EPDMS with EC, its weight dropped where EC is NaN.
 
 The summary is NAVSIM's table: the mean of every column over the tokens, the last row the EPDMS.
 """
@@ -28,17 +31,28 @@ import numpy as np
 
 from jaxdrive.npz_arrays import read_npz_arrays
 from jaxdrive.rules.epdms import score
-from jaxdrive.scene import HostScene, PadSpec, batch_scenes
+from jaxdrive.scene import NUM_STEPS, STATE_DIM, HostScene, PadSpec, batch_scenes
 from jaxdrive.sim import simulate_trajectories
 
 COLUMNS = {"nc": "no_at_fault_collisions", "dac": "drivable_area_compliance", "ddc": "driving_direction_compliance",
            "tlc": "traffic_light_compliance", "ep": "ego_progress", "ttc": "time_to_collision_within_bound",
            "lk": "lane_keeping", "hc": "history_comfort", "multiplier": "multiplicative_metrics_prod",
-           "pdm_score": "pdm_score", "epdms": "score"}
+           "pdm_score": "pdm_score"}
+PREVIOUS_KEY = "previous_frame_poses"  # parquet column / npz key suffix of the previous frame's poses
+FRAME_TYPES = {0: "ORIGINAL", 1: "SYNTHETIC"}  # SceneFrameType
 
 
-def _read_parquet(path: Path) -> dict[str, np.ndarray]:
-    """token -> poses of a parquet file of columns ``token`` and ``poses`` (one row per token)."""
+@dataclasses.dataclass
+class AgentPredictions:
+    """One agent's output: token -> (8, 3) poses, and token -> (8, 3) previous-frame poses where given."""
+
+    poses: dict[str, np.ndarray]
+    previous: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+
+
+def _read_parquet(path: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(token -> poses, token -> previous-frame poses) of a parquet file of columns ``token``, ``poses`` and optionally
+    ``previous_frame_poses`` (null where not given), one row per token."""
     import pyarrow.parquet as pq
 
     try:
@@ -50,40 +64,60 @@ def _read_parquet(path: Path) -> dict[str, np.ndarray]:
         if repeated:  # a dict would keep the last row of each silently
             raise ValueError(f"token {repeated[0]!r} has {rows[repeated[0]]} rows, expected one per token "
                              f"({len(repeated)} tokens repeated)")
-        return {str(t): np.asarray(p, dtype=np.float64) for t, p in zip(table["token"], table["poses"])}
+        poses = {str(t): np.asarray(p, dtype=np.float64) for t, p in zip(table["token"], table["poses"])}
+        previous = {str(t): np.asarray(p, dtype=np.float64)
+                    for t, p in zip(table["token"], table.get(PREVIOUS_KEY, [None] * len(table["token"])))
+                    if p is not None}
+        return poses, previous
     except (OSError, ValueError) as e:
         raise ValueError(f"--predictions {path}: {e}") from None
 
 
-def load_predictions(path: str | Path) -> dict[str, np.ndarray]:
-    """token -> float64 (8, 3) poses from ``.npz`` or ``.parquet``; ValueError naming ``--predictions`` and the key."""
+def _checked_poses(path: Path, token: str, poses, what: str = "") -> np.ndarray:
+    poses = np.asarray(poses)
+    if poses.dtype.kind not in "iuf":  # strings (even numeric ones), objects, bools, complex
+        raise ValueError(f"--predictions {path}: token {token!r}: expected numeric (x, y, heading) {what}poses, got "
+                         f"an array of {poses.dtype}")
+    poses = poses.astype(np.float64)
+    if poses.shape == (24,):
+        poses = poses.reshape(8, 3)
+    if poses.shape != (8, 3):
+        raise ValueError(f"--predictions {path}: token {token!r}: expected 8 finite (x, y, heading) {what}poses, "
+                         f"shape (8, 3), got shape {poses.shape}")
+    if not np.all(np.isfinite(poses)):
+        pose, field = (int(i) for i in np.argwhere(~np.isfinite(poses))[0])
+        raise ValueError(f"--predictions {path}: token {token!r}: expected finite {what}values, got "
+                         f"{poses[pose, field]} at pose {pose}, field {field} (x, y, heading)")
+    return poses
+
+
+def read_predictions(path: str | Path) -> AgentPredictions:
+    """The agent's poses (and previous-frame poses) of an ``.npz`` (``TOKEN`` -> (8, 3), ``TOKEN/previous_frame_poses``
+    -> (8, 3)) or ``.parquet`` (columns ``token``, ``poses``, optional ``previous_frame_poses``); ValueError naming
+    ``--predictions``, the file and the token."""
     path = Path(path)
     if path.suffix == ".npz":
         raw = read_npz_arrays(path, "--predictions", "one (8, 3) array per token (np.savez(P, **{token: poses}))")
+        suffix = "/" + PREVIOUS_KEY
+        previous = {k[:-len(suffix)]: v for k, v in raw.items() if k.endswith(suffix)}
+        raw = {k: v for k, v in raw.items() if not k.endswith(suffix)}
     elif path.suffix == ".parquet":
-        raw = _read_parquet(path)
+        raw, previous = _read_parquet(path)
     else:
         raise ValueError(f"--predictions {path}: expected a .npz or .parquet file")
-    out = {}
-    for token, poses in raw.items():
-        poses = np.asarray(poses)
-        if poses.dtype.kind not in "iuf":  # strings (even numeric ones), objects, bools, complex
-            raise ValueError(f"--predictions {path}: token {token!r}: expected numeric (x, y, heading) poses, got an "
-                             f"array of {poses.dtype}")
-        poses = poses.astype(np.float64)
-        if poses.shape == (24,):
-            poses = poses.reshape(8, 3)
-        if poses.shape != (8, 3):
-            raise ValueError(f"--predictions {path}: token {token!r}: expected 8 finite (x, y, heading) poses, shape "
-                             f"(8, 3), got shape {poses.shape}")
-        if not np.all(np.isfinite(poses)):
-            pose, field = (int(i) for i in np.argwhere(~np.isfinite(poses))[0])
-            raise ValueError(f"--predictions {path}: token {token!r}: expected finite values, got "
-                             f"{poses[pose, field]} at pose {pose}, field {field} (x, y, heading)")
-        out[token] = poses
-    if not out:
+    out = AgentPredictions({token: _checked_poses(path, token, poses) for token, poses in raw.items()})
+    if not out.poses:
         raise ValueError(f"--predictions {path}: holds no predictions")
+    for token, poses in previous.items():
+        if token not in out.poses:
+            raise ValueError(f"--predictions {path}: token {token!r}: {PREVIOUS_KEY} given without the token's poses")
+        out.previous[token] = _checked_poses(path, token, poses, "previous-frame ")
     return out
+
+
+def load_predictions(path: str | Path) -> dict[str, np.ndarray]:
+    """token -> float64 (8, 3) poses from ``.npz`` or ``.parquet``; ValueError naming ``--predictions`` and the key."""
+    return read_predictions(path).poses
 
 
 def _ego_box(state: np.ndarray):
@@ -129,16 +163,92 @@ def _score_pairs(scene, proposals):
     return score(scene, proposals, ep_mode="scene", apply_human_filter=True)
 
 
-def score_predictions(scenes: list[HostScene], predictions: dict[str, np.ndarray], batch_size: int = 16):
-    """One row per scene (NAVSIM's column names + ``token``), as a pandas DataFrame. Scenes need a cached reference."""
+def _frame(scene: HostScene) -> tuple[str, int, float | None]:
+    """(log_name, frame type, start time in s) of a converted metric cache's scene (None: no time stamp)."""
+    gen = scene.generator or {}
+    t0 = gen.get("timepoint_us")
+    return str(gen.get("log_name", "")), int(gen.get("scene_type", 0) or 0), None if t0 is None else int(t0) / 1e6
+
+
+def _t0_us(scene: HostScene) -> int:
+    t0 = (scene.generator or {}).get("timepoint_us")
+    return int(t0) if t0 is not None else 0
+
+
+def previous_frames(scenes: list[HostScene], predictions: AgentPredictions, current: np.ndarray,
+                    notes: list[str] | None = None) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """The agent's previous frame per scene, for EC: (previous simulated states [N, 41, 11], overlap steps [N] (0:
+    none), source per scene: "given", the paired token, or "").
+
+    Given per token (``previous_frame_poses``): simulated from the scene's history state at t - 0.5 s (NAVSIM's ego
+    state of that frame: the cache's past trajectory). Otherwise NAVSIM's pairing by log and start time
+    (``infer_start_adjacent_mapping``) over the predicted frames: the earlier frame's simulated states. A pair NAVSIM's
+    ``SceneAggregator`` would stop on (Δstart not in (0, 0.55) s: e.g. two frames with one start time) and a previous
+    frame given for a frame with no earlier log frame (a SYNTHETIC frame) are left out with a note in ``notes``."""
+    from jaxdrive.sim import simulate_trajectories
+    from jaxdrive.scoring.two_frame import ORIGINAL, adjacent_mapping, overlap_steps
+
+    notes = notes if notes is not None else []
+    n = len(scenes)
+    previous = np.zeros((n, NUM_STEPS, STATE_DIM))
+    shift = np.zeros(n, np.int64)
+    source = [""] * n
+    frames = [(s.id, *_frame(s)) for s in scenes]
+    given = [i for i, s in enumerate(scenes) if s.id in predictions.previous]
+    usable = []
+    for i in given:
+        if frames[i][2] != ORIGINAL:
+            notes.append(f"token {scenes[i].id!r}: {PREVIOUS_KEY} given, but its frame is "
+                         f"{FRAME_TYPES.get(frames[i][2], frames[i][2])}, with no log frame 0.5 s earlier: EC NaN")
+        else:
+            usable.append(i)
+    if usable:
+        egos = np.stack([scenes[i].history_states[-2] for i in usable])  # t - 0.5 s (HISTORY_TIMES)
+        t0 = np.array([_t0_us(scenes[i]) - 500_000 for i in usable], np.int64)
+        previous[usable] = simulate_trajectories(egos, np.stack([predictions.previous[scenes[i].id] for i in usable]),
+                                                 t0_us=t0)
+        shift[usable] = 5
+        for i in usable:
+            source[i] = "given"
+    index = {s.id: i for i, s in enumerate(scenes)}
+    stalled = []
+    for cur, prev in adjacent_mapping(frames).items():
+        i, j = index[cur], index[prev]
+        if scenes[i].id in predictions.previous:
+            continue
+        k = overlap_steps(frames[i][3] - frames[j][3])
+        if k is None:
+            stalled.append((cur, prev, frames[i][3] - frames[j][3]))
+            continue
+        previous[i], shift[i], source[i] = current[j], k, prev
+    if stalled:
+        cur, prev, dt = stalled[0]
+        notes.append(f"{len(stalled)} frames paired by log and start time (infer_start_adjacent_mapping) start "
+                     f"outside (0, 0.55) s after their previous frame, e.g. {cur!r} {dt:+.3f} s after {prev!r} "
+                     f"(NAVSIM's SceneAggregator stops on its assert there): not paired, EC NaN")
+    return previous, shift, source
+
+
+def score_predictions(scenes: list[HostScene], predictions, batch_size: int = 16, notes: list[str] | None = None):
+    """One row per scene (NAVSIM's column names + ``token``), as a pandas DataFrame. Scenes need a cached reference.
+    ``predictions``: an ``AgentPredictions`` or token -> poses; ``notes`` collects what is said about previous
+    frames."""
     import pandas as pd
 
+    from jaxdrive.scoring.two_frame import final_scores, two_frame_extended_comfort
+    from jaxdrive.sim import simulate_trajectories
+
+    if not isinstance(predictions, AgentPredictions):
+        predictions = AgentPredictions(dict(predictions))
     for s in scenes:
         if "reference" not in s.extra:
             raise ValueError(f"--scenes: scene {s.id!r} has no PDM-Closed reference (convert metric caches with "
                              "`jaxdrive scenes from-navsim`)")
     egos = np.stack([s.history_states[-1] for s in scenes])
-    agent_states = simulate_trajectories(egos, np.stack([predictions[s.id] for s in scenes]))
+    t0 = np.array([_t0_us(s) for s in scenes], np.int64)
+    agent_states = simulate_trajectories(egos, np.stack([predictions.poses[s.id] for s in scenes]), t0_us=t0)
+    previous, shift, source = previous_frames(scenes, predictions, agent_states, notes)
+    ec = two_frame_extended_comfort(agent_states, previous, shift)
     pairs = [_pair_scene(s, a) for s, a in zip(scenes, agent_states)]
     spec = PadSpec.fit(pairs)
     rows = []
@@ -152,16 +262,23 @@ def score_predictions(scenes: list[HostScene], predictions: dict[str, np.ndarray
             row.update({name: float(np.asarray(getattr(out, f))[b, 1]) for f, name in COLUMNS.items()})
             row["raw_progress_m"] = float(out.raw_progress[b, 1])
             rows.append(row)
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    df["two_frame_extended_comfort"] = ec
+    df["score"] = final_scores(df["multiplicative_metrics_prod"].to_numpy(),
+                               df[["ego_progress", "time_to_collision_within_bound", "lane_keeping",
+                                   "history_comfort"]].to_numpy(), ec)
+    df["previous_frame"] = source
+    return df
 
 
 def summary_table(df) -> str:
     """NAVSIM's summary: the mean of every metric column over the tokens."""
     lines = [f"{'metric':<34}{'mean':>10}", "-" * 44]
-    for name in COLUMNS.values():
+    for name in [*COLUMNS.values(), "two_frame_extended_comfort"]:
         lines.append(f"{name:<34}{df[name].mean():>10.4f}")
     lines.append("-" * 44)
-    lines.append(f"tokens {len(df)}   EPDMS (score, EC dropped) {df['score'].mean():.4f}")
+    with_ec = int(df["two_frame_extended_comfort"].notna().sum())
+    lines.append(f"tokens {len(df)} ({with_ec} with a previous frame: EC)   EPDMS (score) {df['score'].mean():.4f}")
     return "\n".join(lines)
 
 
@@ -192,7 +309,7 @@ def run_predictions(args) -> int:
     if not args.scenes:
         raise ValueError("--predictions: needs --scenes DIR (converted metric caches with a PDM-Closed reference)")
     _refuse_other_options(args)
-    predictions = load_predictions(args.predictions)
+    predictions = read_predictions(args.predictions)
     scenes, missing, first, unpredicted = [], [], {}, []
     for path in scene_files(args.scenes):
         try:
@@ -207,11 +324,11 @@ def run_predictions(args) -> int:
             missing.append(str(path))
             continue
         first[scene.id] = path
-        if scene.id in predictions:
+        if scene.id in predictions.poses:
             scenes.append(scene)
         else:
             unpredicted.append(scene.id)
-    unknown = sorted(set(predictions) - {s.id for s in scenes})
+    unknown = sorted(set(predictions.poses) - {s.id for s in scenes})
     if unknown:
         print(f"jaxdrive score: {len(unknown)} predicted tokens have no scene, e.g. {unknown[:3]}", file=sys.stderr)
     if unpredicted and scenes:
@@ -219,7 +336,10 @@ def run_predictions(args) -> int:
               f"scored, e.g. {unpredicted[:3]}", file=sys.stderr)
     if not scenes:
         raise ValueError(f"--predictions: no token matches a scene of --scenes {args.scenes}")
-    df = score_predictions(scenes, predictions)
+    notes = []
+    df = score_predictions(scenes, predictions, notes=notes)
+    for note in notes:
+        print(f"jaxdrive score: {note}", file=sys.stderr)
     out = Path(args.out or "runs/predictions")
     out.mkdir(parents=True, exist_ok=True)
     df.to_parquet(out / "predictions.parquet", index=False)
