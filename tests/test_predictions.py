@@ -12,6 +12,7 @@ import pytest
 from jaxdrive.cli import main
 from jaxdrive.data.navsim_cache import find_caches, read_cache_scene
 from jaxdrive.data.scene_json import write_scene
+from jaxdrive.scoring import predictions as predictions_module
 from jaxdrive.scoring.predictions import load_predictions
 from conftest import SHARED
 
@@ -22,39 +23,106 @@ EXACT = ["no_at_fault_collisions", "drivable_area_compliance", "driving_directio
          "multiplicative_metrics_prod"]
 
 
-def _official(agent_index: int):
+def _official(agent_index: int, previous: dict | None = None, rows: dict | None = None):
     preds, want = {}, {}
     for f in sorted(OFFICIAL.glob("*.json")):
         o = json.loads(f.read_text())
         a = o["agents"][agent_index]
         preds[o["token"]], want[o["token"]] = np.asarray(a["poses"]), a["navsim_result"]
+        if previous is not None and a["previous_frame_poses"] is not None:
+            previous[o["token"]] = np.asarray(a["previous_frame_poses"])
+        if rows is not None:
+            rows[o["token"]] = {**{k: v for k, v in a["navsim_result"].items() if k != "ego_simulated_states"},
+                                **a["script_row"]}
     return preds, want
+
+
+def navsim_csv(rows: dict) -> pd.DataFrame:
+    """What run_pdm_score_one_stage.py's last lines write, run on NAVSIM's own per-token values (the fixture's
+    ``navsim_result`` + ``script_row``): the reference for jaxdrive's CSV. Its code, line for line, on a table with
+    the columns of compute_final_scores' output."""
+    import io
+    from dataclasses import fields
+    import sys
+
+    sys.path.insert(0, str(SHARED / "vendor" / "navsim-src"))
+    try:
+        from navsim.common.dataclasses import PDMResults
+    except ImportError:  # its module-level imports need NAVSIM's dependencies
+        PDMResults = None
+    names = [f.name for f in fields(PDMResults)] if PDMResults else [
+        "no_at_fault_collisions", "drivable_area_compliance", "driving_direction_compliance",
+        "traffic_light_compliance", "ego_progress", "time_to_collision_within_bound", "lane_keeping",
+        "history_comfort", "multiplicative_metrics_prod", "weighted_metrics", "weighted_metrics_array", "pdm_score"]
+    order = [n for n in names if n not in ("weighted_metrics", "weighted_metrics_array", "multiplicative_metrics_prod")]
+    script = ["valid", "log_name", "frame_type", "start_time", "endpoint_x", "endpoint_y", "start_point_x",
+              "start_point_y"]
+    pdm_score_df = pd.DataFrame([{"token": t, **{c: r[c] for c in order + script},
+                                  "two_frame_extended_comfort": np.nan if r["two_frame_extended_comfort"] is None
+                                  else r["two_frame_extended_comfort"], "score": r["score"]}
+                                 for t, r in rows.items()])
+    score_cols = [c for c in pdm_score_df.columns
+                  if ((any(name in c for name in names) or c == "two_frame_extended_comfort" or c == "score")
+                      and c != "pdm_score")]
+    average_row = pdm_score_df[score_cols].mean(skipna=True)
+    average_row["token"] = "average_all_frames"
+    average_row["valid"] = pdm_score_df["valid"].all()
+    pdm_score_df = pdm_score_df[["token", "valid"] + score_cols]
+    pdm_score_df.loc[len(pdm_score_df)] = average_row
+    return pd.read_csv(io.StringIO(pdm_score_df.to_csv()))
 
 
 @pytest.mark.slow
 def test_predictions_match_navsim_official_evaluation(tmp_path, capsys):
+    """NAVSIM's per-token rows (every column of the one-stage script's table, EC and the final ``score`` included),
+    its aggregate row, in parquet, and its CSV (same column names and order). Before: no EC, ``score`` with the EC
+    weight dropped, no ``valid`` / ``log_name`` / ``frame_type`` / ``start_time`` / end and start points, no
+    aggregate row, no CSV."""
     scenes = tmp_path / "scenes"
     scenes.mkdir()
     for token, path in find_caches(CACHE_DIR):
         write_scene(read_cache_scene(path), scenes / f"{token}.json")
-    preds, want = _official(-1)  # the scene's last proposal: the most varied agents
-    np.savez(tmp_path / "P.npz", **preds)
+    previous, rows = {}, {}
+    preds, want = _official(-1, previous, rows)  # the scene's last proposal: the most varied agents
+    np.savez(tmp_path / "P.npz", **preds, **{f"{t}/previous_frame_poses": p for t, p in previous.items()})
     assert main(["score", "--scenes", str(scenes), "--predictions", str(tmp_path / "P.npz"), "--out",
                  str(tmp_path / "out")]) == 0
     assert "score" in capsys.readouterr().out
-    df = pd.read_parquet(tmp_path / "out" / "predictions.parquet")
+    table = pd.read_parquet(tmp_path / "out" / "predictions.parquet")
+    assert list(table.columns[:20]) == predictions_module.NAVSIM_COLUMNS
+    df, average = table.iloc[:-1], table.iloc[-1]
     assert sorted(df.token) == sorted(want) and len(df) == 61
     failures = []
     for _, row in df.iterrows():
-        w = want[row.token]
-        for col in EXACT:
-            if row[col] != w[col]:
+        w, r = want[row.token], rows[row.token]
+        for col in EXACT + ["valid", "log_name", "frame_type", "start_time"]:
+            if row[col] != r[col]:
+                failures.append(f"{row.token} {col}: {row[col]} vs NAVSIM {r[col]}")
+        for col in ("ego_progress", "pdm_score", "score"):
+            if abs(row[col] - w[col]) > 1e-4:
                 failures.append(f"{row.token} {col}: {row[col]} vs NAVSIM {w[col]}")
-        for col, key in (("ego_progress", "ego_progress"), ("pdm_score", "pdm_score"), ("score", "score_ec_dropped")):
-            if abs(row[col] - w[key]) > 1e-4:
-                failures.append(f"{row.token} {col}: {row[col]} vs NAVSIM {w[key]}")
+        for col in ("endpoint_x", "endpoint_y", "start_point_x", "start_point_y"):  # the fixture rounds to 1e-4
+            if abs(row[col] - r[col]) > 1e-4:
+                failures.append(f"{row.token} {col}: {row[col]} vs NAVSIM {r[col]}")
+        ec = w["two_frame_extended_comfort"]
+        if not (np.isnan(row.two_frame_extended_comfort) if ec is None else row.two_frame_extended_comfort == ec):
+            failures.append(f"{row.token} EC: {row.two_frame_extended_comfort} vs NAVSIM {ec}")
     assert not failures, "\n".join(failures)
-    assert df["score"].mean() == pytest.approx(np.mean([w["score_ec_dropped"] for w in want.values()]), abs=1e-5)
+    assert average.token == "average_all_frames" and average.valid
+    assert average.score == pytest.approx(np.mean([w["score"] for w in want.values()]), abs=1e-5)
+    assert df["score"].mean() == pytest.approx(np.mean([w["score"] for w in want.values()]), abs=1e-5)
+
+    ours = pd.read_csv(tmp_path / "out" / "predictions.csv")
+    reference = navsim_csv(rows)
+    assert list(ours.columns) == list(reference.columns)
+    assert (tmp_path / "out" / "predictions.csv").read_text().splitlines()[0] == \
+        ",token,valid," + ",".join(predictions_module.NAVSIM_SCORE_COLUMNS)
+    ours, reference = ours.set_index("token"), reference.set_index("token")
+    assert sorted(ours.index) == sorted(reference.index) and ours.index[-1] == "average_all_frames"
+    reference = reference.loc[ours.index]
+    assert (ours["valid"] == reference["valid"]).all()
+    np.testing.assert_allclose(ours[predictions_module.NAVSIM_SCORE_COLUMNS].to_numpy(float),
+                               reference[predictions_module.NAVSIM_SCORE_COLUMNS].to_numpy(float), atol=1e-4)
 
 
 def test_prediction_files(tmp_path):
@@ -108,8 +176,9 @@ def test_tokens_are_scored_once_and_what_is_left_out_is_said(tmp_path, capsys, m
 
     def fake_score(scene_list, preds, batch_size=16, notes=None):  # the pairing under test, not NAVSIM's numbers
         scored.extend(s.id for s in scene_list)
-        return pd.DataFrame([{"token": s.id, **{c: 1.0 for c in predictions_module.COLUMNS.values()},
-                              "two_frame_extended_comfort": np.nan, "score": 1.0} for s in scene_list])
+        return pd.DataFrame([{**{c: 1.0 for c in predictions_module.NAVSIM_COLUMNS + predictions_module.EXTRA_COLUMNS},
+                              "token": s.id, "valid": True, "two_frame_extended_comfort": np.nan}
+                             for s in scene_list])
 
     monkeypatch.setattr(predictions_module, "score_predictions", fake_score)
     args = ["score", "--scenes", str(scenes), "--predictions", str(tmp_path / "P.npz"), "--out", str(tmp_path / "o")]

@@ -38,6 +38,18 @@ COLUMNS = {"nc": "no_at_fault_collisions", "dac": "drivable_area_compliance", "d
            "tlc": "traffic_light_compliance", "ep": "ego_progress", "ttc": "time_to_collision_within_bound",
            "lk": "lane_keeping", "hc": "history_comfort", "multiplier": "multiplicative_metrics_prod",
            "pdm_score": "pdm_score"}
+# run_pdm_score_one_stage.py's table after compute_final_scores, in its order: token, pdm_score's columns (less the
+# three it drops), the script's row extras, EC and score. Its CSV keeps token, valid and the score columns.
+NAVSIM_COLUMNS = ["token", "no_at_fault_collisions", "drivable_area_compliance", "driving_direction_compliance",
+                  "traffic_light_compliance", "ego_progress", "time_to_collision_within_bound", "lane_keeping",
+                  "history_comfort", "pdm_score", "valid", "log_name", "frame_type", "start_time", "endpoint_x",
+                  "endpoint_y", "start_point_x", "start_point_y", "two_frame_extended_comfort", "score"]
+NAVSIM_SCORE_COLUMNS = ["no_at_fault_collisions", "drivable_area_compliance", "driving_direction_compliance",
+                        "traffic_light_compliance", "ego_progress", "time_to_collision_within_bound", "lane_keeping",
+                        "history_comfort", "two_frame_extended_comfort", "score"]
+NAVSIM_CSV_COLUMNS = ["token", "valid", *NAVSIM_SCORE_COLUMNS]
+EXTRA_COLUMNS = ["multiplicative_metrics_prod", "raw_progress_m", "previous_frame"]  # jaxdrive's, after NAVSIM's
+AVERAGE_TOKEN = "average_all_frames"
 PREVIOUS_KEY = "previous_frame_poses"  # parquet column / npz key suffix of the previous frame's poses
 FRAME_TYPES = {0: "ORIGINAL", 1: "SYNTHETIC"}  # SceneFrameType
 
@@ -268,7 +280,36 @@ def score_predictions(scenes: list[HostScene], predictions, batch_size: int = 16
                                df[["ego_progress", "time_to_collision_within_bound", "lane_keeping",
                                    "history_comfort"]].to_numpy(), ec)
     df["previous_frame"] = source
-    return df
+    ego = egos[:, :3]
+    last = np.stack([predictions.poses[s.id][-1] for s in scenes])
+    cos, sin = np.cos(ego[:, 2]), np.sin(ego[:, 2])  # nuPlan's relative_to_absolute_poses of the last pose
+    frames = [_frame(s) for s in scenes]
+    df["valid"] = True
+    df["log_name"] = [f[0] for f in frames]
+    df["frame_type"] = [FRAME_TYPES.get(f[1], str(f[1])) for f in frames]
+    df["start_time"] = [np.nan if f[2] is None else f[2] for f in frames]
+    df["endpoint_x"] = ego[:, 0] + cos * last[:, 0] - sin * last[:, 1]
+    df["endpoint_y"] = ego[:, 1] + sin * last[:, 0] + cos * last[:, 1]
+    df["start_point_x"], df["start_point_y"] = ego[:, 0], ego[:, 1]
+    return df[NAVSIM_COLUMNS + EXTRA_COLUMNS]
+
+
+def with_average_row(df):
+    """NAVSIM's table: the per-token rows and its aggregate row (token ``average_all_frames``: the mean of every score
+    column over the tokens, NaN skipped; ``valid`` = all rows valid)."""
+    import pandas as pd
+
+    average = {c: df[c].mean(skipna=True) for c in NAVSIM_SCORE_COLUMNS}
+    average.update(token=AVERAGE_TOKEN, valid=bool(df["valid"].all()))
+    return pd.concat([df, pd.DataFrame([average])], ignore_index=True)
+
+
+def write_navsim_csv(df, path: Path) -> None:
+    """The CSV NAVSIM's one-stage script writes (``pdm_score_df.to_csv``): an unnamed index column, then ``token``,
+    ``valid`` and the score columns, the aggregate row last. ``df``: rows with the aggregate row."""
+    from jaxdrive.atomic import write_text
+
+    write_text(path, df[NAVSIM_CSV_COLUMNS].to_csv())
 
 
 def summary_table(df) -> str:
@@ -342,7 +383,9 @@ def run_predictions(args) -> int:
         print(f"jaxdrive score: {note}", file=sys.stderr)
     out = Path(args.out or "runs/predictions")
     out.mkdir(parents=True, exist_ok=True)
-    df.to_parquet(out / "predictions.parquet", index=False)
+    table = with_average_row(df)
+    table.to_parquet(out / "predictions.parquet", index=False)
+    write_navsim_csv(table, out / "predictions.csv")
     print(summary_table(df))
-    print(f"results: {out / 'predictions.parquet'}")
+    print(f"results: {out / 'predictions.parquet'} (NAVSIM's CSV: {out / 'predictions.csv'})")
     return 3 if (missing or unknown) else 0
