@@ -174,13 +174,13 @@ def test_tokens_are_scored_once_and_what_is_left_out_is_said(tmp_path, capsys, m
     np.savez(tmp_path / "P.npz", **{sid: np.zeros((8, 3)) for sid in ids[:2]})
     scored = []
 
-    def fake_score(scene_list, preds, batch_size=16, notes=None):  # the pairing under test, not NAVSIM's numbers
+    def fake_score(scene_list, agents, batch_size=16, notes=None):  # the pairing under test, not NAVSIM's numbers
         scored.extend(s.id for s in scene_list)
         return pd.DataFrame([{**{c: 1.0 for c in predictions_module.NAVSIM_COLUMNS + predictions_module.EXTRA_COLUMNS},
-                              "token": s.id, "valid": True, "two_frame_extended_comfort": np.nan}
+                              "token": s.id, "valid": True, "two_frame_extended_comfort": np.nan, "agent": "agent"}
                              for s in scene_list])
 
-    monkeypatch.setattr(predictions_module, "score_predictions", fake_score)
+    monkeypatch.setattr(predictions_module, "score_agents", fake_score)
     args = ["score", "--scenes", str(scenes), "--predictions", str(tmp_path / "P.npz"), "--out", str(tmp_path / "o")]
     assert main(args) == 3
     err = capsys.readouterr().err

@@ -118,3 +118,50 @@ def test_adjacent_mapping_and_final_scores_follow_navsim():
     got = final_scores(np.array([1.0, 0.5, 1.0]), np.array([[1.0, 1, 1, 1], [0.5, 1, 0, 1], [1, 1, 1, 1]]),
                        np.array([0.0, np.nan, 1.0]))
     np.testing.assert_allclose(got, [14 / 16, 0.5 * (2.5 + 5 + 2) / 14, 1.0])
+
+
+def test_several_named_agents_in_one_file_score_as_separate_runs(tmp_path, scenes, official, capsys):
+    """A parquet with an ``agent`` column (two agents, one with previous frames): one run, one compile of the
+    scorer, each agent's rows identical to its own run; the summary puts the agents side by side (and a plot); one
+    NAVSIM CSV per agent. Before: ``--predictions`` read one agent (the column was ignored and tokens repeated)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from jaxdrive.cli import main
+    from jaxdrive.data.scene_json import write_scene
+    from jaxdrive.scoring import predictions as module
+
+    tokens = ["scene_0002", "scene_0004", "scene_0009"]
+    (tmp_path / "scenes").mkdir()
+    for t in tokens:
+        write_scene(scenes[t], tmp_path / "scenes" / f"{t}.json")
+    rows = {"agent": [], "token": [], "poses": [], "previous_frame_poses": []}
+    for name, index in (("first", 0), ("last", -1)):
+        for t in tokens:
+            a = official[t]["agents"][index]
+            rows["agent"].append(name)
+            rows["token"].append(t)
+            rows["poses"].append(a["poses"])
+            rows["previous_frame_poses"].append(a["previous_frame_poses"] if name == "last" else None)
+        single = {k: v[-3:] for k, v in rows.items() if k != "agent"}
+        pq.write_table(pa.table(single), tmp_path / f"{name}.parquet")
+    pq.write_table(pa.table(rows), tmp_path / "both.parquet")
+    base = ["score", "--scenes", str(tmp_path / "scenes")]
+    compiled = module._score_pairs._cache_size()
+    assert main(base + ["--predictions", str(tmp_path / "both.parquet"), "--out", str(tmp_path / "both")]) == 0
+    assert module._score_pairs._cache_size() - compiled <= 1
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("metric"))
+    assert header.split() == ["metric", "first", "last"], out
+    assert (tmp_path / "both" / "agents.png").stat().st_size > 0
+    both = pd.read_parquet(tmp_path / "both" / "predictions.parquet")
+    for name in ("first", "last"):
+        assert main(base + ["--predictions", str(tmp_path / f"{name}.parquet"), "--out", str(tmp_path / name)]) == 0
+        alone = pd.read_parquet(tmp_path / name / "predictions.parquet")
+        mine = both[both.agent == name].drop(columns="agent").reset_index(drop=True)
+        pd.testing.assert_frame_equal(mine, alone)
+        assert (tmp_path / "both" / f"predictions_{name}.csv").read_text() == \
+            (tmp_path / name / "predictions.csv").read_text()
+    assert module._score_pairs._cache_size() - compiled <= 1
+    assert both[both.agent == "last"].two_frame_extended_comfort.iloc[:3].notna().all()
+    assert both[both.agent == "first"].two_frame_extended_comfort.iloc[:3].isna().all()

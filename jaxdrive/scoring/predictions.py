@@ -50,6 +50,7 @@ NAVSIM_SCORE_COLUMNS = ["no_at_fault_collisions", "drivable_area_compliance", "d
 NAVSIM_CSV_COLUMNS = ["token", "valid", *NAVSIM_SCORE_COLUMNS]
 EXTRA_COLUMNS = ["multiplicative_metrics_prod", "raw_progress_m", "previous_frame"]  # jaxdrive's, after NAVSIM's
 AVERAGE_TOKEN = "average_all_frames"
+DEFAULT_AGENT = "agent"  # the agent of a file that names none
 PREVIOUS_KEY = "previous_frame_poses"  # parquet column / npz key suffix of the previous frame's poses
 FRAME_TYPES = {0: "ORIGINAL", 1: "SYNTHETIC"}  # SceneFrameType
 
@@ -62,69 +63,102 @@ class AgentPredictions:
     previous: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
-def _read_parquet(path: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """(token -> poses, token -> previous-frame poses) of a parquet file of columns ``token``, ``poses`` and optionally
-    ``previous_frame_poses`` (null where not given), one row per token."""
+def _read_parquet(path: Path) -> dict[str, tuple[dict, dict]]:
+    """agent -> (token -> poses, token -> previous-frame poses) of a parquet file of columns ``token``, ``poses`` and
+    optionally ``previous_frame_poses`` (null where not given) and ``agent`` (default ``agent``), one row per agent
+    and token."""
     import pyarrow.parquet as pq
 
     try:
         table = pq.read_table(path).to_pydict()
         if "token" not in table or "poses" not in table:
             raise ValueError(f"expected columns 'token' and 'poses', got {sorted(table)}")
-        rows = collections.Counter(str(t) for t in table["token"])
-        repeated = sorted(t for t, n in rows.items() if n > 1)
+        n = len(table["token"])
+        names = [DEFAULT_AGENT if a is None else str(a) for a in table.get("agent", [None] * n)]
+        keys = [(a, str(t)) for a, t in zip(names, table["token"])]
+        rows = collections.Counter(keys)
+        repeated = sorted(k for k, c in rows.items() if c > 1)
         if repeated:  # a dict would keep the last row of each silently
-            raise ValueError(f"token {repeated[0]!r} has {rows[repeated[0]]} rows, expected one per token "
+            agent, token = repeated[0]
+            whose = f" of agent {agent!r}" if "agent" in table else ""
+            raise ValueError(f"token {token!r}{whose} has {rows[repeated[0]]} rows, expected one per token "
                              f"({len(repeated)} tokens repeated)")
-        poses = {str(t): np.asarray(p, dtype=np.float64) for t, p in zip(table["token"], table["poses"])}
-        previous = {str(t): np.asarray(p, dtype=np.float64)
-                    for t, p in zip(table["token"], table.get(PREVIOUS_KEY, [None] * len(table["token"])))
-                    if p is not None}
-        return poses, previous
+        out: dict[str, tuple[dict, dict]] = {}
+        previous = table.get(PREVIOUS_KEY, [None] * n)
+        for (agent, token), poses, prev in zip(keys, table["poses"], previous):
+            got = out.setdefault(agent, ({}, {}))
+            got[0][token] = np.asarray(poses, dtype=np.float64)
+            if prev is not None:
+                got[1][token] = np.asarray(prev, dtype=np.float64)
+        return out
     except (OSError, ValueError) as e:
         raise ValueError(f"--predictions {path}: {e}") from None
 
 
-def _checked_poses(path: Path, token: str, poses, what: str = "") -> np.ndarray:
+def _read_npz(path: Path) -> dict[str, tuple[dict, dict]]:
+    raw = read_npz_arrays(path, "--predictions", "one (8, 3) array per token (np.savez(P, **{token: poses}))")
+    out: dict[str, tuple[dict, dict]] = {}
+    suffix = "/" + PREVIOUS_KEY
+    for key, value in raw.items():
+        is_previous = key.endswith(suffix)
+        name = key[:-len(suffix)] if is_previous else key
+        agent, token = name.split("/", 1) if "/" in name else (DEFAULT_AGENT, name)
+        out.setdefault(agent, ({}, {}))[1 if is_previous else 0][token] = value
+    return out
+
+
+def _checked_poses(path: Path, token: str, poses, what: str = "", who: str = "") -> np.ndarray:
     poses = np.asarray(poses)
     if poses.dtype.kind not in "iuf":  # strings (even numeric ones), objects, bools, complex
-        raise ValueError(f"--predictions {path}: token {token!r}: expected numeric (x, y, heading) {what}poses, got "
+        raise ValueError(f"--predictions {path}: {who}token {token!r}: expected numeric (x, y, heading) {what}poses, got "
                          f"an array of {poses.dtype}")
     poses = poses.astype(np.float64)
     if poses.shape == (24,):
         poses = poses.reshape(8, 3)
     if poses.shape != (8, 3):
-        raise ValueError(f"--predictions {path}: token {token!r}: expected 8 finite (x, y, heading) {what}poses, "
+        raise ValueError(f"--predictions {path}: {who}token {token!r}: expected 8 finite (x, y, heading) {what}poses, "
                          f"shape (8, 3), got shape {poses.shape}")
     if not np.all(np.isfinite(poses)):
         pose, field = (int(i) for i in np.argwhere(~np.isfinite(poses))[0])
-        raise ValueError(f"--predictions {path}: token {token!r}: expected finite {what}values, got "
+        raise ValueError(f"--predictions {path}: {who}token {token!r}: expected finite {what}values, got "
                          f"{poses[pose, field]} at pose {pose}, field {field} (x, y, heading)")
     return poses
 
 
-def read_predictions(path: str | Path) -> AgentPredictions:
-    """The agent's poses (and previous-frame poses) of an ``.npz`` (``TOKEN`` -> (8, 3), ``TOKEN/previous_frame_poses``
-    -> (8, 3)) or ``.parquet`` (columns ``token``, ``poses``, optional ``previous_frame_poses``); ValueError naming
+def read_agents(path: str | Path) -> dict[str, AgentPredictions]:
+    """agent name -> its poses (and previous-frame poses) of an ``.npz`` (keys ``[AGENT/]TOKEN`` -> (8, 3) and
+    ``[AGENT/]TOKEN/previous_frame_poses`` -> (8, 3)) or ``.parquet`` (columns ``token``, ``poses``, optional
+    ``previous_frame_poses`` and ``agent``); one agent ``agent`` where none is named. ValueError naming
     ``--predictions``, the file and the token."""
     path = Path(path)
     if path.suffix == ".npz":
-        raw = read_npz_arrays(path, "--predictions", "one (8, 3) array per token (np.savez(P, **{token: poses}))")
-        suffix = "/" + PREVIOUS_KEY
-        previous = {k[:-len(suffix)]: v for k, v in raw.items() if k.endswith(suffix)}
-        raw = {k: v for k, v in raw.items() if not k.endswith(suffix)}
+        raw = _read_npz(path)
     elif path.suffix == ".parquet":
-        raw, previous = _read_parquet(path)
+        raw = _read_parquet(path)
     else:
         raise ValueError(f"--predictions {path}: expected a .npz or .parquet file")
-    out = AgentPredictions({token: _checked_poses(path, token, poses) for token, poses in raw.items()})
-    if not out.poses:
+    agents = {}
+    for name, (poses, previous) in raw.items():
+        who = "" if name == DEFAULT_AGENT else f"agent {name!r}: "
+        out = AgentPredictions({token: _checked_poses(path, token, p, who=who) for token, p in poses.items()})
+        for token, p in previous.items():
+            if token not in out.poses:
+                raise ValueError(f"--predictions {path}: {who}token {token!r}: {PREVIOUS_KEY} given without the "
+                                 f"token's poses")
+            out.previous[token] = _checked_poses(path, token, p, "previous-frame ", who=who)
+        if out.poses:
+            agents[name] = out
+    if not agents:
         raise ValueError(f"--predictions {path}: holds no predictions")
-    for token, poses in previous.items():
-        if token not in out.poses:
-            raise ValueError(f"--predictions {path}: token {token!r}: {PREVIOUS_KEY} given without the token's poses")
-        out.previous[token] = _checked_poses(path, token, poses, "previous-frame ")
-    return out
+    return agents
+
+
+def read_predictions(path: str | Path) -> AgentPredictions:
+    """The one agent of a predictions file (``read_agents``); ValueError if it holds several."""
+    agents = read_agents(path)
+    if len(agents) != 1:
+        raise ValueError(f"--predictions {path}: holds {len(agents)} agents ({', '.join(agents)}), expected one")
+    return next(iter(agents.values()))
 
 
 def load_predictions(path: str | Path) -> dict[str, np.ndarray]:
@@ -242,26 +276,35 @@ def previous_frames(scenes: list[HostScene], predictions: AgentPredictions, curr
 
 
 def score_predictions(scenes: list[HostScene], predictions, batch_size: int = 16, notes: list[str] | None = None):
-    """One row per scene (NAVSIM's column names + ``token``), as a pandas DataFrame. Scenes need a cached reference.
-    ``predictions``: an ``AgentPredictions`` or token -> poses; ``notes`` collects what is said about previous
-    frames."""
+    """One row per scene (NAVSIM's columns, ``NAVSIM_COLUMNS`` + ``EXTRA_COLUMNS``), as a pandas DataFrame. Scenes
+    need a cached reference. ``predictions``: an ``AgentPredictions`` or token -> poses; ``notes`` collects what is
+    said about previous frames."""
+    if not isinstance(predictions, AgentPredictions):
+        predictions = AgentPredictions(dict(predictions))
+    return score_agents(scenes, {DEFAULT_AGENT: predictions}, batch_size, notes).drop(columns="agent")
+
+
+def score_agents(scenes: list[HostScene], agents: dict[str, AgentPredictions], batch_size: int = 16,
+                 notes: list[str] | None = None):
+    """``score_predictions`` for several agents at once: every agent's [PDM-Closed, agent] pairs in one stream of
+    batches of one shape (one compile), rows grouped by agent (column ``agent``, last) in ``scenes`` order, each
+    agent's rows as a run of its own would give them."""
     import pandas as pd
 
     from jaxdrive.scoring.two_frame import final_scores, two_frame_extended_comfort
     from jaxdrive.sim import simulate_trajectories
 
-    if not isinstance(predictions, AgentPredictions):
-        predictions = AgentPredictions(dict(predictions))
-    for s in scenes:
+    notes = notes if notes is not None else []
+    per_agent = {name: [s for s in scenes if s.id in agent.poses] for name, agent in agents.items()}
+    for s in {s.id: s for group in per_agent.values() for s in group}.values():
         if "reference" not in s.extra:
             raise ValueError(f"--scenes: scene {s.id!r} has no PDM-Closed reference (convert metric caches with "
                              "`jaxdrive scenes from-navsim`)")
-    egos = np.stack([s.history_states[-1] for s in scenes])
-    t0 = np.array([_t0_us(s) for s in scenes], np.int64)
-    agent_states = simulate_trajectories(egos, np.stack([predictions.poses[s.id] for s in scenes]), t0_us=t0)
-    previous, shift, source = previous_frames(scenes, predictions, agent_states, notes)
-    ec = two_frame_extended_comfort(agent_states, previous, shift)
-    pairs = [_pair_scene(s, a) for s, a in zip(scenes, agent_states)]
+    order = [(name, s) for name, group in per_agent.items() for s in group]
+    egos = np.stack([s.history_states[-1] for _, s in order])
+    t0 = np.array([_t0_us(s) for _, s in order], np.int64)
+    states = simulate_trajectories(egos, np.stack([agents[name].poses[s.id] for name, s in order]), t0_us=t0)
+    pairs = [_pair_scene(s, a) for (_, s), a in zip(order, states)]
     spec = PadSpec.fit(pairs)
     rows = []
     for start in range(0, len(pairs), batch_size):
@@ -274,24 +317,36 @@ def score_predictions(scenes: list[HostScene], predictions, batch_size: int = 16
             row.update({name: float(np.asarray(getattr(out, f))[b, 1]) for f, name in COLUMNS.items()})
             row["raw_progress_m"] = float(out.raw_progress[b, 1])
             rows.append(row)
-    df = pd.DataFrame(rows)
-    df["two_frame_extended_comfort"] = ec
-    df["score"] = final_scores(df["multiplicative_metrics_prod"].to_numpy(),
-                               df[["ego_progress", "time_to_collision_within_bound", "lane_keeping",
-                                   "history_comfort"]].to_numpy(), ec)
-    df["previous_frame"] = source
-    ego = egos[:, :3]
-    last = np.stack([predictions.poses[s.id][-1] for s in scenes])
-    cos, sin = np.cos(ego[:, 2]), np.sin(ego[:, 2])  # nuPlan's relative_to_absolute_poses of the last pose
-    frames = [_frame(s) for s in scenes]
-    df["valid"] = True
-    df["log_name"] = [f[0] for f in frames]
-    df["frame_type"] = [FRAME_TYPES.get(f[1], str(f[1])) for f in frames]
-    df["start_time"] = [np.nan if f[2] is None else f[2] for f in frames]
-    df["endpoint_x"] = ego[:, 0] + cos * last[:, 0] - sin * last[:, 1]
-    df["endpoint_y"] = ego[:, 1] + sin * last[:, 0] + cos * last[:, 1]
-    df["start_point_x"], df["start_point_y"] = ego[:, 0], ego[:, 1]
-    return df[NAVSIM_COLUMNS + EXTRA_COLUMNS]
+    tables, at = [], 0
+    for name, group in per_agent.items():
+        if not group:
+            continue
+        n = len(group)
+        current, ego = states[at:at + n], egos[at:at + n]
+        df = pd.DataFrame(rows[at:at + n])
+        at += n
+        said = []
+        previous, shift, source = previous_frames(group, agents[name], current, said)
+        notes.extend(said if len(agents) == 1 else [f"agent {name!r}: {note}" for note in said])
+        ec = two_frame_extended_comfort(current, previous, shift)
+        df["two_frame_extended_comfort"] = ec
+        df["score"] = final_scores(df["multiplicative_metrics_prod"].to_numpy(),
+                                   df[["ego_progress", "time_to_collision_within_bound", "lane_keeping",
+                                       "history_comfort"]].to_numpy(), ec)
+        df["previous_frame"] = source
+        last = np.stack([agents[name].poses[s.id][-1] for s in group])
+        cos, sin = np.cos(ego[:, 2]), np.sin(ego[:, 2])  # nuPlan's relative_to_absolute_poses of the last pose
+        frames = [_frame(s) for s in group]
+        df["valid"] = True
+        df["log_name"] = [f[0] for f in frames]
+        df["frame_type"] = [FRAME_TYPES.get(f[1], str(f[1])) for f in frames]
+        df["start_time"] = [np.nan if f[2] is None else f[2] for f in frames]
+        df["endpoint_x"] = ego[:, 0] + cos * last[:, 0] - sin * last[:, 1]
+        df["endpoint_y"] = ego[:, 1] + sin * last[:, 0] + cos * last[:, 1]
+        df["start_point_x"], df["start_point_y"] = ego[:, 0], ego[:, 1]
+        df["agent"] = name
+        tables.append(df[NAVSIM_COLUMNS + EXTRA_COLUMNS + ["agent"]])
+    return pd.concat(tables, ignore_index=True)
 
 
 def with_average_row(df):
@@ -313,14 +368,74 @@ def write_navsim_csv(df, path: Path) -> None:
 
 
 def summary_table(df) -> str:
-    """NAVSIM's summary: the mean of every metric column over the tokens."""
-    lines = [f"{'metric':<34}{'mean':>10}", "-" * 44]
-    for name in [*COLUMNS.values(), "two_frame_extended_comfort"]:
-        lines.append(f"{name:<34}{df[name].mean():>10.4f}")
-    lines.append("-" * 44)
-    with_ec = int(df["two_frame_extended_comfort"].notna().sum())
-    lines.append(f"tokens {len(df)} ({with_ec} with a previous frame: EC)   EPDMS (score) {df['score'].mean():.4f}")
+    """NAVSIM's summary: the mean of every metric column over the tokens; with several agents (column ``agent``),
+    one column per agent, side by side."""
+    names = [*COLUMNS.values(), "two_frame_extended_comfort", "score"]
+    groups = list(df.groupby("agent", sort=False)) if "agent" in df and df["agent"].nunique() > 1 else [("mean", df)]
+    width = max(10, *(len(str(a)) + 2 for a, _ in groups))
+    lines = [f"{'metric':<34}" + "".join(f"{str(a):>{width}}" for a, _ in groups), "-" * (34 + width * len(groups))]
+    for name in names:
+        lines.append(f"{name:<34}" + "".join(f"{g[name].mean():>{width}.4f}" for _, g in groups))
+    lines.append("-" * (34 + width * len(groups)))
+    for agent, g in groups:
+        with_ec = int(g["two_frame_extended_comfort"].notna().sum())
+        who = "" if len(groups) == 1 else f"{agent}: "
+        lines.append(f"{who}tokens {len(g)} ({with_ec} with a previous frame: EC)   EPDMS (score) "
+                     f"{g['score'].mean():.4f}")
     return "\n".join(lines)
+
+
+def plot_agents(df, path: Path) -> Path:
+    """A bar chart of each agent's mean sub-scores, EC and score, side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = ["no_at_fault_collisions", "drivable_area_compliance", "driving_direction_compliance",
+             "traffic_light_compliance", "ego_progress", "time_to_collision_within_bound", "lane_keeping",
+             "history_comfort", "two_frame_extended_comfort", "score"]
+    short = ["NC", "DAC", "DDC", "TLC", "EP", "TTC", "LK", "HC", "EC", "EPDMS"]
+    groups = list(df.groupby("agent", sort=False))
+    fig, ax = plt.subplots(figsize=(10, 4))
+    width = 0.8 / len(groups)
+    for i, (agent, g) in enumerate(groups):
+        ax.bar(np.arange(len(names)) + i * width, [g[n].mean() for n in names], width, label=str(agent))
+    ax.set_xticks(np.arange(len(names)) + 0.4 - width / 2, short)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("mean over tokens")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _agents_of_flags(values) -> dict[str, AgentPredictions]:
+    """The agents of every ``--predictions [NAME=]FILE``: a file's agents by their names (``NAME=`` renames the one
+    agent of a file); an agent name given twice is refused."""
+    values = [values] if isinstance(values, (str, Path)) else list(values)
+    agents, where = {}, {}
+    for value in values:
+        value = str(value)
+        name, path = None, value
+        if "=" in value and not Path(value).exists():
+            name, path = value.split("=", 1)
+            if not name:
+                raise ValueError(f"--predictions {value}: expected NAME=FILE or FILE")
+        found = read_agents(path)
+        if name is not None:
+            if len(found) != 1:
+                raise ValueError(f"--predictions {value}: {path} holds {len(found)} agents ({', '.join(found)}); "
+                                 f"NAME= renames a file of one agent")
+            found = {name: next(iter(found.values()))}
+        for agent, got in found.items():
+            if agent in agents:
+                raise ValueError(f"--predictions: agent name {agent!r} repeated (in {where[agent]} and {path}): give "
+                                 f"each agent its own name (--predictions NAME=FILE, or the file's agent column / "
+                                 f"AGENT/TOKEN keys)")
+            agents[agent], where[agent] = got, path
+    return agents
 
 
 def _refuse_other_options(args) -> None:
@@ -350,7 +465,8 @@ def run_predictions(args) -> int:
     if not args.scenes:
         raise ValueError("--predictions: needs --scenes DIR (converted metric caches with a PDM-Closed reference)")
     _refuse_other_options(args)
-    predictions = read_predictions(args.predictions)
+    agents = _agents_of_flags(args.predictions)
+    predicted = {t for a in agents.values() for t in a.poses}
     scenes, missing, first, unpredicted = [], [], {}, []
     for path in scene_files(args.scenes):
         try:
@@ -365,11 +481,11 @@ def run_predictions(args) -> int:
             missing.append(str(path))
             continue
         first[scene.id] = path
-        if scene.id in predictions.poses:
+        if scene.id in predicted:
             scenes.append(scene)
         else:
             unpredicted.append(scene.id)
-    unknown = sorted(set(predictions.poses) - {s.id for s in scenes})
+    unknown = sorted(predicted - {s.id for s in scenes})
     if unknown:
         print(f"jaxdrive score: {len(unknown)} predicted tokens have no scene, e.g. {unknown[:3]}", file=sys.stderr)
     if unpredicted and scenes:
@@ -378,14 +494,30 @@ def run_predictions(args) -> int:
     if not scenes:
         raise ValueError(f"--predictions: no token matches a scene of --scenes {args.scenes}")
     notes = []
-    df = score_predictions(scenes, predictions, notes=notes)
+    df = score_agents(scenes, agents, notes=notes)
     for note in notes:
         print(f"jaxdrive score: {note}", file=sys.stderr)
     out = Path(args.out or "runs/predictions")
     out.mkdir(parents=True, exist_ok=True)
-    table = with_average_row(df)
+    import pandas as pd
+
+    tables = [with_average_row(g).assign(agent=a) for a, g in df.groupby("agent", sort=False)]
+    table = pd.concat(tables, ignore_index=True)
+    if len(agents) == 1:
+        table = table.drop(columns="agent")
     table.to_parquet(out / "predictions.parquet", index=False)
-    write_navsim_csv(table, out / "predictions.csv")
+    csvs = []
+    for agent, t in zip(df["agent"].unique(), tables):
+        csvs.append(out / ("predictions.csv" if len(agents) == 1 else f"predictions_{_file_part(agent)}.csv"))
+        write_navsim_csv(t, csvs[-1])
     print(summary_table(df))
-    print(f"results: {out / 'predictions.parquet'} (NAVSIM's CSV: {out / 'predictions.csv'})")
+    if len(agents) > 1:
+        print(f"plot: {plot_agents(df, out / 'agents.png')}")
+    print(f"results: {out / 'predictions.parquet'} (NAVSIM's CSV: {', '.join(str(c) for c in csvs)})")
     return 3 if (missing or unknown) else 0
+
+
+def _file_part(name: str) -> str:
+    import re
+
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "agent"
