@@ -208,3 +208,52 @@ def test_prediction_files_of_strings_are_named(tmp_path):
         with pytest.raises(ValueError, match=rf"^--predictions {tmp_path / name}: token 'tok': expected numeric "
                                              r"\(x, y, heading\) poses, got an array of <U\d+"):
             load_predictions(tmp_path / name)
+
+
+def test_bad_agent_and_previous_frame_inputs_are_one_line(tmp_path, capsys):
+    """Previous-frame poses of the wrong shape / non-finite / without the token's poses, an agent name given twice,
+    a token missing from the caches: one line naming it. A previous frame for a frame without a log frame 0.5 s
+    earlier (SYNTHETIC) and frames NAVSIM's SceneAggregator would stop on (one start time): a note, EC NaN."""
+    import dataclasses
+
+    from jaxdrive.scoring.predictions import AgentPredictions, _agents_of_flags, previous_frames, read_agents
+
+    good = np.zeros((8, 3))
+    np.savez(tmp_path / "shape.npz", tok=good, **{"tok/previous_frame_poses": np.zeros((7, 3))})
+    np.savez(tmp_path / "nan.npz", **{"a/tok": good, "a/tok/previous_frame_poses": np.full((8, 3), np.inf)})
+    np.savez(tmp_path / "orphan.npz", tok=good, **{"other/previous_frame_poses": good})
+    for name, says in (("shape.npz", r"token 'tok': expected 8 finite \(x, y, heading\) previous-frame poses, shape "
+                                     r"\(8, 3\), got shape \(7, 3\)"),
+                       ("nan.npz", r"agent 'a': token 'tok': expected finite previous-frame values, got inf at pose 0"),
+                       ("orphan.npz", r"token 'other': previous_frame_poses given without the token's poses")):
+        with pytest.raises(ValueError, match=rf"^--predictions {tmp_path / name}: {says}"):
+            read_agents(tmp_path / name)
+    np.savez(tmp_path / "one.npz", tok=good)
+    np.savez(tmp_path / "two.npz", **{"x/tok": good, "y/tok": good})
+    assert list(_agents_of_flags([str(tmp_path / "one.npz"), f"b={tmp_path / 'one.npz'}"])) == ["agent", "b"]
+    assert list(_agents_of_flags([str(tmp_path / "two.npz")])) == ["x", "y"]
+    for flags, says in (([tmp_path / "one.npz", tmp_path / "one.npz"], "agent name 'agent' repeated"),
+                        ([tmp_path / "two.npz", f"x={tmp_path / 'one.npz'}"], "agent name 'x' repeated"),
+                        ([f"x={tmp_path / 'two.npz'}"], "holds 2 agents")):
+        with pytest.raises(ValueError, match=says):
+            _agents_of_flags([str(f) for f in flags])
+
+    token, path = find_caches(CACHE_DIR)[0]
+    scene = read_cache_scene(path)
+    synthetic = dataclasses.replace(scene, id="syn", generator=dict(scene.generator, scene_type=1))
+    twin = dataclasses.replace(scene, id="twin")
+    preds = AgentPredictions({"syn": good, token: good, "twin": good}, {"syn": good})
+    notes = []
+    _, shift, source = previous_frames([synthetic, scene, twin], preds, np.zeros((3, 41, 11)), notes)
+    assert shift.tolist() == [0, 0, 0] and source == ["", "", ""]
+    assert len(notes) == 2, notes
+    assert "token 'syn': previous_frame_poses given, but its frame is SYNTHETIC" in notes[0] and "EC NaN" in notes[0]
+    assert "SceneAggregator stops" in notes[1] and "+0.000 s" in notes[1]
+
+    (tmp_path / "scenes").mkdir()
+    write_scene(scene, tmp_path / "scenes" / f"{token}.json")
+    np.savez(tmp_path / "missing.npz", nope=good)
+    assert main(["score", "--scenes", str(tmp_path / "scenes"), "--predictions", str(tmp_path / "missing.npz"),
+                 "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "1 predicted tokens have no scene, e.g. ['nope']" in err and "no token matches a scene" in err, err
