@@ -187,7 +187,7 @@ def test_tokens_are_scored_once_and_what_is_left_out_is_said(tmp_path, capsys, m
     assert sorted(scored) == sorted(ids[:2]), scored
     assert "zz_copy.json" in err and repr(ids[0]) in err and "scored once" in err, err
     assert "1 scenes" in err and "no prediction" in err and repr(ids[2]) in err, err
-    for extra, needle in ((["--gates", "g.json"], "--gates"), (["--proposals", "p.npz"], "--proposals"),
+    for extra, needle in ((["--proposals", "p.npz"], "--proposals"),
                           (["--ep-mode", "batch"], "--ep-mode batch"), (["--resume"], "--resume"),
                           (["--ep-mode", "reference", "--reference-progress", "r.json"], "--reference-progress")):
         assert main(args + extra) == 2
@@ -257,3 +257,67 @@ def test_bad_agent_and_previous_frame_inputs_are_one_line(tmp_path, capsys):
                  "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "1 predicted tokens have no scene, e.g. ['nope']" in err and "no token matches a scene" in err, err
+
+
+def test_gates_with_predictions(tmp_path, capsys, monkeypatch):
+    """``--gates FILE`` with ``--predictions``: DriveJudge's gated score of each token (column ``gated_score``, equal
+    to ``rules.epdms.gated_score`` on the row), global or per token, with scene scoring's one-line errors. Before:
+    refused ("would be ignored")."""
+    import json
+    import shutil
+
+    import jax.numpy as jnp
+
+    from conftest import EPDMS_FIXTURES
+    from jaxdrive.data.scene_json import read_scene
+    from jaxdrive.rules.epdms import SubScores, gated_score
+    from jaxdrive.scoring.predictions import gated_scores
+
+    rng = np.random.default_rng(0)
+    n = 64
+    cols = {c: rng.choice([0.0, 0.5, 1.0], n) for c in predictions_module._GATED.values()}
+    cols["ego_progress"] = rng.uniform(0, 1, n)
+    cols["two_frame_extended_comfort"] = rng.choice([0.0, 1.0, np.nan], n)
+    df = pd.DataFrame(cols)
+    gates = rng.uniform(size=(n, 9)) < 0.5
+    s = SubScores(**{m: jnp.asarray(df[c].to_numpy(), jnp.float32) for m, c in predictions_module._GATED.items()},
+                  **{f: jnp.zeros(n) for f in SubScores.__dataclass_fields__
+                     if f not in predictions_module._GATED})
+    np.testing.assert_allclose(gated_scores(df, gates), np.asarray(gated_score(s, gates)), atol=1e-6)
+
+    files = sorted(EPDMS_FIXTURES.glob("*.json"))[:2]
+    (tmp_path / "scenes").mkdir()
+    for f in files:
+        shutil.copy(f, tmp_path / "scenes")
+    ids = [read_scene(f).id for f in files]
+    np.savez(tmp_path / "P.npz", **{sid: np.zeros((8, 3)) for sid in ids})
+
+    def fake_score(scene_list, agents, batch_size=16, notes=None):
+        return pd.DataFrame([{**{c: 1.0 for c in predictions_module.NAVSIM_COLUMNS + predictions_module.EXTRA_COLUMNS},
+                              "token": s.id, "valid": True, "lane_keeping": 0.0, "two_frame_extended_comfort": np.nan,
+                              "agent": "agent"} for s in scene_list])
+
+    monkeypatch.setattr(predictions_module, "score_agents", fake_score)
+    args = ["score", "--scenes", str(tmp_path / "scenes"), "--predictions", str(tmp_path / "P.npz"), "--out",
+            str(tmp_path / "o"), "--gates", str(tmp_path / "g.json")]
+    all_on_but_lk = [True] * 6 + [False] + [True] * 2
+    (tmp_path / "g.json").write_text(json.dumps(all_on_but_lk))
+    assert main(args) == 0
+    table = pd.read_parquet(tmp_path / "o" / "predictions.parquet")
+    assert table.gated_score.tolist() == [1.0, 1.0, 1.0]  # LK 0 gated off (the average row last)
+    (tmp_path / "g.json").write_text(json.dumps({ids[0]: [all_on_but_lk], ids[1]: [True] * 9}))
+    assert main(args) == 0
+    table = pd.read_parquet(tmp_path / "o" / "predictions.parquet").set_index("token")
+    assert table.loc[ids[0], "gated_score"] == 1.0 and table.loc[ids[1], "gated_score"] == pytest.approx(12 / 14)
+    capsys.readouterr()
+    for gates, says in (([True] * 8, "--gates: expected 9 booleans in the order nc, dac"),
+                        ({ids[0]: [True] * 9}, f"--gates: no entry for scene '{ids[1]}'"),
+                        ({ids[0]: [[True] * 9] * 2, ids[1]: [True] * 9}, f"--gates: scene '{ids[0]}': expected 1 rows"),
+                        ([[True] * 9], "--gates: a global vector is 9 booleans")):
+        (tmp_path / "g.json").write_text(json.dumps(gates))
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], (gates, err)
+    assert main(args[:-1] + ["judge:/nowhere"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--gates judge:/nowhere" in err[0], err

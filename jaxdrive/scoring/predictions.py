@@ -354,7 +354,7 @@ def with_average_row(df):
     column over the tokens, NaN skipped; ``valid`` = all rows valid)."""
     import pandas as pd
 
-    average = {c: df[c].mean(skipna=True) for c in NAVSIM_SCORE_COLUMNS}
+    average = {c: df[c].mean(skipna=True) for c in NAVSIM_SCORE_COLUMNS + ["gated_score"] if c in df}
     average.update(token=AVERAGE_TOKEN, valid=bool(df["valid"].all()))
     return pd.concat([df, pd.DataFrame([average])], ignore_index=True)
 
@@ -370,7 +370,7 @@ def write_navsim_csv(df, path: Path) -> None:
 def summary_table(df) -> str:
     """NAVSIM's summary: the mean of every metric column over the tokens; with several agents (column ``agent``),
     one column per agent, side by side."""
-    names = [*COLUMNS.values(), "two_frame_extended_comfort", "score"]
+    names = [*COLUMNS.values(), "two_frame_extended_comfort", "score", *(["gated_score"] if "gated_score" in df else [])]
     groups = list(df.groupby("agent", sort=False)) if "agent" in df and df["agent"].nunique() > 1 else [("mean", df)]
     width = max(10, *(len(str(a)) + 2 for a, _ in groups))
     lines = [f"{'metric':<34}" + "".join(f"{str(a):>{width}}" for a, _ in groups), "-" * (34 + width * len(groups))]
@@ -438,18 +438,70 @@ def _agents_of_flags(values) -> dict[str, AgentPredictions]:
     return agents
 
 
+# gate order (jaxdrive.metrics.GATES) -> the row's column
+_GATED = {"nc": "no_at_fault_collisions", "dac": "drivable_area_compliance", "ddc": "driving_direction_compliance",
+          "tlc": "traffic_light_compliance", "ep": "ego_progress", "ttc": "time_to_collision_within_bound",
+          "lk": "lane_keeping", "hc": "history_comfort", "ec": "two_frame_extended_comfort"}
+
+
+def gates_per_row(gates, tokens: list[str]) -> np.ndarray:
+    """bool [N, 9] gates of ``--gates`` JSON (9 booleans for every token, or token -> 9 booleans / one row of 9: the
+    agent is each scene's one proposal), with scene scoring's one-line errors."""
+    from jaxdrive.metrics import GATES
+    from jaxdrive.scoring.runner import _gate_rows
+
+    out = np.ones((len(tokens), len(GATES)), bool)
+    if isinstance(gates, dict):
+        for i, token in enumerate(tokens):
+            if token not in gates:
+                raise ValueError(f"--gates: no entry for scene {token!r}")
+            rows = _gate_rows(gates[token], f"--gates: scene {token!r}")
+            if rows.ndim == 2 and rows.shape[0] != 1:
+                raise ValueError(f"--gates: scene {token!r}: expected 1 rows (one per proposal: the agent), got "
+                                 f"{rows.shape[0]}")
+            out[i] = rows.reshape(-1)
+    else:
+        rows = _gate_rows(gates, "--gates")
+        if rows.ndim != 1:
+            raise ValueError(f"--gates: a global vector is {len(GATES)} booleans; per-proposal gates are given per "
+                             f"scene ({{token: [[...]]}})")
+        out[:] = rows
+    return out
+
+
+def gated_scores(df, gates: np.ndarray) -> np.ndarray:
+    """DriveJudge's Eq. 14 (``rules.epdms.gated_score``) on each row's NAVSIM values: gated-off multipliers count
+    1, gated-off weighted metrics leave the average, a NaN EC counts as gated off; all gates on = ``score``."""
+    from jaxdrive.metrics import GATES, MULTIPLIERS, WEIGHTS
+
+    g = {m: gates[:, i] for i, m in enumerate(GATES)}
+    prod = np.ones(len(df))
+    for m in MULTIPLIERS:
+        prod *= np.where(g[m], df[_GATED[m]].to_numpy(float), 1.0)
+    num, den = np.zeros(len(df)), np.zeros(len(df))
+    for m, w in WEIGHTS.items():
+        value = df[_GATED[m]].to_numpy(float)
+        on = g[m] & ~np.isnan(value) if m == "ec" else g[m]
+        num += np.where(on, w * np.nan_to_num(value), 0.0)
+        den += np.where(on, w, 0.0)
+    return prod * np.where(den > 0, num / np.where(den > 0, den, 1.0), 1.0)
+
+
 def _refuse_other_options(args) -> None:
     """ValueError for the ``jaxdrive score`` options that NAVSIM's evaluation would ignore (it fixes the EP normaliser,
     the gates, the proposals and the human filter, and writes one file: no resume), and for a scene store."""
     from jaxdrive.data.store import is_store
 
-    given = [flag for flag, used in (("--proposals", args.proposals), ("--gates", args.gates),
+    if args.gates and str(args.gates).startswith("judge:"):
+        raise ValueError(f"--gates {args.gates}: a DriveJudge model's gates are not read with --predictions yet; "
+                         f"give --gates FILE (9 booleans, or token -> 9 booleans)")
+    given = [flag for flag, used in (("--proposals", args.proposals),
                                      ("--reference-progress", args.reference_progress),
                                      (f"--ep-mode {args.ep_mode}", args.ep_mode != "scene"), ("--resume", args.resume))
              if used]
     if given:
         raise ValueError(f"--predictions: runs NAVSIM's evaluation as it is ([PDM-Closed, agent], EP over the pair, "
-                         f"all gates, human filter, one output file); {', '.join(given)} would be ignored: leave "
+                         f"human filter, one output file); {', '.join(given)} would be ignored: leave "
                          f"{'it' if len(given) == 1 else 'them'} out")
     if is_store(args.scenes):
         raise ValueError(f"--predictions: reads scene JSON files (`jaxdrive scenes from-navsim CACHE --out DIR`); "
@@ -493,8 +545,19 @@ def run_predictions(args) -> int:
               f"scored, e.g. {unpredicted[:3]}", file=sys.stderr)
     if not scenes:
         raise ValueError(f"--predictions: no token matches a scene of --scenes {args.scenes}")
+    gates = None
+    if args.gates:
+        import json
+
+        try:
+            gates = json.loads(Path(args.gates).read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise ValueError(f"--gates {args.gates}: cannot read JSON ({e})") from None
+        gates_per_row(gates, sorted({s.id for s in scenes}))  # bad gates stop before the scoring
     notes = []
     df = score_agents(scenes, agents, notes=notes)
+    if gates is not None:
+        df.insert(df.columns.get_loc("agent"), "gated_score", gated_scores(df, gates_per_row(gates, list(df.token))))
     for note in notes:
         print(f"jaxdrive score: {note}", file=sys.stderr)
     out = Path(args.out or "runs/predictions")
