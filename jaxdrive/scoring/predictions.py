@@ -487,14 +487,27 @@ def gated_scores(df, gates: np.ndarray) -> np.ndarray:
     return prod * np.where(den > 0, num / np.where(den > 0, den, 1.0), 1.0)
 
 
+def judge_gates_of_rows(spec: str, scenes: list[HostScene], agents: dict[str, AgentPredictions], df,
+                        progress: bool = True) -> np.ndarray:
+    """bool [len(df), 9] gates of ``--gates judge:DIR`` for the rows of ``score_agents``' ``df``: the judge reads each
+    row's token's scene as NAVSIM scores it (log replay, [PDM-Closed, agent]) and judges the agent's simulated
+    trajectory (``judge.score_gates.judge_gates_of_proposals``)."""
+    from jaxdrive.judge.score_gates import judge_gates_of_proposals
+
+    by_id = {s.id: s for s in scenes}
+    order = [(a, by_id[t]) for a, t in zip(df["agent"], df["token"])]
+    egos = np.stack([s.history_states[-1] for _, s in order])
+    t0 = np.array([_t0_us(s) for _, s in order], np.int64)
+    states = simulate_trajectories(egos, np.stack([agents[a].poses[s.id] for a, s in order]), t0_us=t0)
+    pairs = [_pair_scene(s, x) for (_, s), x in zip(order, states)]
+    return judge_gates_of_proposals(spec, pairs, [1] * len(pairs), progress=progress)
+
+
 def _refuse_other_options(args) -> None:
     """ValueError for the ``jaxdrive score`` options that NAVSIM's evaluation would ignore (it fixes the EP normaliser,
     the gates, the proposals and the human filter, and writes one file: no resume), and for a scene store."""
     from jaxdrive.data.store import is_store
 
-    if args.gates and str(args.gates).startswith("judge:"):
-        raise ValueError(f"--gates {args.gates}: a DriveJudge model's gates are not read with --predictions yet; "
-                         f"give --gates FILE (9 booleans, or token -> 9 booleans)")
     given = [flag for flag, used in (("--proposals", args.proposals),
                                      ("--reference-progress", args.reference_progress),
                                      (f"--ep-mode {args.ep_mode}", args.ep_mode != "scene"), ("--resume", args.resume))
@@ -545,8 +558,12 @@ def run_predictions(args) -> int:
               f"scored, e.g. {unpredicted[:3]}", file=sys.stderr)
     if not scenes:
         raise ValueError(f"--predictions: no token matches a scene of --scenes {args.scenes}")
-    gates = None
-    if args.gates:
+    gates, judge = None, str(args.gates).startswith("judge:")
+    if judge:
+        from jaxdrive.judge.score_gates import parse_spec
+
+        parse_spec(str(args.gates))  # a bad judge stops before the scoring
+    elif args.gates:
         import json
 
         try:
@@ -556,12 +573,16 @@ def run_predictions(args) -> int:
         gates_per_row(gates, sorted({s.id for s in scenes}))  # bad gates stop before the scoring
     notes = []
     df = score_agents(scenes, agents, notes=notes)
-    if gates is not None:
+    out = Path(args.out or "runs/predictions")
+    out.mkdir(parents=True, exist_ok=True)
+    if judge:
+        rows = judge_gates_of_rows(str(args.gates), scenes, agents, df, progress=not args.no_progress)
+        df.insert(df.columns.get_loc("agent"), "gated_score", gated_scores(df, rows))
+        _write_judge_gates(out, df, rows)
+    elif gates is not None:
         df.insert(df.columns.get_loc("agent"), "gated_score", gated_scores(df, gates_per_row(gates, list(df.token))))
     for note in notes:
         print(f"jaxdrive score: {note}", file=sys.stderr)
-    out = Path(args.out or "runs/predictions")
-    out.mkdir(parents=True, exist_ok=True)
     import pandas as pd
 
     tables = [with_average_row(g).assign(agent=a) for a, g in df.groupby("agent", sort=False)]
@@ -578,6 +599,23 @@ def run_predictions(args) -> int:
         print(f"plot: {plot_agents(df, out / 'agents.png')}")
     print(f"results: {out / 'predictions.parquet'} (NAVSIM's CSV: {', '.join(str(c) for c in csvs)})")
     return 3 if (missing or unknown) else 0
+
+
+def _write_judge_gates(out: Path, df, rows: np.ndarray) -> list[Path]:
+    """The judge's gates as ``--gates FILE`` reads them with ``--predictions`` ({token: [[9 booleans]]}):
+    ``out/judge_gates.json``, or ``judge_gates_AGENT.json`` per agent when there are several."""
+    import json
+
+    from jaxdrive.atomic import write_text
+
+    names = list(df["agent"].unique())
+    paths = []
+    for name in names:
+        mine = (df["agent"] == name).to_numpy()
+        table = {t: [g.tolist()] for t, g in zip(df["token"][mine], rows[mine])}
+        paths.append(out / ("judge_gates.json" if len(names) == 1 else f"judge_gates_{_file_part(name)}.json"))
+        write_text(paths[-1], json.dumps(table))
+    return paths
 
 
 def _file_part(name: str) -> str:
