@@ -165,3 +165,21 @@ def test_several_named_agents_in_one_file_score_as_separate_runs(tmp_path, scene
     assert module._score_pairs._cache_size() - compiled <= 1
     assert both[both.agent == "last"].two_frame_extended_comfort.iloc[:3].notna().all()
     assert both[both.agent == "first"].two_frame_extended_comfort.iloc[:3].isna().all()
+
+
+def test_pairs_are_scored_without_padded_proposals(scenes, official, monkeypatch):
+    """Each scene's two rows [PDM-Closed, agent] go to the scorer as they are: PadSpec.fit rounds the proposals up to
+    8, and the scorer scored 6 padded proposals per scene (4x the kernel's time: 92 -> 22 ms a pair on the fixture)."""
+    from jaxdrive.scoring import predictions
+
+    specs = []
+
+    def spy(padded, spec):
+        specs.append(spec)
+        raise KeyboardInterrupt  # stop before the scorer: the shape is what is checked
+
+    monkeypatch.setattr(predictions, "batch_scenes", spy)
+    agent, _ = agent_predictions(official, 0)
+    with pytest.raises(KeyboardInterrupt):
+        score_predictions([scenes[t] for t in list(agent.poses)[:4]], agent)
+    assert specs[0].proposals == 2

@@ -197,6 +197,32 @@ def log_replay(scene: HostScene) -> HostScene:
     return dataclasses.replace(scene, agents=keep)
 
 
+class _Profile:
+    """Seconds per phase of a ``--predictions`` run, printed to stderr as ``profile PHASE S`` lines when
+    ``JAXDRIVE_PREDICTIONS_PROFILE`` is set (``benchmarks/predictions_speed.py --profile``)."""
+
+    def __init__(self):
+        import os
+        import time
+
+        self.on, self.clock, self.seconds = bool(os.environ.get("JAXDRIVE_PREDICTIONS_PROFILE")), time.perf_counter, {}
+        self.last = self.clock()
+
+    def __call__(self, phase: str) -> None:  # the time since the last call goes to ``phase``
+        now = self.clock()
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + now - self.last
+        self.last = now
+
+    def report(self) -> None:
+        import sys
+
+        for phase, s in self.seconds.items() if self.on else ():
+            print(f"profile {phase:<28} {s:8.2f} s", file=sys.stderr)
+
+
+PROFILE = _Profile()
+
+
 def _pair_scene(scene: HostScene, agent_states: np.ndarray) -> HostScene:
     reference = np.asarray(scene.extra["reference"]["states"], np.float64)
     states = np.stack([reference, agent_states])
@@ -301,17 +327,22 @@ def score_agents(scenes: list[HostScene], agents: dict[str, AgentPredictions], b
             raise ValueError(f"--scenes: scene {s.id!r} has no PDM-Closed reference (convert metric caches with "
                              "`jaxdrive scenes from-navsim`)")
     order = [(name, s) for name, group in per_agent.items() for s in group]
+    PROFILE("before scoring")
     egos = np.stack([s.history_states[-1] for _, s in order])
     t0 = np.array([_t0_us(s) for _, s in order], np.int64)
     states = simulate_trajectories(egos, np.stack([agents[name].poses[s.id] for name, s in order]), t0_us=t0)
+    PROFILE("simulate agents")
     pairs = [_pair_scene(s, a) for (_, s), a in zip(order, states)]
-    spec = PadSpec.fit(pairs)
+    spec = dataclasses.replace(PadSpec.fit(pairs), proposals=2)  # [PDM-Closed, agent]: no padded proposals to score
+    PROFILE("pair scenes (log replay)")
     rows = []
     for start in range(0, len(pairs), batch_size):
         part = pairs[start:start + batch_size]
         padded = part + [part[0]] * (batch_size - len(part))
         sc, pr, _ = batch_scenes(padded, spec)
+        PROFILE("pad + batch")
         out = jax.device_get(_score_pairs(sc, pr))
+        PROFILE("kernel (first: compile)" if start == 0 else "kernel")
         for b, s in enumerate(part):
             row = {"token": s.id}
             row.update({name: float(np.asarray(getattr(out, f))[b, 1]) for f, name in COLUMNS.items()})
@@ -346,6 +377,7 @@ def score_agents(scenes: list[HostScene], agents: dict[str, AgentPredictions], b
         df["start_point_x"], df["start_point_y"] = ego[:, 0], ego[:, 1]
         df["agent"] = name
         tables.append(df[NAVSIM_COLUMNS + EXTRA_COLUMNS + ["agent"]])
+    PROFILE("rows, EC, final score")
     return pd.concat(tables, ignore_index=True)
 
 
@@ -572,6 +604,7 @@ def run_predictions(args) -> int:
             raise ValueError(f"--gates {args.gates}: cannot read JSON ({e})") from None
         gates_per_row(gates, sorted({s.id for s in scenes}))  # bad gates stop before the scoring
     notes = []
+    PROFILE("read predictions + scenes")
     df = score_agents(scenes, agents, notes=notes)
     out = Path(args.out or "runs/predictions")
     out.mkdir(parents=True, exist_ok=True)
@@ -598,6 +631,8 @@ def run_predictions(args) -> int:
     if len(agents) > 1:
         print(f"plot: {plot_agents(df, out / 'agents.png')}")
     print(f"results: {out / 'predictions.parquet'} (NAVSIM's CSV: {', '.join(str(c) for c in csvs)})")
+    PROFILE("outputs")
+    PROFILE.report()
     return 3 if (missing or unknown) else 0
 
 
