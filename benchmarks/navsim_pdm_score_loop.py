@@ -51,7 +51,11 @@ class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def main() -> None:
-    fixtures = Path(sys.argv[1])  # shared/fixtures
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("fixtures", type=Path, help="the shared/fixtures folder (navsim_official and navsim_cache)")
+    fixtures = ap.parse_args().fixtures
     t_start = time.perf_counter()
     sys.meta_path.insert(0, _StandIns())
     from nuplan.planning.simulation.trajectory.trajectory_sampling import TrajectorySampling

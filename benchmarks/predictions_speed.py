@@ -115,9 +115,11 @@ def replicate(scenes: Path, out: Path, tokens: int, predictions: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--navsim-python", default=sys.executable)
-    ap.add_argument("--nuplan-git", type=Path, default=Path("/work/.mirror/motional+nuplan-devkit/repo"))
-    ap.add_argument("--skip-navsim", action="store_true")
+    ap.add_argument("--navsim-python", default=sys.executable,
+                    help="a Python with NAVSIM's scoring dependencies (default: this one)")
+    ap.add_argument("--nuplan-git", type=Path, default=Path("/work/.mirror/motional+nuplan-devkit/repo"),
+                    help="nuPlan-devkit git directory holding commit e924167")
+    ap.add_argument("--skip-navsim", action="store_true", help="leave NAVSIM's loop (and the ratios) out")
     ap.add_argument("--tokens", type=int, default=12146, help="navtest-sized run (0: skip)")
     ap.add_argument("--profile", action="store_true", help="the navtest-sized run's own breakdown")
     args = ap.parse_args()
