@@ -49,8 +49,10 @@ def _add_score(sub) -> None:
     src.add_argument("--proposals", type=Path, help="with --scenes: .npz of one [K, 41, 11] state array per scene id "
                      "(global frame), scored in row order instead of the files' proposals (no previous plans: EC is "
                      "NaN and EPDMS its /14 form)")
-    src.add_argument("--predictions", type=Path, help="with --scenes (converted metric caches): .npz or .parquet of "
-                     "token -> (8, 3) agent poses at 2 Hz; NAVSIM's official per-token evaluation and summary table")
+    src.add_argument("--predictions", action="append", metavar="[NAME=]FILE",
+                     help="with --scenes (converted metric caches): .npz or .parquet of token -> (8, 3) agent poses "
+                     "at 2 Hz (optional previous-frame poses; several named agents: parquet column agent, npz keys "
+                     "AGENT/TOKEN); repeatable; NAVSIM's official per-token evaluation, its CSV and summary table")
     src.add_argument("--allow-offset-start", action="store_true",
                      help="score proposals whose first state is not the ego's current state (beyond 50 m or "
                           "pi/2 rad; refused by default), with a note on stderr naming each such scene")

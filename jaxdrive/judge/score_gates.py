@@ -92,3 +92,28 @@ def gates_from_judge(spec: str, source, out: Path | None, *, pad=None, batch_siz
         Path(out).mkdir(parents=True, exist_ok=True)
         atomic.write_text(Path(out) / "judge_gates.json", json.dumps(table))
     return table
+
+
+def judge_gates_of_proposals(spec: str, scenes, proposals, *, batch_size: int = 8,
+                             progress: bool = True) -> np.ndarray:
+    """bool [N, 9] EPDMS gates decided by the judge of ``spec`` (``parse_spec``) for one proposal per scene:
+    ``proposals[i]`` of ``scenes[i]`` (e.g. a planner's trajectory of ``jaxdrive score --predictions``, judged beside
+    PDM-Closed, its EP normaliser). Scenes of different tokens share each judge batch (padded to ``batch_size`` with
+    the first, all to one ``PadSpec``: one compile)."""
+    from jaxdrive.judge.policy import DriveJudge
+    from jaxdrive.scene import PadSpec
+
+    path, describe, size = parse_spec(spec)
+    scenes, proposals = list(scenes), [int(k) for k in proposals]
+    if not scenes:
+        return np.zeros((0, 9), bool)
+    judge = DriveJudge.from_pretrained(path, bev=BevConfig(size=size), describe=describe, batch_size=batch_size,
+                                       pad=PadSpec.fit(scenes))
+    rows = []
+    bar = tqdm(range(0, len(scenes), batch_size), desc="judge gates", disable=not progress)
+    for start in noting_first_compile(bar, bar, "the judge"):
+        idx = list(range(start, min(start + batch_size, len(scenes))))
+        padded = idx + idx[:1] * (batch_size - len(idx))
+        out = judge.score([scenes[i] for i in padded], [proposals[i] for i in padded])
+        rows.append(np.asarray(out.gates[:len(idx)]))
+    return np.asarray(expand_gates(np.concatenate(rows))).astype(bool)

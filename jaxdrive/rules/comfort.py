@@ -184,13 +184,20 @@ def _ec_features(seq: Float[Array, "*b T 11"], f: _Filters) -> tuple[Float[Array
 
 
 def extended_comfort_rms(states: Float[Array, "K 41 11"], previous: Float[Array, "K 41 11"], *,
-                         precision: str = "float64") -> Float[Array, "K 4"]:
+                         precision: str = "float64", shift: int = EC_SHIFT) -> Float[Array, "K 4"]:
     """RMS differences (acceleration m/s^2, jerk m/s^3, yaw rate rad/s, yaw acceleration rad/s^2) between the
-    features of ``states[:, 0:36]`` and ``previous[:, 5:41]`` (both t0 .. t0 + 3.5 s), in the compute dtype."""
-    f = _filters(EC_OVERLAP, yaw_accel_order=2)
+    features of ``states[:, 0:36]`` and ``previous[:, 5:41]`` (both t0 .. t0 + 3.5 s), in the compute dtype.
+
+    ``shift`` (static, 1 .. 40): the previous frame's start in 0.1 s steps before this one; NAVSIM's
+    ``SceneAggregator`` compares ``states[:, :-shift]`` with ``previous[:, shift:]`` (its
+    ``round(Δstart / 0.1)``: 5 for log frames 0.5 s apart)."""
+    if not 0 < shift < states.shape[1]:
+        raise ValueError(f"extended_comfort_rms: shift: expected 1 .. {states.shape[1] - 1} steps, got {shift}")
+    overlap = states.shape[1] - shift
+    f = _filters(overlap, yaw_accel_order=2)
     with _compute_dtype(precision) as dtype:
-        cur = _ec_features(states[:, :EC_OVERLAP].astype(dtype), f)
-        prev = _ec_features(previous[:, EC_SHIFT:EC_SHIFT + EC_OVERLAP].astype(dtype), f)
+        cur = _ec_features(states[:, :overlap].astype(dtype), f)
+        prev = _ec_features(previous[:, shift:].astype(dtype), f)
         rms = jnp.stack([jnp.sqrt(jnp.mean((a - b) ** 2, axis=-1)) for a, b in zip(cur, prev)], axis=-1)
     return rms
 
