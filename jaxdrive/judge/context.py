@@ -243,9 +243,60 @@ def _dist(x: float) -> str:
     return f"{x:.0f} m"
 
 
+# Qualitative cues at fixed physical thresholds (none fitted to labels): NAVSIM's history-comfort bounds for the
+# plan's longitudinal acceleration, deceleration and jerk (PDM's comfort metric), and round kinematic limits for the rest.
+HARD_BRAKE = -4.05  # m/s^2, NAVSIM's max longitudinal deceleration
+HARD_ACCEL = 2.40  # m/s^2, NAVSIM's max longitudinal acceleration
+JERKY = 4.13  # m/s^3, NAVSIM's max longitudinal jerk
+LEAD_BRAKES = -2.0  # m/s^2: the lead decelerates noticeably
+LEAVES_LANE = 1.0  # m off the centre line: the plan's footprint reaches into the next lane
+CHANGES_LANE = 2.5  # m off the centre line at the end: the plan ends in another lane
+CLOSE_GAP = 5.0  # m between the plan's front and the lead's rear
+NEAR = 30.0  # m ahead: an object near enough to act on within the 4 s horizon at urban speeds
+
+
+def cues(sf: SceneFacts, pf: PlanFacts) -> list[str]:
+    """Short words for what the plan does and what in the scene could cause it (thresholds above)."""
+    plan = []
+    if pf.min_accel < HARD_BRAKE:
+        plan.append("brakes hard")
+    if pf.max_accel > HARD_ACCEL:
+        plan.append("accelerates hard")
+    if pf.max_jerk > JERKY:
+        plan.append("jerky")
+    if pf.stops_at < NONE:
+        plan.append("stops")
+    if pf.weaves >= 2:
+        plan.append("weaves")
+    end = pf.offsets[-1]
+    if abs(end) > CHANGES_LANE:
+        plan.append(f"ends in the lane {'left' if end > 0 else 'right'}")
+    elif max(pf.max_left, pf.max_right) > LEAVES_LANE:
+        plan.append(f"leaves its lane {'left' if pf.max_left >= pf.max_right else 'right'}")
+    if pf.off_route:
+        plan.append("leaves the route")
+    if pf.lead_gap_min < CLOSE_GAP:
+        plan.append("closes on the lead")
+    scene = []
+    if sf.blocker < NEAR:
+        scene.append("lane blocked near")
+    elif sf.blocker < NONE:
+        scene.append("lane blocked far")
+    if sf.lead_gap < NONE and sf.lead_min_accel < LEAD_BRAKES:
+        scene.append("lead brakes")
+    if sf.cut_in < NONE:
+        scene.append("cut-in")
+    if sf.pedestrian < NONE:
+        scene.append("pedestrian near the road" if sf.pedestrian < NEAR else "pedestrian far")
+    if sf.red_now or sf.red_later:
+        scene.append("red light")
+    return [", ".join(plan) or "steady", ", ".join(scene) or "no cause"]
+
+
 def describe_facts(sf: SceneFacts, pf: PlanFacts) -> str:
     """The context and the plan's manoeuvre in words, e.g. ``Lead 21 m ahead at 5.1 m/s, slows to 0.4 m/s (-3.4
-    m/s2). Stopped object in lane 35 m ahead 1.1 m left. ...``"""
+    m/s2). Stopped object in lane 35 m ahead 1.1 m left. ... Cues: plan brakes hard, stops; scene lead brakes.``
+    (the numbers, then ``cues``)."""
     parts = []
     if sf.lead_gap < NONE:
         lead = f"Lead {_dist(sf.lead_gap)} ahead at {sf.lead_speed:.1f} m/s"
@@ -271,6 +322,8 @@ def describe_facts(sf: SceneFacts, pf: PlanFacts) -> str:
                  + (f"stops at {pf.stops_at:.1f} s, " if pf.stops_at < NONE else "")
                  + (f"off route {pf.off_route}, " if pf.off_route else "")
                  + (f"lead gap {pf.lead_gap_min:.0f} m." if pf.lead_gap_min < NONE else "no lead gap."))
+    plan, scene = cues(sf, pf)
+    parts.append(f"Cues: plan {plan}; scene {scene}.")
     return " ".join(parts)
 
 
