@@ -245,3 +245,24 @@ def test_scenes_and_labels_go_together(given, source, tmp_path, capsys):
     assert f"--{given} needs {missing}" in lines[0], lines[0]
     assert not (tmp_path / "out").exists()
 
+
+def test_labels_not_utf8_is_one_line_exit_2(source, tmp_path, capsys):
+    """A line that is not UTF-8 text (was a UnicodeDecodeError traceback, exit 1)."""
+    rows = [json.dumps(r).encode() for r in _labels()]
+    rows[2] = b'{"scene_id": "dj_scene_0000", "proposal": 2, "label": 0, "note": "\xff"}'
+    labels = tmp_path / "labels.jsonl"
+    labels.write_bytes(b"\n".join(rows) + b"\n")
+    assert main(_data_argv(source / "scenes", labels, tmp_path / "out")) == EXIT_USAGE
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and re.search(r"labels\.jsonl:3: not UTF-8", lines[0]), lines
+
+
+def test_labels_split_at_newlines_only(tmp_path):
+    """A JSON string may hold U+2028 / U+2029 / U+0085 unescaped; the label file's lines end at newlines only."""
+    from jaxdrive.judge.labelled import read_labels
+
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text('{"scene_id": "s", "proposal": 0, "label": 1, "note": "a\u2028b\u0085c"}\n'
+                      '{"scene_id": "s", "proposal": 1, "label": 0}\n', encoding="utf-8")
+    assert read_labels(labels, {"s": 2}) == {("s", 0): {"label": 1, "challenging": False},
+                                            ("s", 1): {"label": 0, "challenging": False}}

@@ -74,15 +74,19 @@ def read_labels(path: str | Path, num_proposals: dict[str, int]) -> dict[tuple[s
     a duplicate (with the first line), a label that is not 0 / 1, a missing field or a line that is not JSON."""
     path = Path(path)
     try:
-        lines = path.read_text().splitlines()
+        lines = path.read_bytes().splitlines()  # bytes: str.splitlines would also split at U+2028 etc. in a string
     except OSError as e:
         raise LabelError(f"--labels {path}: cannot read ({e.strerror})") from None
     out: dict[tuple[str, int], dict] = {}
     first_line: dict[tuple[str, int], int] = {}
-    for n, line in enumerate(lines, 1):
+    for n, raw in enumerate(lines, 1):
+        where = f"--labels {path}:{n}"
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise LabelError(f"{where}: not UTF-8 text ({e.reason} at byte {e.start})") from None
         if not line.strip():
             continue
-        where = f"--labels {path}:{n}"
         try:
             item = json.loads(line)
         except ValueError as e:
