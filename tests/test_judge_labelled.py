@@ -266,3 +266,26 @@ def test_labels_split_at_newlines_only(tmp_path):
                       '{"scene_id": "s", "proposal": 1, "label": 0}\n', encoding="utf-8")
     assert read_labels(labels, {"s": 2}) == {("s", 0): {"label": 1, "challenging": False},
                                             ("s", 1): {"label": 0, "challenging": False}}
+
+
+@pytest.mark.parametrize("only", [0, 1])
+def test_baselines_on_a_one_class_training_split(only, built, tmp_path):
+    """A hand-made set whose training labels are all one class: the context baselines keep every rule on (EPDMS)
+    and the trees score that class, each note saying why (was: ValueError 'All-NaN slice encountered', exit 1, from
+    the constant baseline; trees' predict_proba[:, 1] of a one-class fit, ~0 for 'all reasonable')."""
+    import pyarrow.parquet as pq
+
+    data = tmp_path / "data"
+    shutil.copytree(built, data, ignore=shutil.ignore_patterns("baselines", "judge"))
+    rows = _records(data)
+    (data / "records.jsonl").write_text("".join(
+        json.dumps(dict(r, label=only) if r["split"] == "train" else r) + "\n" for r in rows))
+    assert main(["judge", "baselines", "--data", str(data)]) == 0
+    out = data / "baselines"
+    score = {m: np.array(pq.read_table(out / f"test_dqc_{m}.parquet").to_pydict()["score"])
+             for m in ("epdms", "constant", "fixed_gates", "trees")}
+    np.testing.assert_allclose(score["constant"], score["epdms"], atol=1e-6)
+    np.testing.assert_allclose(score["fixed_gates"], score["epdms"], atol=1e-6)
+    np.testing.assert_array_equal(score["trees"], np.full(len(score["trees"]), float(only)))
+    notes = json.loads((out / "test_baselines.json").read_text())
+    assert all(f"only label {only}" in note for note in notes.values()), notes
