@@ -289,3 +289,32 @@ def test_baselines_on_a_one_class_training_split(only, built, tmp_path):
     np.testing.assert_array_equal(score["trees"], np.full(len(score["trees"]), float(only)))
     notes = json.loads((out / "test_baselines.json").read_text())
     assert all(f"only label {only}" in note for note in notes.values()), notes
+
+
+@pytest.mark.parametrize("layout", ["scenes in out/scenes", "out is scenes", "out inside scenes",
+                                    "labels in out/scenes", "labels is out/meta.json"])
+def test_out_never_removes_an_input(layout, tmp_path, capsys):
+    """``--scenes D/scenes --out D`` removed the user's scene files (out/scenes is replaced) and then failed,
+    FileNotFoundError, exit 1; an --out inside --scenes is read back as input by the next run. Each is one line,
+    exit 2, and every input is still there."""
+    from jaxdrive.judge.labelled import check_out
+
+    d = tmp_path / "d"
+    scenes = {"scenes in out/scenes": d / "scenes", "out is scenes": d, "out inside scenes": d,
+              "labels in out/scenes": d / "raw", "labels is out/meta.json": d / "raw"}[layout]
+    out = d / "set" if layout == "out inside scenes" else d
+    labels = {"labels in out/scenes": d / "scenes" / "labels.jsonl",
+              "labels is out/meta.json": d / "meta.json"}.get(layout, d / "labels.jsonl")
+    scenes.mkdir(parents=True, exist_ok=True)
+    labels.parent.mkdir(parents=True, exist_ok=True)
+    for sid in SCENES[:2]:
+        shutil.copyfile(FIXTURE / "scenes" / f"{sid}.json", scenes / f"{sid}.json")
+    _write_labels(labels, [r for r in _labels() if r["scene_id"] in SCENES[:2]])
+    before = sorted(p for p in d.rglob("*") if p.is_file())
+    argv = _data_argv(scenes, labels, out)
+    argv[argv.index("--test-scenes") + 1] = "1"
+    assert main(argv) == EXIT_USAGE
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "--out" in lines[0] and "would remove" in lines[0], lines
+    assert sorted(p for p in d.rglob("*") if p.is_file()) == before
+    check_out(d, d / "raw", d / "labels.jsonl")  # scenes and labels beside the set's folders: fine
