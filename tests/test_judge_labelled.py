@@ -318,3 +318,21 @@ def test_out_never_removes_an_input(layout, tmp_path, capsys):
     assert len(lines) == 1 and "--out" in lines[0] and "would remove" in lines[0], lines
     assert sorted(p for p in d.rglob("*") if p.is_file()) == before
     check_out(d, d / "raw", d / "labels.jsonl")  # scenes and labels beside the set's folders: fine
+
+
+def test_trees_with_a_feature_without_training_values(built, tmp_path):
+    """EC undefined (null) on every training record: the trees leave that feature out (sklearn's binning failed on
+    an all-NaN column, ValueError 'window shape cannot be larger than input array shape', exit 1; it also broke
+    ``judge baselines`` on tests/test_judge_bad_inputs.py's two-record set)."""
+    import pyarrow.parquet as pq
+
+    data = tmp_path / "data"
+    shutil.copytree(built, data, ignore=shutil.ignore_patterns("baselines", "judge"))
+    rows = _records(data)
+    (data / "records.jsonl").write_text("".join(
+        json.dumps(dict(r, subscores=dict(r["subscores"], ec=None)) if r["split"] == "train" else r) + "\n"
+        for r in rows))
+    assert main(["judge", "baselines", "--data", str(data)]) == 0
+    assert np.isfinite(pq.read_table(data / "baselines" / "test_dqc_trees.parquet").to_pydict()["score"]).all()
+    assert "(1 without a value in training left out)" in json.loads(
+        (data / "baselines" / "test_baselines.json").read_text())["trees"]

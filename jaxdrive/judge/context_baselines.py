@@ -104,11 +104,16 @@ def tree_scores(root: Path, train: list[Record], test: list[Record], seed: int =
     _, x_test = feature_matrix(root, test)
     if (why := _one_class(train)) is not None:  # (the classifier fits one class, and predict_proba[:, 1] is ~0)
         return np.full(len(test), float(train[0].label)), f"P(reasonable) = {train[0].label} for every record: {why}"
+    # a feature without a value in training (EC undefined on every record, a fact no scene has) tells nothing, and
+    # sklearn's binning fails on it ("window shape cannot be larger than input array shape")
+    known = ~np.isnan(x_train).all(axis=0)
+    x_train, x_test = x_train[:, known], x_test[:, known]
     model = HistGradientBoostingClassifier(max_iter=300, learning_rate=0.05, max_leaf_nodes=15, min_samples_leaf=10,
                                            random_state=seed)
     model.fit(x_train, np.array([r.label for r in train]))
     return (model.predict_proba(x_test)[:, 1].astype(np.float64),
-            f"gradient-boosted trees on {x_train.shape[1]} sub-score and context features, {len(train)} records")
+            f"gradient-boosted trees on {x_train.shape[1]} sub-score and context features ({int((~known).sum())} "
+            f"without a value in training left out), {len(train)} records")
 
 
 def context_baseline_scores(root: Path, train: list[Record], test: list[Record]) -> dict[str, tuple[np.ndarray, str]]:
