@@ -148,7 +148,8 @@ def test_thresholds_are_fitted_on_the_training_split_only(built, source, tmp_pat
     assert meta2["test_scenes"] == meta["test_scenes"]
     assert meta2["thresholds"] == meta["thresholds"] and meta2["threshold_fit"] == meta["threshold_fit"]
     changed = [r for r in _records(out) if r["id"] == f"{test_scene}_p02"]
-    assert changed and changed[0]["label"] == 1 - next(r["label"] for r in _records(built) if r["id"] == changed[0]["id"])
+    before = next(r["label"] for r in _records(built) if r["id"] == f"{test_scene}_p02")
+    assert changed and changed[0]["label"] == 1 - before
 
 
 def test_pairs_compare_a_reasonable_and_an_unreasonable_proposal_of_one_scene(built):
