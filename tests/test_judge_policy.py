@@ -12,6 +12,7 @@ import pytest
 
 from jaxdrive.cli import EXIT_USAGE, main
 from jaxdrive.data.scene_json import read_scene
+from jaxdrive.errors import UserInputError
 from jaxdrive.judge import prompt as P
 from jaxdrive.judge import recipes
 from jaxdrive.judge.dataset import Record, read_records
@@ -460,7 +461,7 @@ def test_judge_run_defaults_to_the_recorded_training_settings(judge_dir, tmp_pat
 
     def fake(cls, path, **kw):
         seen.append(kw)
-        raise ValueError("stop after loading")
+        raise UserInputError("stop after loading")  # exit 2: stopped here (a bare ValueError is exit 1)
 
     monkeypatch.setattr(DriveJudge, "from_pretrained", classmethod(fake))
     data = _eval_data(tmp_path / "data", image_size=32, thresholds=RECORDED["thresholds"])
@@ -492,7 +493,7 @@ def test_direct_baseline_defaults_to_the_recorded_training_settings(judge_dir, t
 
     def messages(scene, proposal, **kw):  # the prompt the model would see; stop there
         seen.append((kw["describe"], kw["broken"]))
-        raise ValueError("stop at the prompt")
+        raise UserInputError("stop at the prompt")  # exit 2: stopped here (a bare ValueError is exit 1)
 
     monkeypatch.setattr(P, "messages", messages)
     data = _eval_data(tmp_path / "data", image_size=32, thresholds=RECORDED["thresholds"])

@@ -10,7 +10,10 @@
   sub-scores and the scene-context facts the judge's text states (``context.context_features``), predicting the
   label directly; score = P(reasonable).
 
-Each returns the test records' scores [N] and a short note of what was fitted (written beside the predictions).
+Each returns the test records' scores [N] and a short note of what was fitted (written beside the predictions). A
+training split of one class (a hand-made set: ``labelled`` sets are checked for both) has no AUC to choose by and
+nothing to separate: ``constant`` and ``fixed_gates`` then keep every rule on (EPDMS), ``trees`` scores that class,
+and each note says so.
 """
 from __future__ import annotations
 
@@ -41,8 +44,17 @@ def _challenging(records: list[Record]) -> np.ndarray:
     return np.array([one(r) for r in records], bool)
 
 
+def _one_class(train: list[Record]) -> str | None:
+    """The note's words when the training labels are of one class, else None."""
+    got = {r.label for r in train}
+    return None if len(got) == 2 else f"the training split has only label {got.pop()} (no AUC to fit by)"
+
+
 def constant_scores(train: list[Record], test: list[Record]) -> tuple[np.ndarray, str]:
     labels = np.array([r.label for r in train])
+    if (why := _one_class(train)) is not None:
+        return (np.asarray(expected_score(subscores_of(test), np.ones((len(test), 7), np.float32)), np.float64),
+                f"every gate p = 1.0 (EPDMS): {why}")
     sub = subscores_of(train)
     aucs = [_auc(labels, np.asarray(expected_score(sub, np.full((len(train), 7), c, np.float32))))
             for c in CONSTANT_GRID]
@@ -53,6 +65,11 @@ def constant_scores(train: list[Record], test: list[Record]) -> tuple[np.ndarray
 
 def fixed_gate_scores(train: list[Record], test: list[Record]) -> tuple[np.ndarray, str]:
     labels = np.array([r.label for r in train])
+    if (why := _one_class(train)) is not None:
+        all_on = len(COMBINATIONS) - 1
+        assert COMBINATIONS[all_on].all()
+        return (np.asarray(combination_scores(subscores_of(test)))[:, all_on].astype(np.float64),
+                f"rules on: {','.join(RULE_LABELS)} (EPDMS): {why}")
     hard = _challenging(train)
     combos = np.asarray(combination_scores(subscores_of(train)))  # [N, 128]
     key = [(_auc(labels[hard], combos[hard, j]), _auc(labels, combos[:, j])) for j in range(len(COMBINATIONS))]
@@ -85,11 +102,18 @@ def tree_scores(root: Path, train: list[Record], test: list[Record], seed: int =
 
     _, x_train = feature_matrix(root, train)
     _, x_test = feature_matrix(root, test)
+    if (why := _one_class(train)) is not None:  # (the classifier fits one class, and predict_proba[:, 1] is ~0)
+        return np.full(len(test), float(train[0].label)), f"P(reasonable) = {train[0].label} for every record: {why}"
+    # a feature without a value in training (EC undefined on every record, a fact no scene has) tells nothing, and
+    # sklearn's binning fails on it ("window shape cannot be larger than input array shape")
+    known = ~np.isnan(x_train).all(axis=0)
+    x_train, x_test = x_train[:, known], x_test[:, known]
     model = HistGradientBoostingClassifier(max_iter=300, learning_rate=0.05, max_leaf_nodes=15, min_samples_leaf=10,
                                            random_state=seed)
     model.fit(x_train, np.array([r.label for r in train]))
     return (model.predict_proba(x_test)[:, 1].astype(np.float64),
-            f"gradient-boosted trees on {x_train.shape[1]} sub-score and context features, {len(train)} records")
+            f"gradient-boosted trees on {x_train.shape[1]} sub-score and context features ({int((~known).sum())} "
+            f"without a value in training left out), {len(train)} records")
 
 
 def context_baseline_scores(root: Path, train: list[Record], test: list[Record]) -> dict[str, tuple[np.ndarray, str]]:

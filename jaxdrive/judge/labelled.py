@@ -46,6 +46,24 @@ class LabelError(UserInputError):
     """A label file that does not fit its scenes; the message names the file, the line and the field."""
 
 
+REPLACED = ("scenes", "images", "baselines", "judge")  # the folders of --out a run removes and writes anew
+WRITTEN = ("records.jsonl", "pairs.jsonl", "meta.json")  # and its files
+
+
+def check_out(out: str | Path, scenes_dir: str | Path, labels_path: str | Path) -> None:
+    """A ``LabelError`` when writing the set to ``out`` would remove or replace an input: ``--scenes`` inside a
+    folder the run replaces (``out/scenes`` ...) or ``out`` inside ``--scenes`` (or the same folder; a set there
+    also holds copies of the scenes, read back as input by the next run), ``--labels`` one of the set's files."""
+    o, s, lab = (Path(p).resolve() for p in (out, scenes_dir, labels_path))
+    if o.is_relative_to(s) or any(s.is_relative_to(o / sub) for sub in REPLACED):
+        raise LabelError(f"--out {out}: writing the set there would remove or re-read the scene files of --scenes "
+                         f"{scenes_dir}; choose an --out outside --scenes (and --scenes outside --out's "
+                         f"{', '.join(REPLACED)})")
+    if any(lab.is_relative_to(o / sub) for sub in REPLACED) or lab in [o / f for f in WRITTEN]:
+        raise LabelError(f"--out {out}: writing the set there would remove or replace --labels {labels_path}; "
+                         "choose another --out")
+
+
 def find_scenes(root: str | Path) -> dict[str, Path]:
     """scene id -> file, for every ``*.json`` scene under ``root`` (ids read from the files; a repeated id is an
     error naming both files)."""
@@ -74,15 +92,19 @@ def read_labels(path: str | Path, num_proposals: dict[str, int]) -> dict[tuple[s
     a duplicate (with the first line), a label that is not 0 / 1, a missing field or a line that is not JSON."""
     path = Path(path)
     try:
-        lines = path.read_text().splitlines()
+        lines = path.read_bytes().splitlines()  # bytes: str.splitlines would also split at U+2028 etc. in a string
     except OSError as e:
         raise LabelError(f"--labels {path}: cannot read ({e.strerror})") from None
     out: dict[tuple[str, int], dict] = {}
     first_line: dict[tuple[str, int], int] = {}
-    for n, line in enumerate(lines, 1):
+    for n, raw in enumerate(lines, 1):
+        where = f"--labels {path}:{n}"
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise LabelError(f"{where}: not UTF-8 text ({e.reason} at byte {e.start})") from None
         if not line.strip():
             continue
-        where = f"--labels {path}:{n}"
         try:
             item = json.loads(line)
         except ValueError as e:
@@ -150,6 +172,7 @@ def build_labelled_dataset(out: str | Path, scenes_dir: str | Path, labels_path:
                            batch_size: int = 8, progress: bool = True) -> dict:
     """Writes the data set to ``out`` (module docstring); returns its meta dict. Labels and split are checked before
     anything is written; ``records.jsonl`` is written last (atomically), so an interrupted run leaves no set."""
+    check_out(out, scenes_dir, labels_path)
     files = find_scenes(scenes_dir)
     scenes = {sid: read_scene(path) for sid, path in files.items()}
     labels = read_labels(labels_path, {sid: s.num_proposals for sid, s in scenes.items()})
@@ -159,7 +182,7 @@ def build_labelled_dataset(out: str | Path, scenes_dir: str | Path, labels_path:
     check_classes(labels, split_of)
     out = Path(out)
     (out / "records.jsonl").unlink(missing_ok=True)
-    for sub in ("scenes", "images", "baselines", "judge"):
+    for sub in REPLACED:
         shutil.rmtree(out / sub, ignore_errors=True)
         (out / sub).mkdir(parents=True, exist_ok=True) if sub in ("scenes", "images") else None
     spec = PadSpec.fit([scenes[s] for s in labelled_ids])  # one padded shape for the whole set: one compile
