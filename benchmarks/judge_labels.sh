@@ -7,15 +7,16 @@
 # BEV-only judge, and the table of benchmarks/judge_labels_table.py. Each stage is skipped when its output exists, so
 # a rerun continues an interrupted one. Wall time of each stage goes to OUT/times.txt.
 # Usage: benchmarks/judge_labels.sh OUT [LABELLED_DIR]
-#   SFT_STEPS (300) GRPO_STEPS (60) TEST_SCENES (64) SEED (0) IMAGE_SIZE (64)
-#   EXTRA="bev direct": also the BEV-only judge and the VLM direct-score baseline (each another SFT run)
+#   SFT_STEPS (600) GRPO_STEPS (60) TEST_SCENES (64) SEED (0) IMAGE_SIZE (64)
+#   EXTRA="bev direct": also the BEV-only judge and the VLM direct-score baseline (each another SFT run;
+#   DIRECT_STEPS (300) steps for the latter)
 # On a pod: the same stages with model.path set to a Qwen2.5-VL / Qwen3-VL directory and configs/judge_sft.py /
 # configs/judge_grpo.py (data.describe=True), e.g. launch/slurm.sh jaxdrive train sft --config configs/judge_sft.py ...
 set -euo pipefail
 OUT=${1:?output directory}
 LABELLED=${2:-$(cd "$(dirname "$0")/../.." && pwd)/shared/fixtures/drivejudge_labels}
-SFT_STEPS=${SFT_STEPS:-300}; GRPO_STEPS=${GRPO_STEPS:-60}; TEST_SCENES=${TEST_SCENES:-64}; SEED=${SEED:-0}
-IMAGE_SIZE=${IMAGE_SIZE:-64}; EXTRA=${EXTRA:-}
+SFT_STEPS=${SFT_STEPS:-600}; GRPO_STEPS=${GRPO_STEPS:-60}; TEST_SCENES=${TEST_SCENES:-64}; SEED=${SEED:-0}
+IMAGE_SIZE=${IMAGE_SIZE:-64}; EXTRA=${EXTRA:-}; DIRECT_STEPS=${DIRECT_STEPS:-300}
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 stage() {  # stage NAME DONE_FILE COMMAND...: runs COMMAND unless DONE_FILE exists, timing it
@@ -42,7 +43,7 @@ if [[ " $EXTRA " == *" bev "* ]]; then
 fi
 if [[ " $EXTRA " == *" direct "* ]]; then
   stage direct "$OUT/direct/config.json" jaxdrive train sft --config configs/judge_direct_sft_tiny.py \
-    model.path="$OUT/tiny" data.path="$D" data.describe=True data.max_len=640 steps="$SFT_STEPS" progress=False \
+    model.path="$OUT/tiny" data.path="$D" data.describe=True data.max_len=640 steps="$DIRECT_STEPS" progress=False \
     export_dir="$OUT/direct"
   DIRECT=(--direct-model "$OUT/direct")
 fi

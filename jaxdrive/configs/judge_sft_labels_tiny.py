@@ -13,5 +13,6 @@ def get_config():
     c = sibling_config(__file__, "judge_sft_tiny")
     c.data.describe = True
     c.data.balance = True
+    c.steps = 600  # held-out validation inside the training scenes: 300 steps 76.84, 600 steps 78.07 challenging AUC
     c.data.max_len = 640  # ~520 tokens with the tiny judge's tokenizer, the description and the rule checks
     return c
