@@ -19,6 +19,11 @@ copy whose leaves differ from what ``pad_scene`` makes now for the store's first
 ``needs.npy`` beside the leaves holds each scene's broad-phase needs (``broadphase.device.scene_needs``, with the
 fingerprint of the code that measured them in ``index.json``): a run sizes its capacities from all its batches
 without scanning any; with another fingerprint they are ignored (the run scans as for other sources).
+
+Checksums (``zlib.crc32``): ``records.crc32.npy`` holds one per serialised record (``SceneStore.record`` checks it),
+``padded/crc32.npy`` one per scene and leaf of the padded copy (``PaddedStore.checked_batch`` checks the rows it
+copies). A mismatch or an unreadable record is a ``StoreDamage`` naming the file and the scenes it holds; the run
+names those scenes in errors.jsonl and scores the rest. Stores written before hold none: read unverified (a note).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import dataclasses
 import json
 import os
 import shutil
+import zlib
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -44,6 +50,14 @@ STORE_NAME = "jaxdrive_scenes"
 STORE_VERSION = "1.0.0"
 STORE_META = "jaxdrive_store.json"
 SCENES_PER_SHARD = 4096
+RECORD_CRC = "records.crc32.npy"  # zlib.crc32 of each serialised record, in stored order (uint32 [N])
+CHECKSUM_NOTE = ("written without checksums (by a jaxdrive before they were kept): its {what} read unverified; "
+                 "{fix} adds them")
+
+
+class StoreDamage(Exception):
+    """A store's bytes differ from those written (a checksum mismatch) or cannot be read (a truncated file); the
+    message names the file and the scenes it holds."""
 
 
 def is_store(path: str | os.PathLike) -> bool:
@@ -207,14 +221,19 @@ def _write_store(scenes: Iterable[HostScene], out: Path, progress: bool, padded:
                                                          for k in fit.__dataclass_fields__})
             yield scene_example(scene)
 
+    crc: list[int] = []
     try:
         written = write_tfds(out, name=STORE_NAME, version=STORE_VERSION, features=_features(),
                              splits={"train": examples()}, description="jaxdrive ego-centred EPDMS scenes",
-                             module_name=__name__, records_per_shard=SCENES_PER_SHARD, progress=progress)["train"]
+                             module_name=__name__, records_per_shard=SCENES_PER_SHARD, progress=progress,
+                             record_crc32=crc)["train"]
     except EmptySplitError:
         raise UserInputError("scenes convert: no scene to write") from None
+    with atomic.replacing(out / RECORD_CRC) as tmp, open(tmp, "wb") as f:
+        np.save(f, np.asarray(crc, np.uint32))
     meta = {"format": "jaxdrive-scene-store/1", "scenes": written["examples"], "sha256": written["sha256"],
-            "max_sizes": {k: getattr(sizes, k) for k in sizes.__dataclass_fields__}, "with_proposals": with_proposals}
+            "max_sizes": {k: getattr(sizes, k) for k in sizes.__dataclass_fields__}, "with_proposals": with_proposals,
+            "checksums": {"algorithm": "crc32", "records": RECORD_CRC}}
     atomic.write_text(out / STORE_META, json.dumps(meta, indent=1))
     if padded:
         write_padded(out)
@@ -227,6 +246,11 @@ PADDED_INDEX = "index.json"
 # True for a second-stage scene, and ``PaddedStore.open`` compares only scene 0 with a fresh padding: it is stale.
 PADDED_VERSION = 2
 NEEDS_FILE = "needs.npy"  # broad-phase needs of each scene (scene_needs): a run's capacities without a prescan
+PADDED_CRC = "crc32.npy"  # zlib.crc32 of each scene's row of each leaf (uint32 [N, leaves], leaves sorted by name)
+
+
+def _row_crc(row: np.ndarray) -> int:
+    return zlib.crc32(np.ascontiguousarray(row).view(np.uint8))
 
 
 def _flatten(tree: dict, prefix: str) -> dict[str, np.ndarray]:
@@ -269,9 +293,14 @@ def write_padded(path: str | os.PathLike) -> bool:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     files: dict[str, np.ndarray] = {}
-    ids, names, counts = [], [], []
+    ids, names, counts, crc = [], [], [], []
     for i in range(n):
-        scene = store[i]
+        try:
+            scene = store[i]
+        except StoreDamage as e:  # a padded copy is written from intact records only
+            del files
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise UserInputError(f"{store.path}: {e}") from None
         if scene.num_proposals < 1:
             del files
             shutil.rmtree(tmp, ignore_errors=True)
@@ -283,6 +312,7 @@ def write_padded(path: str | os.PathLike) -> bool:
                      for k, v in leaves.items()}
         for k, v in leaves.items():
             files[k][i] = v
+        crc.append([_row_crc(files[k][i]) for k in sorted(files)])
         ids.append(scene.id)
         names.append(list(scene.proposal_names))
         counts.append(scene.num_proposals)
@@ -291,9 +321,12 @@ def write_padded(path: str | os.PathLike) -> bool:
     from jaxdrive.broadphase.device import needs_fingerprint
 
     np.save(tmp / NEEDS_FILE, _scene_needs(files, n))
+    np.save(tmp / PADDED_CRC, np.asarray(crc, np.uint32))
+    leaves = sorted(files)
     del files
     index = {"version": PADDED_VERSION, "scenes": n, "sha256": store.meta["sha256"], "pad": dataclasses.asdict(pad),
-             "ids": ids, "names": names, "counts": counts, "needs": needs_fingerprint()}
+             "ids": ids, "names": names, "counts": counts, "needs": needs_fingerprint(),
+             "checksums": {"algorithm": "crc32", "file": PADDED_CRC, "leaves": leaves}}
     (tmp / PADDED_INDEX).write_text(json.dumps(index))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
@@ -309,6 +342,11 @@ def refresh_store(path: str | os.PathLike, flag: str = "--scenes") -> str:
 
     store = SceneStore(path, flag)
     copy = PaddedStore.open(store)
+    if copy is not None and copy.crc is None:  # written before checksums were kept: rewritten with them
+        if not write_padded(store.path):
+            return f"{store.path}: its scenes have no proposals (scored with --proposals): no padded copy to write"
+        return (f"{store.path}: rewrote the padded copy (with checksums) and the broad-phase needs of its "
+                f"{len(store)} scenes")
     if copy is None:
         if not write_padded(store.path):
             return f"{store.path}: its scenes have no proposals (scored with --proposals): no padded copy to write"
@@ -357,6 +395,23 @@ class PaddedStore:
                 rows = None
             if rows is not None and rows.shape == (index["scenes"], len(NEEDS_FIELDS)):
                 self.needs = rows
+        self.crc: np.ndarray | None = None  # [N, leaves] (index["checksums"]); None: a copy written before them
+        self.crc_leaves: list[str] = []
+
+    def _load_crc(self) -> bool:
+        """Reads the copy's checksums when its index names them; False when they are named but unusable."""
+        sums = self.index.get("checksums")
+        if sums is None:
+            return True
+        try:
+            crc = np.load(self.directory / sums["file"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        leaves = sums.get("leaves")
+        if leaves != sorted(self.leaves) or crc.shape != (self.index["scenes"], len(leaves)):
+            return False
+        self.crc, self.crc_leaves = crc, leaves
+        return True
 
     @classmethod
     def open(cls, store: "SceneStore") -> "PaddedStore | None":
@@ -373,8 +428,8 @@ class PaddedStore:
             return None
         try:
             want = _padded_leaves(store[0], store.pad_spec())
-        except ValueError:  # e.g. a scene without proposals: no copy can hold it
-            return None
+        except (ValueError, StoreDamage):  # a scene without proposals (no copy can hold it), or a damaged record
+            return None  # (the copy cannot be checked: scenes are decoded, a damaged one named in errors.jsonl)
         leaves = {}
         for key, v in want.items():
             try:
@@ -385,11 +440,13 @@ class PaddedStore:
                                                                                               equal_nan=v.dtype.kind == "f"):
                 return None
             leaves[key] = mm
-        if set(p.name for p in directory.glob("*.npy")) - {NEEDS_FILE} != {f"{k}.npy" for k in want}:
+        if set(p.name for p in directory.glob("*.npy")) - {NEEDS_FILE, PADDED_CRC} != {f"{k}.npy" for k in want}:
             return None
-        return cls(directory, index, leaves)
+        copy = cls(directory, index, leaves)
+        return copy if copy._load_crc() else None
 
     def batch(self, start: int, stop: int, rows: int) -> tuple[dict, dict]:
+        """(Scene leaves, Proposals leaves) of scenes ``start:stop`` (unchecked: ``checked_batch`` verifies)."""
         n = stop - start
         flat = {}
         for key, mm in self.leaves.items():
@@ -399,6 +456,40 @@ class PaddedStore:
             flat[key] = out
         tree = _unflatten(flat)
         return tree["scene"], tree["proposals"]
+
+    def checked_batch(self, start: int, stop: int, rows: int) -> tuple[dict | None, dict | None, list[int],
+                                                                          dict[int, str]]:
+        """``batch`` with every row read checked against its checksum: (Scene leaves, Proposals leaves, the scenes
+        whose rows are in it, in order, {scene: why it is left out}). A scene whose row of any leaf differs from the
+        one written is left out (the good rows first, fillers repeat the first good one); (None, None, [], bad) when
+        none is good. A copy without checksums (written before them) is not checked."""
+        n = stop - start
+        flat = {}
+        bad: dict[int, str] = {}
+        for key, mm in self.leaves.items():
+            out = np.empty((rows,) + mm.shape[1:], mm.dtype)
+            out[:n] = mm[start:stop]
+            flat[key] = out
+        if self.crc is not None:
+            for j, key in enumerate(self.crc_leaves):
+                out, want = flat[key], self.crc[start:stop, j]
+                for r in range(n):
+                    if _row_crc(out[r]) != want[r] and start + r not in bad:
+                        bad[start + r] = (f"padded copy {self.directory / (key + '.npy')} (holds the padded rows of "
+                                          f"scenes 0-{len(self.ids) - 1}): the row of scene {start + r} "
+                                          f"({self.ids[start + r]!r}) fails its checksum (crc32): its bytes differ "
+                                          f"from those written; `jaxdrive scenes refresh {self.directory.parent}` "
+                                          f"rewrites the copy from the records")
+        good = [i for i in range(start, stop) if i not in bad]
+        if not good:
+            return None, None, [], bad
+        keep = np.array([i - start for i in good])
+        for key, out in flat.items():
+            if bad:
+                out[:len(good)] = out[keep]
+            out[len(good):] = out[0]
+        tree = _unflatten(flat)
+        return tree["scene"], tree["proposals"], good, bad
 
 
 class SceneStore:
@@ -423,12 +514,47 @@ class SceneStore:
                              f"({Path(missing[0]).name}{', ...' if len(missing) > 1 else ''}); copy the whole store "
                              f"again or convert its scenes anew")
         self.source = builder.as_data_source(split="train")
+        lengths = list(builder.info.splits["train"].shard_lengths)
+        self.shards = [(Path(p), int(a), int(a) + int(n))  # (record file, first scene, end)
+                       for p, a, n in zip(shards, np.cumsum([0] + lengths[:-1]), lengths)]
+        self.crc: np.ndarray | None = None  # per record; None: a store written before checksums were kept
+        if isinstance(self.meta.get("checksums"), dict):
+            crc_path = self.path / self.meta["checksums"].get("records", RECORD_CRC)
+            try:
+                self.crc = np.load(crc_path)
+            except (OSError, ValueError) as e:
+                raise UserInputError(f"{flag} {self.path}: cannot read its record checksums {crc_path} ({e}); copy "
+                                     f"the whole store again or convert its scenes anew") from None
+            if self.crc.shape != (len(self.source),):
+                raise UserInputError(f"{flag} {self.path}: its record checksums {crc_path} hold {self.crc.shape} "
+                                     f"values for {len(self.source)} scenes; copy the whole store again or convert "
+                                     f"its scenes anew")
 
     def __len__(self) -> int:
         return len(self.source)
 
+    def shard_of(self, i: int) -> str:
+        """The record file holding scene ``i`` and the scenes it holds, in words."""
+        for path, a, b in self.shards:
+            if a <= i < b:
+                return f"{path} (holds scenes {a}-{b - 1})"
+        return f"{self.path} (no record file holds scene {i})"
+
+    def record(self, i: int) -> bytes:
+        """The serialised record of scene ``i``, checked against its checksum (``StoreDamage`` if it differs or
+        cannot be read)."""
+        try:
+            record = self.source.data_source[i]
+        except Exception as e:  # array_record / Riegeli: a truncated or damaged file
+            raise StoreDamage(f"record file {self.shard_of(i)}: scene {i} cannot be read ({type(e).__name__}: "
+                              f"{e}); copy the store again or convert its scenes anew") from None
+        if self.crc is not None and zlib.crc32(record) != int(self.crc[i]):
+            raise StoreDamage(f"record file {self.shard_of(i)}: scene {i} fails its checksum (crc32): its bytes "
+                              f"differ from those written; copy the store again or convert its scenes anew")
+        return record
+
     def __getitem__(self, i: int) -> HostScene:
-        return scene_from_example(self.source[i])
+        return scene_from_example(self.source.dataset_info.features.deserialize_example_np(self.record(i)))
 
     def padded(self) -> "PaddedStore | None":
         """The store's padded copy (``STORE/padded``), or None (an older store, or a stale copy)."""

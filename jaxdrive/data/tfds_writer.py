@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import zlib
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -34,7 +35,7 @@ def check_split_name(split: str) -> None:
 
 def write_tfds(out: str | os.PathLike, *, name: str, version: str, features, splits: Mapping[str, Iterable[dict]],
                description: str = "", module_name: str = __name__, records_per_shard: int = RECORDS_PER_SHARD,
-               progress: bool = False) -> dict[str, dict]:
+               progress: bool = False, record_crc32: list[int] | None = None) -> dict[str, dict]:
     """Writes each split's examples as array_record shards and the TFDS metadata into ``out`` (created).
 
     Args:
@@ -43,6 +44,7 @@ def write_tfds(out: str | os.PathLike, *, name: str, version: str, features, spl
       features: a ``tfds.features.FeaturesDict``; each example is a dict it serialises.
       splits: split name -> iterable of examples (consumed once, in order). A split with no example is an error.
       records_per_shard: examples per array_record shard.
+      record_crc32: when given, each record's ``zlib.crc32`` (of its serialised bytes) is appended to it, in order.
     Returns:
       split name -> {"examples": count, "num_bytes": serialised bytes, "sha256": hash of the records in order}.
     """
@@ -69,6 +71,8 @@ def write_tfds(out: str | os.PathLike, *, name: str, version: str, features, spl
                 record = features.serialize_example(ex)
                 writer.write(record)
                 digest.update(record)
+                if record_crc32 is not None:
+                    record_crc32.append(zlib.crc32(record))
                 shard_lengths[-1] += 1
                 total_bytes += len(record)
         finally:

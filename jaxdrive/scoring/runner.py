@@ -460,14 +460,21 @@ class _Producer(threading.Thread):
                             self.ahead, self.stop)
 
     def _padded_batch(self, start: int, stop: int):
-        """(scene, proposals, gates, reference) of items ``start:stop`` from the store's padded copy (a slice of memory
-        maps)."""
+        """((scene, proposals, gates, reference) or None, ``_Batch``) of items ``start:stop`` from the store's padded
+        copy (a slice of memory maps), each row checked against its checksum: a scene whose row differs from the one
+        written is left out and named in the batch's errors (None: none was left)."""
         from jaxdrive.scene import Proposals
         from jaxdrive.scene.device import _build
 
-        scene, props = self.padded.batch(start, stop, self._rows(stop - start))
-        return self._complete(_build(scene), Proposals(**props), self.padded.ids[start:stop],
-                              self.padded.counts[start:stop])
+        copy = self.padded
+        scene, props, good, bad = copy.checked_batch(start, stop, self._rows(stop - start))
+        batch = _Batch(-1, False, None, [copy.ids[i] for i in good], [copy.names[i] for i in good],
+                       [copy.counts[i] for i in good],
+                       [{"name": self.source.name(i), "error": f"corrupt store record: {why}"}
+                        for i, why in bad.items()])
+        if scene is None:
+            return None, batch
+        return self._complete(_build(scene), Proposals(**props), batch.ids, batch.counts), batch
 
     def _inputs(self, batch: "_Batch", padded: tuple | None):
         """The step's inputs (``_complete``) of a read batch's padded (scene, proposals), or None (no scene read)."""
@@ -523,7 +530,8 @@ class _Producer(threading.Thread):
             scanned = [needs_of(self.padded.needs[scenes], group, per)]  # every batch of the run, none read
         elif self.padded is not None:  # numpy and XLA release the GIL: one thread per core
             with concurrent.futures.ThreadPoolExecutor(min(len(picks), os.cpu_count() or 1)) as threads:
-                scanned = list(threads.map(lambda i: needs(*self._padded_batch(*ranges[i])[:2], ndev), picks))
+                arrays = list(threads.map(lambda i: self._padded_batch(*ranges[i])[0], picks))
+                scanned = [needs(*a[:2], ndev) for a in arrays if a is not None]
         else:
             for i, read in zip(picks, self._reads([ranges[i] for i in picks], readers)):
                 batch, padded = self._adopt(read)
@@ -583,10 +591,8 @@ class _Producer(threading.Thread):
                 _, shard, start, stop, last = entry
                 i = next(index)
                 if self.padded is not None:
-                    arrays = self._padded_batch(start, stop)
-                    batch = _Batch(shard, last, None, self.padded.ids[start:stop], self.padded.names[start:stop],
-                                   self.padded.counts[start:stop], [])
-                    self._emit(batch, arrays)
+                    arrays, batch = self._padded_batch(start, stop)
+                    self._emit(dataclasses.replace(batch, shard=shard, last_in_shard=last), arrays)
                     continue
                 if i not in kept:
                     batch, padded = self._adopt(next(reads))

@@ -242,8 +242,12 @@ class SceneStoreSource(SceneSource):
         return f"{self.path} (scene {i})"
 
     def load(self, i: int) -> HostScene | SourceError:
+        from jaxdrive.data.store import StoreDamage
+
         try:
             scene = self.store[i]
+        except StoreDamage as e:  # a checksum mismatch or an unreadable record: the file and its scenes named
+            return SourceError(name=self.name(i), message=f"corrupt store record: {e}")
         except Exception as e:  # a damaged record file (e.g. a truncated copy): named, the rest still scored
             return SourceError(name=self.name(i), message=f"corrupt store record ({type(e).__name__}: {e}); "
                                                           f"convert the scenes again")
@@ -286,6 +290,18 @@ class SceneStoreSource(SceneSource):
         measured by another jaxdrive), and the command that fixes it; None when nothing would. A store whose scenes
         without proposals gets no copy (``jaxdrive scenes refresh`` would write none): the note says so instead
         (stores written before ``with_proposals`` was recorded get the refresh advice)."""
+        from jaxdrive.data.store import CHECKSUM_NOTE
+
+        unchecked = []
+        if self.store.crc is None:
+            unchecked.append(CHECKSUM_NOTE.format(what="records are", fix="converting its scenes again"))
+        copy = self.padded(pad)
+        if copy is not None and copy.crc is None:
+            unchecked.append(CHECKSUM_NOTE.format(what="padded copy is", fix=f"`jaxdrive scenes refresh {self.path}`"))
+        note = self._slow_note(pad)
+        return "; ".join(unchecked + ([note] if note else [])) or None
+
+    def _slow_note(self, pad) -> str | None:
         scored = self.store.meta.get("with_proposals", len(self))
         if scored < len(self):
             return (f"{len(self) - scored} of its {len(self)} scenes hold no proposals: they are reported, not scored "
