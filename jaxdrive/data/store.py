@@ -471,10 +471,12 @@ class PaddedStore:
             out[:n] = mm[start:stop]
             flat[key] = out
         if self.crc is not None:
+            want = self.crc[start:stop].tolist()
             for j, key in enumerate(self.crc_leaves):
-                out, want = flat[key], self.crc[start:stop, j]
+                out = flat[key]
+                raw, size = memoryview(out).cast("B"), out[0].nbytes  # out is C-contiguous: rows of `size` bytes
                 for r in range(n):
-                    if _row_crc(out[r]) != want[r] and start + r not in bad:
+                    if zlib.crc32(raw[r * size:(r + 1) * size]) != want[r][j] and start + r not in bad:
                         bad[start + r] = (f"padded copy {self.directory / (key + '.npy')} (holds the padded rows of "
                                           f"scenes 0-{len(self.ids) - 1}): the row of scene {start + r} "
                                           f"({self.ids[start + r]!r}) fails its checksum (crc32): its bytes differ "
