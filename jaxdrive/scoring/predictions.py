@@ -597,12 +597,9 @@ def run_predictions(args) -> int:
 
         parse_spec(str(args.gates))  # a bad judge stops before the scoring
     elif args.gates:
-        import json
+        from jaxdrive.cli import _load_json
 
-        try:
-            gates = json.loads(Path(args.gates).read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise UserInputError(f"--gates {args.gates}: cannot read JSON ({e})") from None
+        gates = _load_json(args.gates, "--gates")  # the reader of `score --gates FILE` without --predictions
         gates_per_row(gates, sorted({s.id for s in scenes}))  # bad gates stop before the scoring
     notes = []
     PROFILE("read predictions + scenes")

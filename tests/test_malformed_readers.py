@@ -1,0 +1,113 @@
+"""Property tests (issue 54 item 5): the readers of the files users give jaxdrive beside scenes (``--predictions``
+parquet / npz, ``--gates FILE``, ``--labels``, VQA predictions, planning ``.npz``, NAVSIM metric caches) turn a
+malformed file (wrong types, shapes, missing fields, non-finite or overflowing values, cut-short or garbled bytes) into
+a ``UserInputError`` naming the file or its flag, never another exception, and what they accept holds no NaN or
+infinity (in float32, the precision it is scored in). Host-side readers only: no JAX compilation per example."""
+
+from __future__ import annotations
+
+import copy
+import json
+import lzma
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from jaxdrive.errors import UserInputError
+
+SETTINGS = settings(max_examples=40, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+BAD_JSON = st.sampled_from([None, True, False, "x", "", {}, [], [1.0], [[True]], float("nan"), float("inf"),
+                            -float("inf"), 1e300, -1e30, 0, 1, 2, -1, 10 ** 30, [[True] * 9, [[True] * 9]],
+                            [True] * 8, [True] * 10, [[True] * 9] * 2, {"a": [True] * 9}])
+
+
+def _paths(obj, prefix=()) -> list[tuple]:
+    out = [prefix] if prefix else []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out += _paths(v, prefix + (k,))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            out += _paths(v, prefix + (i,))
+    return out
+
+
+@st.composite
+def mutated(draw, base):
+    """``base`` (JSON) with one node deleted, replaced by a bad value, or with a key added; or a bad value whole."""
+    d = copy.deepcopy(base)
+    paths = _paths(d)
+    if not paths or draw(st.integers(0, 9)) == 0:
+        return draw(BAD_JSON)
+    path = draw(st.sampled_from(paths))
+    parent = d
+    for key in path[:-1]:
+        parent = parent[key]
+    kind = draw(st.sampled_from(["delete", "replace", "replace", "add"]))
+    if kind == "delete":
+        if isinstance(parent, dict):
+            del parent[path[-1]]
+        else:
+            parent.pop(path[-1])
+    elif kind == "replace":
+        parent[path[-1]] = draw(BAD_JSON)
+    elif isinstance(parent, dict):
+        parent["extra"] = draw(BAD_JSON)
+    else:
+        parent.append(draw(BAD_JSON))
+    return d
+
+
+def _garbled(data: bytes, draw) -> bytes:
+    """``data`` cut short, or with a few bytes overwritten."""
+    if draw(st.booleans()):
+        return data[:draw(st.integers(0, max(len(data) - 1, 0)))]
+    out = bytearray(data)
+    for _ in range(draw(st.integers(1, 4))):
+        out[draw(st.integers(0, len(out) - 1))] = draw(st.integers(0, 255))
+    return bytes(out)
+
+
+def _names(e: BaseException, *names) -> None:
+    assert isinstance(e, UserInputError), f"{type(e).__name__}: {e}"
+    assert any(str(n) in str(e) for n in names), f"{e!r} names none of {names}"
+
+
+def _finite32(a) -> bool:
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(np.all(np.isfinite(np.asarray(a, np.float64).astype(np.float32))))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# --gates FILE (cli._load_json, ScoreOptions.validate and, with --predictions, predictions.gates_per_row)
+# ---------------------------------------------------------------------------------------------------------------------
+
+GATES = [True, False, True, True, True, True, False, True, True]
+
+
+@SETTINGS
+@given(st.sampled_from([GATES, {"s1": GATES, "s2": [GATES, GATES]}, {"s1": [GATES], "s2": GATES}]), st.data())
+def test_gates_file(tmp_path, base, data):
+    from jaxdrive.cli import _load_json
+    from jaxdrive.scoring.predictions import gates_per_row
+    from jaxdrive.scoring.runner import ScoreOptions
+
+    path = tmp_path / "gates.json"
+    text = json.dumps(data.draw(mutated(base)))
+    raw = text.encode()
+    if data.draw(st.integers(0, 4)) == 0:
+        raw = _garbled(raw, data.draw)
+    path.write_bytes(raw)
+    try:
+        gates = _load_json(path, "--gates")
+        ScoreOptions(gates=gates).validate()
+        rows = gates_per_row(gates, ["s1", "s2"])
+    except Exception as e:  # noqa: BLE001
+        _names(e, path, "--gates")
+        return
+    assert rows.dtype == bool and rows.shape == (2, 9)
