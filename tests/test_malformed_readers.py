@@ -111,3 +111,57 @@ def test_gates_file(tmp_path, base, data):
         _names(e, path, "--gates")
         return
     assert rows.dtype == bool and rows.shape == (2, 9)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# scenes from-navsim CACHE_DIR (data.navsim_cache.read_cache_scene: the restricted unpickler and the conversion)
+# ---------------------------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cache_path() -> Path:
+    from conftest import SHARED
+    from jaxdrive.data.navsim_cache import find_caches
+
+    caches = find_caches(SHARED / "fixtures" / "navsim_cache")
+    if not caches:
+        pytest.skip("no fixture metric caches")
+    return caches[0][1]
+
+
+@SETTINGS
+@given(st.data())
+def test_metric_cache(tmp_path, cache_path, data):
+    from jaxdrive.data.navsim_cache import read_cache_scene
+    from jaxdrive.scene.host import validate_host_scene
+
+    cache_pickle = lzma.decompress(cache_path.read_bytes())
+    path = tmp_path / "tok" / "metric_cache.pkl"
+    path.parent.mkdir(exist_ok=True)
+    if data.draw(st.booleans()):  # a garbled pickle, compressed
+        path.write_bytes(lzma.compress(_garbled(cache_pickle, data.draw)))
+    else:  # a garbled or cut-short lzma file
+        path.write_bytes(_garbled(lzma.compress(cache_pickle), data.draw))
+    try:
+        scene = read_cache_scene(path)
+    except Exception as e:  # noqa: BLE001
+        _names(e, path)
+        return
+    validate_host_scene(scene, allow_offset_start=True)  # what is converted is a valid scene (finite, in range)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 1e300, -1e9])
+def test_metric_cache_value_out_of_range_is_refused_naming_the_file(tmp_path, cache_path, bad):
+    """The ego's speed (12 m/s in the fixture, pickled as BINFLOAT) replaced: 1e300 m/s was converted silently (and
+    ``--store`` stopped the whole conversion at it, naming no file)."""
+    import struct
+
+    from jaxdrive.data.navsim_cache import CacheFileError, read_cache_scene
+
+    raw = lzma.decompress(cache_path.read_bytes())
+    twelve = b"G" + struct.pack(">d", 12.0)
+    assert twelve in raw
+    path = tmp_path / "tok" / "metric_cache.pkl"
+    path.parent.mkdir()
+    path.write_bytes(lzma.compress(raw.replace(twelve, b"G" + struct.pack(">d", bad))))
+    with pytest.raises(CacheFileError, match=str(path)):
+        read_cache_scene(path)
