@@ -84,6 +84,114 @@ def _finite32(a) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# --predictions P.npz / P.parquet (scoring.predictions.read_agents)
+# ---------------------------------------------------------------------------------------------------------------------
+
+GOOD_POSES = np.stack([np.linspace(0.5, 4.0, 8) * 5, np.zeros(8), np.zeros(8)], axis=1)
+NUMBERS = st.sampled_from([0.0, 1.5, -2.0, float("nan"), float("inf"), -float("inf"), 1e300, 1e39, -1e30, 1e6])
+
+
+@st.composite
+def pose_arrays(draw) -> np.ndarray:
+    shape = draw(st.sampled_from([(8, 3)] * 4 + [(24,), (7, 3), (8, 2), (), (0,), (8, 3, 1), (1, 8, 3)]))
+    dtype = draw(st.sampled_from(["float64"] * 4 + ["float32", "int64", "bool", "complex128", "U3"]))
+    a = np.resize(GOOD_POSES.ravel(), shape) if shape else np.array(1.0)
+    a = a.astype(np.float64).copy()
+    for _ in range(draw(st.integers(0, 2))):
+        if a.size:
+            a.flat[draw(st.integers(0, a.size - 1))] = draw(NUMBERS)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return a.astype(dtype)
+
+
+def _check_agents(path: Path) -> None:
+    from jaxdrive.scoring.predictions import read_agents
+
+    try:
+        agents = read_agents(path)
+    except Exception as e:  # noqa: BLE001 - the property: only a UserInputError naming the file
+        _names(e, path)
+        return
+    for agent in agents.values():
+        for table in (agent.poses, agent.previous):
+            for token, poses in table.items():
+                assert poses.shape == (8, 3) and _finite32(poses), (token, poses)
+
+
+@SETTINGS
+@given(st.dictionaries(st.sampled_from(["t1", "t2", "a/t1", "b/t2", "t1/previous_frame_poses",
+                                        "a/t1/previous_frame_poses", "t3/previous_frame_poses", "a/b/c"]),
+                       pose_arrays(), min_size=1, max_size=2), st.data())
+def test_predictions_npz(tmp_path, arrays, data):
+    path = tmp_path / "p.npz"
+    np.savez(path, **arrays)
+    if data.draw(st.booleans()):
+        path.write_bytes(_garbled(path.read_bytes(), data.draw))
+    _check_agents(path)
+
+
+POSE_VALUES = st.one_of(
+    pose_arrays().map(lambda a: a.tolist() if a.dtype.kind != "c" else None),
+    st.sampled_from([None, "x", [], [[1.0, 2.0]] * 8, [[1.0, 2.0, 3.0]] * 7 + [[1.0]]]),
+    st.lists(NUMBERS, min_size=23, max_size=25))
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.sampled_from(["t1", "t2", None]), POSE_VALUES), min_size=1, max_size=3),
+       st.booleans(), st.booleans(), st.data())
+def test_predictions_parquet(tmp_path, rows, with_agent, with_previous, data):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = {"token": [t for t, _ in rows], "poses": [p for _, p in rows]}
+    if with_agent:
+        columns["agent"] = [data.draw(st.sampled_from(["a", "b", None])) for _ in rows]
+    if with_previous:
+        columns["previous_frame_poses"] = [data.draw(POSE_VALUES) for _ in rows]
+    try:
+        table = pa.table({k: pa.array(v) for k, v in columns.items()})
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        assume(False)  # values pyarrow cannot put in one column: no such file
+    path = tmp_path / "p.parquet"
+    pq.write_table(table, path)
+    if data.draw(st.integers(0, 3)) == 0:
+        path.write_bytes(_garbled(path.read_bytes(), data.draw))
+    _check_agents(path)
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".parquet"])
+@pytest.mark.parametrize("field, value", [(0, 1e39), (1, -1e300), (2, 1e30), (0, 2e5)])
+def test_predictions_pose_beyond_its_range_is_refused(tmp_path, suffix, field, value):
+    """Finite in float64 but beyond float32 (or any scene's extent): it was accepted, its row scored as NaN."""
+    import pandas as pd
+
+    from jaxdrive.scoring.predictions import read_agents
+
+    poses = GOOD_POSES.copy()
+    poses[3, field] = value
+    path = tmp_path / f"p{suffix}"
+    if suffix == ".npz":
+        np.savez(path, t1=poses)
+    else:
+        pd.DataFrame({"token": ["t1"], "poses": [poses.tolist()]}).to_parquet(path)
+    name = ("x", "y", "heading")[field]
+    with pytest.raises(UserInputError, match=rf"--predictions {path}: token 't1': pose 3 {name}: expected"):
+        read_agents(path)
+
+
+def test_predictions_parquet_null_token_is_refused(tmp_path):
+    """A null token was read as the token 'None'."""
+    import pandas as pd
+
+    from jaxdrive.scoring.predictions import read_agents
+
+    path = tmp_path / "p.parquet"
+    pd.DataFrame({"token": ["t1", None], "poses": [GOOD_POSES.tolist()] * 2}).to_parquet(path)
+    with pytest.raises(UserInputError, match=rf"--predictions {path}: row 1: token is null"):
+        read_agents(path)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # --gates FILE (cli._load_json, ScoreOptions.validate and, with --predictions, predictions.gates_per_row)
 # ---------------------------------------------------------------------------------------------------------------------
 
