@@ -222,6 +222,139 @@ def test_gates_file(tmp_path, base, data):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# judge --labels FILE (judge.labelled.read_labels)
+# ---------------------------------------------------------------------------------------------------------------------
+
+LABEL = {"scene_id": "s1", "proposal": 1, "label": 1, "challenging": False}
+
+
+@SETTINGS
+@given(st.lists(mutated(LABEL), min_size=1, max_size=3), st.data())
+def test_labels_file(tmp_path, lines, data):
+    from jaxdrive.judge.labelled import read_labels
+
+    path = tmp_path / "labels.jsonl"
+    raw = "\n".join(json.dumps(x) for x in [LABEL, *lines]).encode()
+    if data.draw(st.integers(0, 4)) == 0:
+        raw = _garbled(raw, data.draw)
+    path.write_bytes(raw)
+    try:
+        labels = read_labels(path, {"s1": 3, "s2": 2})
+    except Exception as e:  # noqa: BLE001
+        _names(e, path)
+        return
+    for (sid, k), v in labels.items():
+        assert sid in ("s1", "s2") and v["label"] in (0, 1) and isinstance(v["challenging"], bool)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# eval vqa BENCHMARK --predictions FILE (eval.vqa_cli._read_rows and the benchmark's scorer)
+# ---------------------------------------------------------------------------------------------------------------------
+
+VQA_ROWS = {
+    "drivelmm": {"idx": "tok_0_2", "response": "Final Answer: B) Brake", "gt": "Final Answer: B) Brake"},
+    "stsbench": {"answer": "A", "gt": "A", "group": "ego", "scenario": "turn"},
+    "drivemllm": {"task": "box", "output": "[0, 0, 10, 10]", "gt": [5, 5, 15, 15], "width": 100, "height": 100},
+}
+
+
+@SETTINGS
+@given(st.sampled_from(sorted(VQA_ROWS)), st.data())
+def test_vqa_predictions(tmp_path, benchmark, data):
+    from collections import defaultdict
+
+    from jaxdrive.eval import vqa
+    from jaxdrive.eval.vqa_cli import _read_rows
+
+    base = VQA_ROWS[benchmark]
+    if benchmark == "drivemllm":
+        base = dict(base, task=data.draw(st.sampled_from(sorted(vqa.DRIVEMLLM_TASKS))),
+                    objects=[["red car", [1, 2]], ["white truck", [5, 2]]], descriptions=["red car", "white truck"],
+                    xyz1=[1.0, 2.0, 3.0], xyz2=[2.0, 1.0, 5.0])
+    lines = data.draw(st.lists(mutated(base), min_size=1, max_size=2))
+    path = tmp_path / "vqa.jsonl"
+    raw = "\n".join(json.dumps(x) for x in [base, *lines]).encode()
+    if data.draw(st.integers(0, 4)) == 0:
+        raw = _garbled(raw, data.draw)
+    path.write_bytes(raw)
+    try:
+        rows = _read_rows(path, benchmark)
+        if benchmark == "drivelmm":
+            vqa.drivelmm_mcq(rows)
+        elif benchmark == "stsbench":
+            vqa.stsbench(rows)
+        else:
+            by_task = defaultdict(list)
+            for r in rows:
+                by_task[r["task"]].append(r)
+            vqa.drivemllm(by_task)
+    except Exception as e:  # noqa: BLE001
+        _names(e, path)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# eval planning --predictions P.npz|json --gt G.npz (eval.planning_cli's readers up to planning's own checks)
+# ---------------------------------------------------------------------------------------------------------------------
+
+@st.composite
+def planning_arrays(draw, name: str, n: int = 2) -> np.ndarray:
+    shapes = {"pred": (n, 6, 2), "gt": (n, 6, 2), "gt_mask": (n, 6), "occupancy": (n, 6, 200, 200),
+              "tokens": (n,)}
+    shape = shapes[name]
+    if draw(st.integers(0, 3)) == 0:
+        shape = draw(st.sampled_from([(), (n,), (n + 1,) + shape[1:], shape[:-1], shape + (1,), (0,) + shape[1:]]))
+    if name == "tokens":
+        return np.array([f"t{i}" for i in range(int(np.prod(shape)))]).reshape(shape) if draw(st.booleans()) \
+            else np.zeros(shape, draw(st.sampled_from(["int64", "float64"])))
+    a = np.zeros(shape, np.float64)
+    if name in ("pred", "gt"):
+        a = a + np.arange(a.size).reshape(shape) % 7
+    elif name == "gt_mask":
+        a = a + 1
+    for _ in range(draw(st.integers(0, 2))):
+        if a.size:
+            a.flat[draw(st.integers(0, a.size - 1))] = draw(NUMBERS)
+    dtype = draw(st.sampled_from(["float64", "float32", "bool", "int64", "complex64", "U2"]
+                                 if name != "occupancy" else ["bool", "bool", "uint8", "float32"]))
+    with np.errstate(over="ignore", invalid="ignore"):
+        return a.astype(dtype)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_planning_npz(tmp_path, data):
+    import argparse
+
+    from jaxdrive.eval import planning
+    from jaxdrive.eval.planning_cli import _align, _check_gt_file, _load_npz, _occupancy, load_predictions
+
+    with_tokens = data.draw(st.booleans())
+    pred = {"pred": data.draw(planning_arrays("pred"))}
+    gt = {k: data.draw(planning_arrays(k)) for k in ("gt", "gt_mask", "occupancy")}
+    if with_tokens:
+        pred["tokens"] = gt["tokens"] = data.draw(planning_arrays("tokens"))
+    p, g = tmp_path / "pred.npz", tmp_path / "gt.npz"
+    np.savez(p, **pred)
+    np.savez(g, **gt)
+    garble = data.draw(st.sampled_from([None, None, None, p, g]))
+    if garble is not None:
+        garble.write_bytes(_garbled(garble.read_bytes(), data.draw))
+    args = argparse.Namespace(predictions=p, gt=g, obstacles=None)
+    try:
+        got, unusable = load_predictions(p, "lidar")
+        arrays = _load_npz(g, "--gt")
+        _check_gt_file(arrays, g)
+        got, keep, _ = _align(got, unusable, arrays, g)
+        mask = arrays["gt_mask"][keep] if "gt_mask" in arrays else None
+        checked = planning._validate(got, arrays["gt"][keep], _occupancy(arrays, args)[keep], mask)
+    except Exception as e:  # noqa: BLE001
+        _names(e, p, g, "pred", "gt", "occupancy")
+        return
+    assert _finite32(checked[0]) and _finite32(checked[1])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # scenes from-navsim CACHE_DIR (data.navsim_cache.read_cache_scene: the restricted unpickler and the conversion)
 # ---------------------------------------------------------------------------------------------------------------------
 
