@@ -102,7 +102,9 @@ def _workers(text: str) -> int | str:
 
 def _load_json(path: Path, what: str):
     try:
-        return json.loads(Path(path).read_text())
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:  # a ValueError, not a JSONDecodeError: it was a traceback
+        raise UserInputError(f"{what} {path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except (OSError, json.JSONDecodeError) as e:
         raise UserInputError(f"{what} {path}: cannot read JSON ({e})") from None
 

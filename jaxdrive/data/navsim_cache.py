@@ -43,7 +43,7 @@ import numpy as np
 
 from jaxdrive.errors import UserInputError
 from jaxdrive.scene import (NUM_STEPS, STATE_DIM, Agent, AgentType, Area, AreaKind, HostScene, Lane, LaneKind,
-                            StateIndex)
+                            SceneValidationError, StateIndex, validate_host_scene)
 
 CACHE_FILE = "metric_cache.pkl"
 
@@ -96,8 +96,13 @@ def _from_wkb(data: bytes):
     return shapely.from_wkb(bytes(data))
 
 
-class UnsafeCacheError(pickle.UnpicklingError):
-    """A cache names a global outside the allowed list (or misuses an allowed one); nothing from it was run."""
+class CacheFileError(UserInputError):
+    """A metric-cache file cannot be read or does not hold what a MetricCache holds; the message names the file."""
+
+
+class UnsafeCacheError(CacheFileError, pickle.UnpicklingError):
+    """A cache names a global outside the allowed list (or misuses an allowed one); nothing from it was run. A
+    ``CacheFileError`` (a user's input refused: exit 2 naming the file), as a garbled global name is one too."""
 
 
 class Record:
@@ -131,8 +136,6 @@ class CacheUnpickler(pickle.Unpickler):
         return ALLOWED[key]
 
 
-class CacheFileError(UserInputError):
-    """A metric-cache file cannot be read or does not hold what a MetricCache holds; the message names the file."""
 
 
 def load_cache(path: str | os.PathLike) -> Record:
@@ -405,6 +408,10 @@ def cache_to_scene(cache: Any, token: str, source: str = "<cache>") -> HostScene
         scene.extra["reference"] = reference
     if light_lanes:
         scene.generator["red_light_connectors_outside_map"] = [lane.id for lane in light_lanes]
+    try:  # the ranges of docs/scene-format.md: a garbled number (e.g. a speed of 1e300 m/s) was converted silently
+        validate_host_scene(scene)
+    except SceneValidationError as e:
+        raise CacheFileError(f"{where}: {e}") from None
     return scene
 
 

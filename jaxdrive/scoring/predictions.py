@@ -33,6 +33,7 @@ from jaxdrive.errors import UserInputError
 from jaxdrive.npz_arrays import read_npz_arrays
 from jaxdrive.rules.epdms import score
 from jaxdrive.scene import NUM_STEPS, STATE_DIM, HostScene, PadSpec, batch_scenes
+from jaxdrive.scene.host import MAX_FROM_EGO
 from jaxdrive.sim import simulate_trajectories
 
 COLUMNS = {"nc": "no_at_fault_collisions", "dac": "drivable_area_compliance", "ddc": "driving_direction_compliance",
@@ -54,6 +55,9 @@ AVERAGE_TOKEN = "average_all_frames"
 DEFAULT_AGENT = "agent"  # the agent of a file that names none
 PREVIOUS_KEY = "previous_frame_poses"  # parquet column / npz key suffix of the previous frame's poses
 FRAME_TYPES = {0: "ORIGINAL", 1: "SYNTHETIC"}  # SceneFrameType
+# the largest |x|, |y| (m: a scene's MAX_FROM_EGO, as poses are in the ego frame) and |heading| (rad: a few turns,
+# unwrapped) of a predicted pose; checked in float64 before the float32 scoring, where e.g. 1e39 is an infinity
+POSE_BOUNDS = np.array([MAX_FROM_EGO, MAX_FROM_EGO, 100.0])
 
 
 @dataclasses.dataclass
@@ -75,6 +79,8 @@ def _read_parquet(path: Path) -> dict[str, tuple[dict, dict]]:
         if "token" not in table or "poses" not in table:
             raise UserInputError(f"expected columns 'token' and 'poses', got {sorted(table)}")
         n = len(table["token"])
+        if None in table["token"]:  # str(None) was the token 'None', silently
+            raise UserInputError(f"row {table['token'].index(None)}: token is null, expected a scene token")
         names = [DEFAULT_AGENT if a is None else str(a) for a in table.get("agent", [None] * n)]
         keys = [(a, str(t)) for a, t in zip(names, table["token"])]
         rows = collections.Counter(keys)
@@ -123,6 +129,12 @@ def _checked_poses(path: Path, token: str, poses, what: str = "", who: str = "")
         pose, field = (int(i) for i in np.argwhere(~np.isfinite(poses))[0])
         raise UserInputError(f"--predictions {path}: {who}token {token!r}: expected finite {what}values, got "
                          f"{poses[pose, field]} at pose {pose}, field {field} (x, y, heading)")
+    bad = np.abs(poses) > POSE_BOUNDS  # finite in float64 but e.g. 1e39: inf (and NaN scores) in float32, silently
+    if bad.any():
+        pose, field = (int(i) for i in np.argwhere(bad)[0])
+        raise UserInputError(f"--predictions {path}: {who}token {token!r}: {what}pose {pose} "
+                             f"{('x', 'y', 'heading')[field]}: expected |value| <= {POSE_BOUNDS[field]:g} "
+                             f"({('m', 'm', 'rad')[field]}, ego frame), got {poses[pose, field]:g}")
     return poses
 
 
@@ -597,12 +609,9 @@ def run_predictions(args) -> int:
 
         parse_spec(str(args.gates))  # a bad judge stops before the scoring
     elif args.gates:
-        import json
+        from jaxdrive.cli import _load_json
 
-        try:
-            gates = json.loads(Path(args.gates).read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise UserInputError(f"--gates {args.gates}: cannot read JSON ({e})") from None
+        gates = _load_json(args.gates, "--gates")  # the reader of `score --gates FILE` without --predictions
         gates_per_row(gates, sorted({s.id for s in scenes}))  # bad gates stop before the scoring
     notes = []
     PROFILE("read predictions + scenes")
