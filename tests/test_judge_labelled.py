@@ -214,6 +214,8 @@ def _bad_cases() -> dict:
                       r"labels\.jsonl:1: label 'yes': expected 0 or 1"),
         "label true": (lambda rows: [dict(first, label=True)] + rows[1:],
                        r"labels\.jsonl:1: label True: expected 0 or 1"),
+        "label 1.0": (lambda rows: [dict(first, label=1.0)] + rows[1:],
+                      r"labels\.jsonl:1: label 1\.0: expected 0 or 1"),
         "test split all reasonable": (lambda rows: [dict(r, label=1) if r["scene_id"] in held_out else r
                                                     for r in rows],
                                       r"split 'test': no unreasonable \(0\) labels"),

@@ -120,7 +120,7 @@ def read_labels(path: str | Path, num_proposals: dict[str, int]) -> dict[tuple[s
         if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < num_proposals[sid]:
             raise LabelError(f"{where}: proposal {k!r} is not a proposal of scene {sid!r} "
                              f"(it has {num_proposals[sid]}: 0..{num_proposals[sid] - 1})")
-        if isinstance(label, bool) or label not in (0, 1):
+        if isinstance(label, bool) or not isinstance(label, int) or label not in (0, 1):  # 1.0: a score, not a label
             raise LabelError(f"{where}: label {label!r}: expected 0 or 1 (1 = reasonable)")
         challenging = item.get("challenging", False)
         if not isinstance(challenging, bool):
