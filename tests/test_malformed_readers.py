@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from jaxdrive.errors import UserInputError
+from json_mutation import delete_at, json_paths, parent_of
 
 SETTINGS = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -26,34 +27,18 @@ BAD_JSON = st.sampled_from([None, True, False, "x", "", {}, [], [1.0], [[True]],
                             [True] * 8, [True] * 10, [[True] * 9] * 2, {"a": [True] * 9}])
 
 
-def _paths(obj, prefix=()) -> list[tuple]:
-    out = [prefix] if prefix else []
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            out += _paths(v, prefix + (k,))
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            out += _paths(v, prefix + (i,))
-    return out
-
-
 @st.composite
 def mutated(draw, base):
     """``base`` (JSON) with one node deleted, replaced by a bad value, or with a key added; or a bad value whole."""
     d = copy.deepcopy(base)
-    paths = _paths(d)
+    paths = json_paths(d)
     if not paths or draw(st.integers(0, 9)) == 0:
         return draw(BAD_JSON)
     path = draw(st.sampled_from(paths))
-    parent = d
-    for key in path[:-1]:
-        parent = parent[key]
+    parent = parent_of(d, path)
     kind = draw(st.sampled_from(["delete", "replace", "replace", "add"]))
     if kind == "delete":
-        if isinstance(parent, dict):
-            del parent[path[-1]]
-        else:
-            parent.pop(path[-1])
+        delete_at(parent, path[-1])
     elif kind == "replace":
         parent[path[-1]] = draw(BAD_JSON)
     elif isinstance(parent, dict):

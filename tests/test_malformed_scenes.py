@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from jaxdrive.data.scene_json import SceneFileError, scene_from_dict, scene_to_dict
 from jaxdrive.errors import UserInputError
+from json_mutation import delete_at, json_paths, parent_of
 
 
 def _small_scene() -> dict:
@@ -28,41 +29,20 @@ def _small_scene() -> dict:
 BASE = _small_scene()
 
 
-def _paths(obj, prefix=()) -> list[tuple]:
-    """Every path (tuple of keys / indices) to a node of ``obj``."""
-    out = [prefix] if prefix else []
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            out += _paths(v, prefix + (k,))
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            out += _paths(v, prefix + (i,))
-    return out
-
-
-PATHS = [p for p in _paths(BASE) if p[0] not in ("generator", "expected", "units", "agent_track_fields")]
+PATHS = [p for p in json_paths(BASE) if p[0] not in ("generator", "expected", "units", "agent_track_fields")]
 
 BAD_VALUES = st.sampled_from([None, True, "x", {}, [], [1.0], float("nan"), float("inf"), -float("inf"), 1e300,
                               -1e30, 1e9, 123.0, -7.0, 0, 10 ** 400])
-
-
-def _parent(d, path):
-    for key in path[:-1]:
-        d = d[key]
-    return d
 
 
 @st.composite
 def malformed(draw) -> dict:
     d = copy.deepcopy(BASE)
     path = draw(st.sampled_from(PATHS))
-    parent = _parent(d, path)
+    parent = parent_of(d, path)
     kind = draw(st.sampled_from(["delete", "replace", "shorten", "lengthen"]))
     if kind == "delete" or (kind in ("shorten", "lengthen") and not isinstance(parent[path[-1]], list)):
-        if isinstance(parent, dict):
-            del parent[path[-1]]
-        else:
-            parent.pop(path[-1])
+        delete_at(parent, path[-1])
     elif kind == "replace":
         parent[path[-1]] = draw(BAD_VALUES)
     elif kind == "shorten":

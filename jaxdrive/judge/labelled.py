@@ -199,16 +199,19 @@ def build_labelled_dataset(out: str | Path, scenes_dir: str | Path, labels_path:
             subs_of[scene.id] = {m: np.asarray(getattr(subs, m))[b, :scene.num_proposals] for m in SUBSCORE_KEYS}
         bar.update(len(chunk))
     bar.close()
-    keys = sorted(labels, key=lambda key: (labelled_ids.index(key[0]), key[1]))
+    keys = sorted(labels)  # (scene id, proposal): scenes in labelled_ids' (sorted) order
     train_keys = [key for key in keys if split_of[key[0]] == "train"]
     fit = fit_thresholds(_subscores_rows(subs_of, train_keys), np.array([labels[k]["label"] for k in train_keys]))
+    by_scene: dict[str, list[int]] = {}
+    for sid, k in keys:
+        by_scene.setdefault(sid, []).append(k)
     records, pairs = [], []
     rng = np.random.default_rng(seed)
     for sid in labelled_ids:
         shutil.copyfile(files[sid], out / "scenes" / f"{sid}.json")
         scene_records = []
-        for (s, k) in [key for key in keys if key[0] == sid]:
-            lab = labels[(s, k)]
+        for k in by_scene[sid]:
+            s, lab = sid, labels[(sid, k)]
             g = np.asarray(gate_labels(values[s][k], np.array(lab["label"]), fit.thresholds))
             sub = {m: float(subs_of[s][m][k]) for m in SUBSCORE_KEYS}
             sub = {m: (None if np.isnan(v) else v) for m, v in sub.items()}
